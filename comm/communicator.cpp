@@ -1,0 +1,153 @@
+// Comm: typed MPI collectives with every call checked.
+#include "comm/communicator.hpp"
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace moe {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  MOE_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  MOE_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  MOE_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void mpi_abort_job(const char* message, int exit_code) {
+  const int rank = mpi_world_rank_or_minus_one();
+  std::fprintf(stderr, "moe_rt: error (rank %d): %s\n", rank, message);
+  std::fflush(stderr);
+  if (rank >= 0) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::exit(exit_code);
+}
+
+Comm::Comm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  MOE_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MOE_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+Comm Comm::world() { return Comm(MPI_COMM_WORLD, false); }
+Comm Comm::self() { return Comm(MPI_COMM_SELF, false); }
+
+Comm::Comm(Comm&& o) noexcept
+    : comm_(std::exchange(o.comm_, MPI_COMM_NULL)), owned_(std::exchange(o.owned_, false)),
+      rank_(o.rank_), size_(o.size_) {}
+
+Comm& Comm::operator=(Comm&& o) noexcept {
+  if (this != &o) {
+    if (owned_) MPI_Comm_free(&comm_);
+    comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
+    owned_ = std::exchange(o.owned_, false);
+    rank_ = o.rank_;
+    size_ = o.size_;
+  }
+  return *this;
+}
+
+Comm::~Comm() {
+  // MPI_Comm_free after MPI_Finalize is an error; a Comm outliving MPI just leaks its handle.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owned_ && !finalized) MPI_Comm_free(&comm_);
+}
+
+Comm Comm::split(int color, int key) const {
+  MPI_Comm out = MPI_COMM_NULL;
+  MOE_MPI_CHECK(MPI_Comm_split(comm_, color, key, &out));
+  MOE_MPI_CHECK(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN));
+  return Comm(out, true);
+}
+
+template <class T> void Comm::allreduce_sum(std::span<T> data) const {
+  MOE_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()),
+                              mpi_type<T>(), MPI_SUM, comm_));
+}
+
+template <class T> void Comm::allreduce_max(std::span<T> data) const {
+  MOE_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()),
+                              mpi_type<T>(), MPI_MAX, comm_));
+}
+
+template <class T> void Comm::alltoall(std::span<const T> send, std::span<T> recv) const {
+  if (send.size() % size_ != 0 || recv.size() != send.size()) {
+    throw std::invalid_argument("Comm::alltoall: buffers must hold the same multiple of " +
+                                std::to_string(size_) + " elements");
+  }
+  const int per_rank = static_cast<int>(send.size() / size_);
+  MOE_MPI_CHECK(MPI_Alltoall(send.data(), per_rank, mpi_type<T>(), recv.data(), per_rank,
+                             mpi_type<T>(), comm_));
+}
+
+template <class T>
+void Comm::alltoallv(std::span<const T> send, std::span<const int> send_counts,
+                     std::span<const int> send_displs, std::span<T> recv,
+                     std::span<const int> recv_counts, std::span<const int> recv_displs) const {
+  const auto n = static_cast<size_t>(size_);
+  if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n ||
+      recv_displs.size() != n) {
+    throw std::invalid_argument("Comm::alltoallv: counts and displacements need one entry per rank");
+  }
+  for (size_t r = 0; r < n; ++r) {
+    if (static_cast<size_t>(send_displs[r]) + send_counts[r] > send.size() ||
+        static_cast<size_t>(recv_displs[r]) + recv_counts[r] > recv.size()) {
+      throw std::invalid_argument("Comm::alltoallv: a block for rank " + std::to_string(r) +
+                                  " lies outside its buffer");
+    }
+  }
+  MOE_MPI_CHECK(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),
+                              recv.data(), recv_counts.data(), recv_displs.data(), mpi_type<T>(),
+                              comm_));
+}
+
+template <class T> void Comm::allgather(std::span<const T> send, std::span<T> recv) const {
+  if (recv.size() != send.size() * size_) {
+    throw std::invalid_argument("Comm::allgather: recv must hold size() times send");
+  }
+  MOE_MPI_CHECK(MPI_Allgather(send.data(), static_cast<int>(send.size()), mpi_type<T>(),
+                              recv.data(), static_cast<int>(send.size()), mpi_type<T>(), comm_));
+}
+
+template <class T> void Comm::broadcast(std::span<T> data, int root) const {
+  MOE_MPI_CHECK(MPI_Bcast(data.data(), static_cast<int>(data.size()), mpi_type<T>(), root, comm_));
+}
+
+void Comm::barrier() const { MOE_MPI_CHECK(MPI_Barrier(comm_)); }
+
+#define MOE_COMM_INSTANTIATE(T)                                                                \
+  template void Comm::allreduce_sum<T>(std::span<T>) const;                                    \
+  template void Comm::allreduce_max<T>(std::span<T>) const;                                    \
+  template void Comm::alltoall<T>(std::span<const T>, std::span<T>) const;                     \
+  template void Comm::alltoallv<T>(std::span<const T>, std::span<const int>,                   \
+                                   std::span<const int>, std::span<T>, std::span<const int>,   \
+                                   std::span<const int>) const;                                \
+  template void Comm::allgather<T>(std::span<const T>, std::span<T>) const;                    \
+  template void Comm::broadcast<T>(std::span<T>, int) const;
+MOE_COMM_INSTANTIATE(float)
+MOE_COMM_INSTANTIATE(double)
+MOE_COMM_INSTANTIATE(int)
+MOE_COMM_INSTANTIATE(int64_t)
+MOE_COMM_INSTANTIATE(uint8_t)
+#undef MOE_COMM_INSTANTIATE
+
+ParallelGroups parallel_groups_make(const Comm& world, int ep_size) {
+  if (ep_size <= 0 || world.size() % ep_size != 0) {
+    throw std::invalid_argument("--ep=" + std::to_string(ep_size) +
+                                " must divide the number of ranks (" +
+                                std::to_string(world.size()) + ")");
+  }
+  const int group = world.rank() / ep_size;
+  const int ep_rank = world.rank() % ep_size;
+  ParallelGroups g{world.split(group, ep_rank), world.split(ep_rank, group), ep_size,
+                   world.size() / ep_size};
+  return g;
+}
+
+}  // namespace moe

@@ -1,0 +1,89 @@
+// A communicator over MPI with typed collectives, and the sub-communicators of expert parallelism.
+// Every collective takes std::span of a typed element, so counts are always elements, never bytes.
+// W ranks, P expert-parallel group size, W/P replicas of each expert shard.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <span>
+
+#include "comm/mpi_check.hpp"
+
+namespace moe {
+
+template <class T> MPI_Datatype mpi_type();
+template <> inline MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <> inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+template <> inline MPI_Datatype mpi_type<int>() { return MPI_INT; }
+template <> inline MPI_Datatype mpi_type<int64_t>() { return MPI_INT64_T; }
+template <> inline MPI_Datatype mpi_type<uint8_t>() { return MPI_UINT8_T; }
+
+// MPI_Init / MPI_Finalize for one program. Sets MPI_ERRORS_RETURN on MPI_COMM_WORLD so that
+// MOE_MPI_CHECK sees error codes instead of MPI aborting without saying which call failed.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
+// Prints `message` once (prefixed with the rank) to stderr and ends every rank of the job with
+// `exit_code`. Used by main() when an exception escapes, so no rank is left waiting in a collective.
+[[noreturn]] void mpi_abort_job(const char* message, int exit_code);
+
+class Comm {
+ public:
+  static Comm world();  // MPI_COMM_WORLD, not owned
+  static Comm self();   // MPI_COMM_SELF, not owned: a one-rank world for reference runs
+
+  Comm(Comm&& other) noexcept;
+  Comm& operator=(Comm&& other) noexcept;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  ~Comm();
+
+  // Ranks with equal color form a new communicator, ordered by key (MPI_Comm_split).
+  Comm split(int color, int key) const;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm raw() const { return comm_; }
+
+  template <class T> void allreduce_sum(std::span<T> data) const;
+  template <class T> void allreduce_max(std::span<T> data) const;
+  // Every rank sends `send.size() / size()` elements to each rank (MPI_Alltoall).
+  template <class T> void alltoall(std::span<const T> send, std::span<T> recv) const;
+  // Counts and displacements are in elements of T, one entry per rank.
+  template <class T>
+  void alltoallv(std::span<const T> send, std::span<const int> send_counts,
+                 std::span<const int> send_displs, std::span<T> recv,
+                 std::span<const int> recv_counts, std::span<const int> recv_displs) const;
+  // Gathers `send` (the same size on every rank) from every rank into recv, rank-major.
+  template <class T> void allgather(std::span<const T> send, std::span<T> recv) const;
+  template <class T> void broadcast(std::span<T> data, int root) const;
+  void barrier() const;
+
+ private:
+  Comm(MPI_Comm comm, bool owned);
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool owned_ = false;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+// The communicators of expert parallelism over a world of W ranks with EP group size P:
+// EP group g holds world ranks [g·P, g·P + P) and one copy of all E experts; the replica group of
+// EP rank r holds the W/P world ranks whose rank mod P is r, which own the same expert shard.
+struct ParallelGroups {
+  Comm ep;       // P ranks: token dispatch and combine
+  Comm replica;  // W/P ranks: expert gradient all-reduce
+  int ep_size = 1;
+  int num_replicas = 1;
+};
+
+// Collective over `world`. Throws ConfigError-like std::invalid_argument when P does not divide W.
+ParallelGroups parallel_groups_make(const Comm& world, int ep_size);
+
+}  // namespace moe
