@@ -1,0 +1,127 @@
+// Dispatch plan construction: counting sorts over expert ids, no communication.
+#include "comm/dispatch_plan.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+
+int ExpertPlacement::first_expert(int ep_rank) const {
+  const int base = num_experts / ep_size;
+  const int extra = num_experts % ep_size;
+  return ep_rank * base + std::min(ep_rank, extra);
+}
+
+int ExpertPlacement::num_local(int ep_rank) const {
+  return num_experts / ep_size + (ep_rank < num_experts % ep_size ? 1 : 0);
+}
+
+int ExpertPlacement::owner(int expert) const {
+  const int base = num_experts / ep_size;
+  const int extra = num_experts % ep_size;
+  const int split = extra * (base + 1);  // experts below this belong to the larger blocks
+  return expert < split ? expert / (base + 1) : extra + (expert - split) / base;
+}
+
+void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx, int num_tokens,
+                         int top_k, const ExpertPlacement& placement, int ep_rank) {
+  const int E = placement.num_experts, P = placement.ep_size;
+  if (P <= 0 || E < P || ep_rank < 0 || ep_rank >= P) {
+    throw std::invalid_argument("dispatch_plan_build: placement of " + std::to_string(E) +
+                                " experts on " + std::to_string(P) + " ranks (rank " +
+                                std::to_string(ep_rank) + ") is impossible");
+  }
+  const int num_send = num_tokens * top_k;
+  if (expert_idx.size() != static_cast<size_t>(num_send)) {
+    throw std::invalid_argument("dispatch_plan_build: routing holds " +
+                                std::to_string(expert_idx.size()) + " ids, expected T*K = " +
+                                std::to_string(num_send));
+  }
+  plan.num_tokens = num_tokens;
+  plan.top_k = top_k;
+  plan.ep_rank = ep_rank;
+  plan.placement = placement;
+
+  // Counting sort by expert id, stable in the assignment index.
+  plan.expert_counts.assign(E, 0);
+  for (int a = 0; a < num_send; ++a) {
+    const int e = expert_idx[a];
+    if (e < 0 || e >= E) {
+      throw std::invalid_argument("dispatch_plan_build: token " + std::to_string(a / top_k) +
+                                  " is routed to expert " + std::to_string(e) +
+                                  ", outside [0, " + std::to_string(E) + ")");
+    }
+    ++plan.expert_counts[e];
+  }
+  // cursor[e]: next free send position of expert e.
+  std::vector<int>& cursor = plan.expert_cursor;
+  cursor.assign(E, 0);
+  for (int e = 1; e < E; ++e) {
+    cursor[e] = cursor[e - 1] + static_cast<int>(plan.expert_counts[e - 1]);
+  }
+  plan.send_assignment.resize(num_send);
+  plan.send_position.resize(num_send);
+  for (int a = 0; a < num_send; ++a) {
+    const int p = cursor[expert_idx[a]]++;
+    plan.send_assignment[p] = a;
+    plan.send_position[a] = p;
+  }
+
+  // Per destination rank: row counts, offsets, and the per-local-expert count message.
+  const int max_local = placement.max_local();
+  plan.send_counts.assign(P, 0);
+  plan.send_offsets.assign(P, 0);
+  plan.count_message.assign(static_cast<size_t>(P) * max_local, 0);
+  for (int d = 0; d < P; ++d) {
+    const int first = placement.first_expert(d);
+    for (int i = 0; i < placement.num_local(d); ++i) {
+      const int c = static_cast<int>(plan.expert_counts[first + i]);
+      plan.count_message[static_cast<size_t>(d) * max_local + i] = c;
+      plan.send_counts[d] += c;
+    }
+    if (d > 0) plan.send_offsets[d] = plan.send_offsets[d - 1] + plan.send_counts[d - 1];
+  }
+}
+
+void dispatch_plan_set_recv(DispatchPlan& plan, std::span<const int> counts_from_sources) {
+  const ExpertPlacement& pl = plan.placement;
+  const int P = pl.ep_size, max_local = pl.max_local(), E_loc = plan.num_local_experts();
+  if (counts_from_sources.size() != static_cast<size_t>(P) * max_local) {
+    throw std::invalid_argument("dispatch_plan_set_recv: expected P*max_local = " +
+                                std::to_string(P * max_local) + " counts, got " +
+                                std::to_string(counts_from_sources.size()));
+  }
+  if (counts_from_sources.data() != plan.recv_counts_by_source.data()) {  // may be received in place
+    plan.recv_counts_by_source.assign(counts_from_sources.begin(), counts_from_sources.end());
+  }
+  plan.recv_counts.assign(P, 0);
+  plan.recv_offsets.assign(P, 0);
+  plan.expert_offsets.assign(E_loc + 1, 0);
+  for (int s = 0; s < P; ++s) {
+    for (int i = 0; i < E_loc; ++i) {
+      const int c = counts_from_sources[static_cast<size_t>(s) * max_local + i];
+      if (c < 0) throw std::invalid_argument("dispatch_plan_set_recv: negative count");
+      plan.recv_counts[s] += c;
+      plan.expert_offsets[i + 1] += c;
+    }
+    if (s > 0) plan.recv_offsets[s] = plan.recv_offsets[s - 1] + plan.recv_counts[s - 1];
+  }
+  for (int i = 0; i < E_loc; ++i) plan.expert_offsets[i + 1] += plan.expert_offsets[i];
+  plan.num_recv = plan.expert_offsets[E_loc];
+
+  // Source s's block holds its rows for local expert 0, then 1, ... in its token order; in the
+  // expert-major layout they go after the rows of expert i from sources 0..s-1.
+  plan.recv_to_expert.resize(plan.num_recv);
+  std::vector<int>& cursor = plan.expert_cursor;  // next free expert-major row of each local expert
+  cursor.assign(plan.expert_offsets.begin(), plan.expert_offsets.end() - 1);
+  int src_row = 0;
+  for (int s = 0; s < P; ++s) {
+    for (int i = 0; i < E_loc; ++i) {
+      const int c = counts_from_sources[static_cast<size_t>(s) * max_local + i];
+      for (int r = 0; r < c; ++r) plan.recv_to_expert[src_row++] = cursor[i]++;
+    }
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,70 @@
+// The dispatch plan of expert parallelism (SPEC §4): a pure function from one rank's routing
+// (`[T, K]` global expert ids) and the expert placement to everything the token exchange needs.
+// Dispatch, combine and both backward passes take the same plan, so the directions cannot drift.
+//
+// Legend: T local tokens, K experts per token, E experts, P EP group size, E_loc experts owned by
+// this rank, R rows this rank receives. An "assignment" is one (token, slot) pair a = t·K + j.
+//
+// Send order: assignments sorted by global expert id, ties by assignment index. Experts are owned
+// in contiguous blocks, so this is destination-major, then local expert, then token order.
+// Receive order (the "expert-major" layout handed to the experts): local expert, then source rank,
+// then the source's token order. MPI delivers rows source-major; the plan's permutation reorders.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace moe {
+
+// Experts [0, E) in contiguous blocks over P ranks, as equal as possible: the first E mod P ranks
+// own one expert more than the others.
+struct ExpertPlacement {
+  int num_experts = 1;  // E
+  int ep_size = 1;      // P
+
+  int first_expert(int ep_rank) const;
+  int num_local(int ep_rank) const;
+  int max_local() const { return (num_experts + ep_size - 1) / ep_size; }
+  int owner(int expert) const;
+};
+
+struct DispatchPlan {
+  int num_tokens = 0;         // T
+  int top_k = 0;              // K
+  int ep_rank = 0;            // this rank within the EP group
+  ExpertPlacement placement;  // E, P
+
+  // ---- send side: this rank as the source of its tokens ----
+  std::vector<int32_t> send_assignment;  // [T·K] assignment a = t·K + j at each send position
+  std::vector<int32_t> send_position;    // [T·K] inverse: send position of assignment a
+  std::vector<int> send_counts;          // [P] rows to each EP rank
+  std::vector<int> send_offsets;         // [P] first send position for each EP rank
+  std::vector<int64_t> expert_counts;    // [E] local assignments per global expert (local load)
+  std::vector<int> count_message;        // [P, max_local] per-(destination, its local expert)
+
+  // ---- receive side: this rank as the owner of experts; set by dispatch_plan_set_recv ----
+  std::vector<int> recv_counts_by_source;  // [P, max_local] rows from each source for each expert
+  std::vector<int> recv_counts;            // [P] rows from each source
+  std::vector<int> recv_offsets;           // [P] first row of each source, source-major
+  std::vector<int> expert_offsets;         // [E_loc + 1] row ranges per local expert, expert-major
+  std::vector<int32_t> recv_to_expert;     // [R] source-major row -> expert-major row
+  int num_recv = 0;                        // R
+
+  std::vector<int> expert_cursor;  // scratch for the counting sorts, kept to avoid reallocation
+
+  int num_send() const { return num_tokens * top_k; }
+  int num_local_experts() const { return placement.num_local(ep_rank); }
+};
+
+// Fills the send side of `plan` from `expert_idx` ([T, K], every id in [0, E)). Reuses the plan's
+// vectors, so a plan built once at full size never allocates again. Throws std::invalid_argument
+// on an out-of-range expert id or a bad placement.
+void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx, int num_tokens,
+                         int top_k, const ExpertPlacement& placement, int ep_rank);
+
+// Fills the receive side from the count messages this rank received: `counts_from_sources` is
+// [P, max_local], row s being source s's count_message block addressed to this rank.
+void dispatch_plan_set_recv(DispatchPlan& plan, std::span<const int> counts_from_sources);
+
+}  // namespace moe

@@ -1,0 +1,159 @@
+// The dispatch plan as a pure function, with P simulated ranks in one process: counts, send order,
+// receive layout, and a simulated all-to-all that moves identity-coded rows there and back.
+#include <gtest/gtest.h>
+
+#include <tuple>
+#include <vector>
+
+#include "comm/dispatch_plan.hpp"
+#include "routing_fixtures.hpp"
+
+namespace moe {
+namespace {
+
+using testing_fixtures::kCodeWidth;
+
+TEST(ExpertPlacement, ContiguousBlocksAsEqualAsPossible) {
+  const ExpertPlacement p{8, 3};  // 3, 3, 2
+  EXPECT_EQ(p.num_local(0), 3);
+  EXPECT_EQ(p.num_local(1), 3);
+  EXPECT_EQ(p.num_local(2), 2);
+  EXPECT_EQ(p.first_expert(0), 0);
+  EXPECT_EQ(p.first_expert(1), 3);
+  EXPECT_EQ(p.first_expert(2), 6);
+  EXPECT_EQ(p.max_local(), 3);
+  const int owners[8] = {0, 0, 0, 1, 1, 1, 2, 2};
+  for (int e = 0; e < 8; ++e) EXPECT_EQ(p.owner(e), owners[e]) << "expert " << e;
+
+  for (int E = 1; E <= 17; ++E) {
+    for (int P = 1; P <= E; ++P) {
+      const ExpertPlacement pl{E, P};
+      int total = 0;
+      for (int r = 0; r < P; ++r) {
+        EXPECT_EQ(pl.first_expert(r), total);
+        EXPECT_GE(pl.num_local(r), E / P);
+        EXPECT_LE(pl.num_local(r), E / P + 1);
+        for (int i = 0; i < pl.num_local(r); ++i) EXPECT_EQ(pl.owner(total + i), r);
+        total += pl.num_local(r);
+      }
+      EXPECT_EQ(total, E);
+    }
+  }
+}
+
+TEST(DispatchPlan, SendSideOnHandExample) {
+  // T=3, K=2, E=4 on P=2: rank 0 owns {0,1}, rank 1 owns {2,3}.
+  const std::vector<int32_t> idx = {3, 0,   // token 0
+                                    1, 3,   // token 1
+                                    0, 2};  // token 2
+  DispatchPlan plan;
+  dispatch_plan_build(plan, idx, 3, 2, ExpertPlacement{4, 2}, 0);
+  // Sorted by expert, then assignment: e0: a1, a4; e1: a2; e2: a5; e3: a0, a3.
+  EXPECT_EQ(plan.send_assignment, (std::vector<int32_t>{1, 4, 2, 5, 0, 3}));
+  for (int p = 0; p < 6; ++p) EXPECT_EQ(plan.send_position[plan.send_assignment[p]], p);
+  EXPECT_EQ(plan.send_counts, (std::vector<int>{3, 3}));
+  EXPECT_EQ(plan.send_offsets, (std::vector<int>{0, 3}));
+  EXPECT_EQ(plan.expert_counts, (std::vector<int64_t>{2, 1, 1, 2}));
+  EXPECT_EQ(plan.count_message, (std::vector<int>{2, 1, 1, 2}));
+}
+
+TEST(DispatchPlan, RejectsBadRouting) {
+  DispatchPlan plan;
+  const std::vector<int32_t> bad = {0, 4};
+  EXPECT_THROW(dispatch_plan_build(plan, bad, 1, 2, ExpertPlacement{4, 2}, 0),
+               std::invalid_argument);
+  const std::vector<int32_t> ok = {0, 1};
+  EXPECT_THROW(dispatch_plan_build(plan, ok, 1, 2, ExpertPlacement{2, 3}, 0),
+               std::invalid_argument);
+  EXPECT_THROW(dispatch_plan_build(plan, ok, 2, 2, ExpertPlacement{4, 2}, 0),
+               std::invalid_argument);
+}
+
+// Simulates the whole exchange over P ranks in one process and checks provenance and order.
+void check_simulated_exchange(int E, int P, int K) {
+  const ExpertPlacement pl{E, P};
+  std::vector<std::vector<int32_t>> routing(P);
+  std::vector<DispatchPlan> plans(P);
+  for (int s = 0; s < P; ++s) {
+    const int T = testing_fixtures::tokens_of_rank(s);
+    routing[s] = testing_fixtures::make_routing(11, s, T, K, E);
+    dispatch_plan_build(plans[s], routing[s], T, K, pl, s);
+  }
+  // Count all-to-all.
+  const int ml = pl.max_local();
+  for (int d = 0; d < P; ++d) {
+    std::vector<int> inbox(static_cast<size_t>(P) * ml);
+    for (int s = 0; s < P; ++s) {
+      for (int i = 0; i < ml; ++i) inbox[s * ml + i] = plans[s].count_message[d * ml + i];
+    }
+    dispatch_plan_set_recv(plans[d], inbox);
+  }
+  // Identity-coded send rows, then the row all-to-all-v and the receive permutation.
+  std::vector<std::vector<float>> send(P);
+  for (int s = 0; s < P; ++s) {
+    const DispatchPlan& pl_s = plans[s];
+    send[s].resize(static_cast<size_t>(pl_s.num_send()) * kCodeWidth);
+    for (int p = 0; p < pl_s.num_send(); ++p) {
+      const int a = pl_s.send_assignment[p];
+      testing_fixtures::encode_row(&send[s][p * kCodeWidth], s, a / K, a % K, routing[s][a]);
+    }
+  }
+  std::vector<std::vector<float>> expert_rows(P);
+  for (int d = 0; d < P; ++d) {
+    const DispatchPlan& pd = plans[d];
+    std::vector<float> staging;
+    for (int s = 0; s < P; ++s) {
+      EXPECT_EQ(pd.recv_counts[s], plans[s].send_counts[d]);
+      const float* b = &send[s][plans[s].send_offsets[d] * kCodeWidth];
+      staging.insert(staging.end(), b, b + plans[s].send_counts[d] * kCodeWidth);
+    }
+    ASSERT_EQ(static_cast<int>(staging.size()), pd.num_recv * kCodeWidth);
+    expert_rows[d].resize(staging.size());
+    for (int r = 0; r < pd.num_recv; ++r) {
+      std::copy_n(&staging[r * kCodeWidth], kCodeWidth,
+                  &expert_rows[d][pd.recv_to_expert[r] * kCodeWidth]);
+    }
+    // Every row is for this rank's expert of its range, ordered by (expert, source, token, slot).
+    for (int i = 0; i < pd.num_local_experts(); ++i) {
+      const int e = pl.first_expert(d) + i;
+      std::tuple<int, int, int> prev{-1, -1, -1};
+      for (int r = pd.expert_offsets[i]; r < pd.expert_offsets[i + 1]; ++r) {
+        const float* row = &expert_rows[d][r * kCodeWidth];
+        EXPECT_EQ(static_cast<int>(row[3]), e);
+        const std::tuple<int, int, int> key{static_cast<int>(row[0]), static_cast<int>(row[1]),
+                                            static_cast<int>(row[2])};
+        EXPECT_LT(prev, key) << "expert " << e << " row " << r;
+        prev = key;
+        const int s = std::get<0>(key), t = std::get<1>(key), j = std::get<2>(key);
+        EXPECT_EQ(routing[s][t * K + j], e);
+      }
+      // Exactly the global count of expert e arrived.
+      int64_t expected = 0;
+      for (int s = 0; s < P; ++s) expected += plans[s].expert_counts[e];
+      EXPECT_EQ(pd.expert_offsets[i + 1] - pd.expert_offsets[i], expected);
+    }
+  }
+  // Combine: the inverse path returns each row to its source's send position.
+  for (int s = 0; s < P; ++s) {
+    std::vector<float> back(send[s].size(), -1.0f);
+    for (int d = 0; d < P; ++d) {
+      const DispatchPlan& pd = plans[d];
+      int src_offset = pd.recv_offsets[s];
+      for (int r = 0; r < pd.recv_counts[s]; ++r) {
+        const int row = pd.recv_to_expert[src_offset + r];
+        std::copy_n(&expert_rows[d][row * kCodeWidth], kCodeWidth,
+                    &back[(plans[s].send_offsets[d] + r) * kCodeWidth]);
+      }
+    }
+    EXPECT_EQ(back, send[s]) << "source " << s;
+  }
+}
+
+TEST(DispatchPlan, SimulatedExchangeEvenSplit) { check_simulated_exchange(8, 4, 3); }
+TEST(DispatchPlan, SimulatedExchangeUnevenSplit) { check_simulated_exchange(8, 3, 3); }
+TEST(DispatchPlan, SimulatedExchangeOneRank) { check_simulated_exchange(8, 1, 3); }
+TEST(DispatchPlan, SimulatedExchangeOneExpertPerRank) { check_simulated_exchange(8, 8, 2); }
+TEST(DispatchPlan, SimulatedExchangeManyExperts) { check_simulated_exchange(13, 5, 4); }
+
+}  // namespace
+}  // namespace moe
