@@ -1,0 +1,272 @@
+// MoE layer forward and backward: router, dispatch, local experts, combine, shared expert.
+#include "model/moe_layer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "model/linear.hpp"
+#include "model/router.hpp"
+#include "model/swiglu.hpp"
+
+namespace moe {
+
+MoeDims moe_dims_from(const ModelConfig& c) {
+  return MoeDims{c.d_model,   c.ffn_dim,      c.shared_experts * c.ffn_dim, c.experts, c.top_k,
+                 c.score_func, c.route_scale, c.swiglu_limit};
+}
+
+MoeOffsets moe_layout(ParamLayout& dense, ParamLayout& experts, const MoeDims& d, int layer,
+                      int num_layers, const ExpertPlacement& placement, int ep_rank) {
+  constexpr float kStd = 0.02f;
+  const float out_std = kStd / std::sqrt(2.0f * static_cast<float>(num_layers));
+  const std::string p = "layers." + std::to_string(layer) + ".moe.";
+  const size_t DF = static_cast<size_t>(d.D) * d.F, DFs = static_cast<size_t>(d.D) * d.Fs;
+  MoeOffsets off;
+  off.router = dense.add(p + "router", static_cast<size_t>(d.D) * d.E, ParamInit::kNormal, kStd);
+  if (d.Fs > 0) {
+    off.shared_w1 = dense.add(p + "shared.w1", DFs, ParamInit::kNormal, kStd);
+    off.shared_w3 = dense.add(p + "shared.w3", DFs, ParamInit::kNormal, kStd);
+    off.shared_w2 = dense.add(p + "shared.w2", DFs, ParamInit::kNormal, out_std);
+  }
+  // [E_loc, D, F] per matrix: each local expert in turn, named by its global id.
+  const int first = placement.first_expert(ep_rank), num_local = placement.num_local(ep_rank);
+  const char* names[3] = {"w1", "w3", "w2"};
+  size_t* offsets[3] = {&off.w1, &off.w3, &off.w2};
+  for (int m = 0; m < 3; ++m) {
+    for (int i = 0; i < num_local; ++i) {
+      const size_t o = experts.add(p + "experts." + std::to_string(first + i) + "." + names[m], DF,
+                                   ParamInit::kNormal, m == 2 ? out_std : kStd);
+      if (i == 0) *offsets[m] = o;
+    }
+  }
+  return off;
+}
+
+template <class T>
+MoeWeights<T> moe_weights_at(T* dense, T* experts, const MoeOffsets& off, const MoeDims& d) {
+  const bool shared = d.Fs > 0;
+  return MoeWeights<T>{dense + off.router,
+                       shared ? dense + off.shared_w1 : nullptr,
+                       shared ? dense + off.shared_w3 : nullptr,
+                       shared ? dense + off.shared_w2 : nullptr,
+                       experts + off.w1,
+                       experts + off.w3,
+                       experts + off.w2};
+}
+
+template <class T>
+void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int max_local) {
+  const size_t NE = static_cast<size_t>(N) * d.E, NK = static_cast<size_t>(N) * d.K;
+  const size_t R = static_cast<size_t>(ep_size) * N * std::min(d.K, max_local);
+  const size_t NFs = static_cast<size_t>(N) * d.Fs;
+  for (auto* v : {&s.logits, &s.scores, &s.d_scores, &s.d_logits}) v->reserve(NE);
+  s.expert_idx.reserve(NK);
+  for (auto* v : {&s.weights, &s.d_weights}) v->reserve(NK);
+  for (auto* v : {&s.send_rows, &s.y_rows, &s.d_rows}) v->reserve(NK * d.D);
+  for (auto* v : {&s.x, &s.y, &s.staging, &s.d_y, &s.d_x}) v->reserve(R * d.D);
+  for (auto* v : {&s.g, &s.v, &s.h}) v->reserve(R * d.F);
+  for (auto* v : {&s.d_g, &s.d_v, &s.d_h}) v->reserve(std::max(R * d.F, NFs));
+  for (auto* v : {&s.sg, &s.sv, &s.sh}) v->reserve(NFs);
+  s.plan.send_assignment.reserve(NK);
+  s.plan.send_position.reserve(NK);
+  s.plan.recv_to_expert.reserve(R);
+}
+
+namespace {
+
+template <class T> void select_experts(MoeSaved<T>& s, const MoeRouting& r, const MoeDims& d,
+                                       int N) {
+  switch (r.mode) {
+    case RoutingMode::kTopK:
+      route_topk(s.expert_idx.data(), s.scores.data(), r.bias, N, d.E, d.K);
+      break;
+    case RoutingMode::kHash:
+      if (r.hash_table == nullptr || r.token_ids == nullptr) {
+        throw std::invalid_argument("moe_forward: hash routing needs a table and token ids");
+      }
+      route_hash(s.expert_idx.data(), r.token_ids, r.hash_table, N, d.K, r.vocab);
+      break;
+    case RoutingMode::kRoundRobin:
+      route_round_robin(s.expert_idx.data(), r.first_global_token, N, d.E, d.K);
+      break;
+  }
+}
+
+// The routed experts of this rank, each on its contiguous rows of x: g = x·W1, v = x·W3,
+// h = swiglu(g, v), y = h·W2.
+template <class T> void local_experts_forward(MoeSaved<T>& s, const MoeWeights<T>& w,
+                                              const MoeDims& d) {
+  const size_t DF = static_cast<size_t>(d.D) * d.F;
+  const std::vector<int>& off = s.plan.expert_offsets;
+  for (int i = 0; i + 1 < static_cast<int>(off.size()); ++i) {
+    const int rows = off[i + 1] - off[i];
+    if (rows == 0) continue;
+    const size_t rd = static_cast<size_t>(off[i]) * d.D, rf = static_cast<size_t>(off[i]) * d.F;
+    linear_forward(&s.g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D, d.F);
+    linear_forward(&s.v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D, d.F);
+    swiglu_forward(&s.h[rf], &s.g[rf], &s.v[rf], static_cast<int64_t>(rows) * d.F, d.swiglu_limit);
+    linear_forward(&s.y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F, d.D);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
+                 const MoeRouting& routing, const MoeDims& d, const ExpertPlacement& placement,
+                 EpExchange& ex, int N) {
+  const size_t D = d.D;
+  s.N = N;
+  s.logits.resize(static_cast<size_t>(N) * d.E);
+  s.scores.resize(s.logits.size());
+  s.expert_idx.resize(static_cast<size_t>(N) * d.K);
+  s.weights.resize(s.expert_idx.size());
+
+  // Router in a fixed-order loop: routing is bitwise independent of N and of BLAS threading.
+  router_logits_forward(s.logits.data(), in, w.router, N, d.D, d.E);
+  score_forward(s.scores.data(), s.logits.data(), N, d.E, d.score);
+  select_experts(s, routing, d, N);
+  route_weights_forward(s.weights.data(), s.scores.data(), s.expert_idx.data(), N, d.E, d.K,
+                        d.route_scale);
+
+  // Plan, counts, then the rows.
+  dispatch_plan_build(s.plan, s.expert_idx, N, d.K, placement, ex.comm().rank());
+  ex.exchange_counts(s.plan);
+  const int NK = s.plan.num_send(), R = s.plan.num_recv;
+  s.send_rows.resize(NK * D);
+  for (int p = 0; p < NK; ++p) {
+    const T* src = in + static_cast<size_t>(s.plan.send_assignment[p] / d.K) * D;
+    std::copy_n(src, D, &s.send_rows[p * D]);
+  }
+  s.x.resize(R * D);
+  s.staging.resize(R * D);
+  ex.dispatch(std::span<T>(s.x), std::span<T>(s.staging), std::span<const T>(s.send_rows), s.plan,
+              d.D);
+
+  s.g.resize(static_cast<size_t>(R) * d.F);
+  s.v.resize(s.g.size());
+  s.h.resize(s.g.size());
+  s.y.resize(R * D);
+  local_experts_forward(s, w, d);
+
+  s.y_rows.resize(NK * D);
+  ex.combine(std::span<T>(s.y_rows), std::span<T>(s.staging), std::span<const T>(s.y), s.plan,
+             d.D);
+
+  // out[t] = Σ_j w[t,j]·y[t,j] + shared(in[t]).
+  std::fill(out, out + N * D, T(0));
+  if (d.Fs > 0) {
+    const size_t NFs = static_cast<size_t>(N) * d.Fs;
+    s.sg.resize(NFs);
+    s.sv.resize(NFs);
+    s.sh.resize(NFs);
+    linear_forward(s.sg.data(), in, w.shared_w1, N, d.D, d.Fs);
+    linear_forward(s.sv.data(), in, w.shared_w3, N, d.D, d.Fs);
+    swiglu_forward(s.sh.data(), s.sg.data(), s.sv.data(), static_cast<int64_t>(NFs), 0.0f);
+    linear_forward(out, s.sh.data(), w.shared_w2, N, d.Fs, d.D);
+  }
+  for (int t = 0; t < N; ++t) {
+    T* o = out + t * D;
+    for (int j = 0; j < d.K; ++j) {
+      const T wt = s.weights[t * d.K + j];
+      const T* y = &s.y_rows[s.plan.send_position[t * d.K + j] * D];
+      for (size_t c = 0; c < D; ++c) o[c] += wt * y[c];
+    }
+  }
+}
+
+template <class T>
+void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>& s, const T* in,
+                  const MoeWeights<T>& w, const MoeDims& d, EpExchange& ex) {
+  const int N = s.N, NK = s.plan.num_send(), R = s.plan.num_recv;
+  const size_t D = d.D;
+
+  // Shared expert: out += swiglu(in·S1, in·S3)·S2.
+  if (d.Fs > 0) {
+    const size_t NFs = static_cast<size_t>(N) * d.Fs;
+    s.d_h.assign(NFs, T(0));
+    s.d_g.resize(NFs);
+    s.d_v.resize(NFs);
+    linear_backward(s.d_h.data(), gr.shared_w2, d_out, s.sh.data(), w.shared_w2, N, d.Fs, d.D);
+    swiglu_backward(s.d_g.data(), s.d_v.data(), s.d_h.data(), s.sg.data(), s.sv.data(),
+                    static_cast<int64_t>(NFs), 0.0f);
+    linear_backward(d_in, gr.shared_w1, s.d_g.data(), in, w.shared_w1, N, d.D, d.Fs);
+    linear_backward(d_in, gr.shared_w3, s.d_v.data(), in, w.shared_w3, N, d.D, d.Fs);
+  }
+
+  // out[t] += w[t,j]·y[t,j]: d_w[t,j] = <d_out[t], y[t,j]>, d_y[t,j] = w[t,j]·d_out[t].
+  s.d_weights.resize(static_cast<size_t>(NK));
+  s.d_rows.resize(NK * D);
+  for (int a = 0; a < NK; ++a) {
+    const int t = a / d.K;
+    const size_t row = static_cast<size_t>(s.plan.send_position[a]) * D;
+    const T* g = d_out + t * D;
+    const T* y = &s.y_rows[row];
+    T dot = 0;
+    for (size_t c = 0; c < D; ++c) dot += g[c] * y[c];
+    s.d_weights[a] = dot;
+    const T wt = s.weights[a];
+    for (size_t c = 0; c < D; ++c) s.d_rows[row + c] = wt * g[c];
+  }
+
+  // Combine's backward is a dispatch: output gradients travel to the experts' owners.
+  s.d_y.resize(R * D);
+  ex.dispatch(std::span<T>(s.d_y), std::span<T>(s.staging), std::span<const T>(s.d_rows), s.plan,
+              d.D);
+
+  // Local experts, reversed: y = h·W2, h = swiglu(g, v), g = x·W1, v = x·W3.
+  const size_t DF = static_cast<size_t>(d.D) * d.F;
+  s.d_x.assign(R * D, T(0));
+  s.d_h.assign(static_cast<size_t>(R) * d.F, T(0));
+  s.d_g.resize(s.d_h.size());
+  s.d_v.resize(s.d_h.size());
+  const std::vector<int>& off = s.plan.expert_offsets;
+  for (int i = 0; i + 1 < static_cast<int>(off.size()); ++i) {
+    const int rows = off[i + 1] - off[i];
+    if (rows == 0) continue;
+    const size_t rd = static_cast<size_t>(off[i]) * D, rf = static_cast<size_t>(off[i]) * d.F;
+    linear_backward(&s.d_h[rf], gr.w2 + i * DF, &s.d_y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F,
+                    d.D);
+    swiglu_backward(&s.d_g[rf], &s.d_v[rf], &s.d_h[rf], &s.g[rf], &s.v[rf],
+                    static_cast<int64_t>(rows) * d.F, d.swiglu_limit);
+    linear_backward(&s.d_x[rd], gr.w1 + i * DF, &s.d_g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D,
+                    d.F);
+    linear_backward(&s.d_x[rd], gr.w3 + i * DF, &s.d_v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D,
+                    d.F);
+  }
+
+  // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.
+  ex.combine(std::span<T>(s.d_rows), std::span<T>(s.staging), std::span<const T>(s.d_x), s.plan,
+             d.D);
+  for (int a = 0; a < NK; ++a) {
+    T* di = d_in + static_cast<size_t>(a / d.K) * D;
+    const T* r = &s.d_rows[static_cast<size_t>(s.plan.send_position[a]) * D];
+    for (size_t c = 0; c < D; ++c) di[c] += r[c];
+  }
+
+  // Router: w = normalise(s[sel])·scale, s = f(logits), logits = in·W_g.
+  s.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
+  s.d_logits.assign(s.d_scores.size(), T(0));
+  route_weights_backward(s.d_scores.data(), s.d_weights.data(), s.scores.data(),
+                         s.expert_idx.data(), N, d.E, d.K, d.route_scale);
+  score_backward(s.d_logits.data(), s.d_scores.data(), s.logits.data(), s.scores.data(), N, d.E,
+                 d.score);
+  linear_backward(d_in, gr.router, s.d_logits.data(), in, w.router, N, d.D, d.E);
+}
+
+#define MOE_LAYER_INSTANTIATE(T)                                                               \
+  template MoeWeights<T> moe_weights_at<T>(T*, T*, const MoeOffsets&, const MoeDims&);         \
+  template void moe_saved_reserve<T>(MoeSaved<T>&, int, const MoeDims&, int, int);             \
+  template void moe_forward<T>(T*, MoeSaved<T>&, const T*, const MoeWeights<T>&,               \
+                               const MoeRouting&, const MoeDims&, const ExpertPlacement&,      \
+                               EpExchange&, int);                                              \
+  template void moe_backward<T>(T*, const MoeWeights<T>&, const T*, MoeSaved<T>&, const T*,    \
+                                const MoeWeights<T>&, const MoeDims&, EpExchange&);
+MOE_LAYER_INSTANTIATE(float)
+MOE_LAYER_INSTANTIATE(double)
+#undef MOE_LAYER_INSTANTIATE
+
+}  // namespace moe

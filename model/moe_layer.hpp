@@ -1,0 +1,118 @@
+// The Mixture-of-Experts layer of SPEC §2 over expert parallelism (SPEC §4), forward and backward.
+//
+//   logits = u·W_g, s = f(logits), sel = route(s + b | token ids | global index),
+//   w_j = s[sel_j] / (Σ s[sel] + 1e-20) · route_scale,
+//   MoE(u) = Σ_j w_j · expert_{sel_j}(u) + shared(u),  expert(u) = swiglu_clamped(u·W1, u·W3)·W2.
+//
+// One rank holds N tokens and the experts [first, first + E_loc) of its EP group. Forward: route,
+// build the dispatch plan, exchange counts, dispatch rows to the experts' owners, run each local
+// expert on its contiguous rows, combine the outputs back, weight and sum. Backward walks the same
+// list in reverse with the same plan: gradients of the outputs go out by dispatch, gradients of
+// the inputs come back by combine. Selection is not differentiated; W_g gets gradient through w.
+//
+// Legend: N local tokens, D model width, F expert width, Fs shared width (shared_experts · F),
+// E experts, E_loc local experts, K experts per token, R rows received by this rank, V vocab.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/dispatch_plan.hpp"
+#include "comm/ep_exchange.hpp"
+#include "model/config.hpp"
+#include "model/params.hpp"
+
+namespace moe {
+
+struct MoeDims {
+  int D = 0, F = 0, Fs = 0, E = 0, K = 0;
+  ScoreFunc score = ScoreFunc::kSqrtSoftplus;
+  float route_scale = 1.0f;
+  float swiglu_limit = 0.0f;  // routed experts only; the shared expert is never clamped
+};
+MoeDims moe_dims_from(const ModelConfig& cfg);
+
+// Pointers into the two arenas for one MoE layer (parameters or, with the same layout, gradients).
+template <class T> struct MoeWeights {
+  T* router;     // [D, E]         dense arena
+  T* shared_w1;  // [D, Fs]        dense arena (nullptr when Fs = 0)
+  T* shared_w3;  // [D, Fs]
+  T* shared_w2;  // [Fs, D]
+  T* w1;         // [E_loc, D, F]  expert arena: this rank's experts
+  T* w3;         // [E_loc, D, F]
+  T* w2;         // [E_loc, F, D]
+};
+
+// Offsets of one layer's tensors in the dense and expert layouts.
+struct MoeOffsets {
+  size_t router = 0, shared_w1 = 0, shared_w3 = 0, shared_w2 = 0;  // dense
+  size_t w1 = 0, w3 = 0, w2 = 0;                                   // experts
+};
+
+// Appends layer `layer`'s MoE tensors to the layouts: replicated ones to `dense`, this rank's
+// experts [first, first + E_loc) of `placement` to `experts`, each expert a tensor of its own.
+// Residual output projections (W2) are initialised with std 0.02/sqrt(2·num_layers) as in GPT-2.
+MoeOffsets moe_layout(ParamLayout& dense, ParamLayout& experts, const MoeDims& dims, int layer,
+                      int num_layers, const ExpertPlacement& placement, int ep_rank);
+
+template <class T> MoeWeights<T> moe_weights_at(T* dense, T* experts, const MoeOffsets& off,
+                                                const MoeDims& dims);
+
+// How this layer selects experts, and what the selection needs.
+struct MoeRouting {
+  RoutingMode mode = RoutingMode::kTopK;
+  const float* bias = nullptr;           // [E]    top-k: added to scores for selection only
+  const int32_t* hash_table = nullptr;   // [V, K] hash
+  int vocab = 0;                         // V      hash
+  const int32_t* token_ids = nullptr;    // [N]    hash
+  int64_t first_global_token = 0;        //        round-robin: global index of local token 0
+};
+
+// Activations kept from forward for backward, and backward's temporaries. Sized once by
+// moe_saved_reserve; per-step sizes (R) resize within the reserved capacity, so a step allocates
+// nothing unless its routing needs more rows than any earlier step did.
+template <class T> struct MoeSaved {
+  int N = 0;                        // tokens of the last forward
+  std::vector<T> logits, scores;    // [N, E]
+  std::vector<int32_t> expert_idx;  // [N, K] selected experts (global ids)
+  std::vector<T> weights;           // [N, K]
+  DispatchPlan plan;                // plan.expert_counts: this rank's load per expert
+  std::vector<T> send_rows;         // [N·K, D] input rows in send order
+  std::vector<T> x;                 // [R, D] expert inputs, expert-major
+  std::vector<T> g, v, h;           // [R, F] expert pre-activations (unclamped) and activation
+  std::vector<T> y;                 // [R, D] expert outputs, expert-major
+  std::vector<T> y_rows;            // [N·K, D] expert outputs back in send order
+  std::vector<T> staging;           // [R, D] rows as MPI delivers them
+  std::vector<T> sg, sv, sh;        // [N, Fs] shared expert
+
+  // backward temporaries
+  std::vector<T> d_rows;            // [N·K, D] send-order rows: w·d_out out, d_x back
+  std::vector<T> d_y, d_x;          // [R, D]
+  std::vector<T> d_g, d_v, d_h;     // [R, F] (also [N, Fs] for the shared expert)
+  std::vector<T> d_weights;         // [N, K]
+  std::vector<T> d_scores, d_logits;  // [N, E]
+};
+
+// Reserves room for N local tokens on an EP group of `ep_size` ranks owning at most `max_local`
+// experts each: R <= ep_size · N · min(K, max_local).
+template <class T> void moe_saved_reserve(MoeSaved<T>& saved, int N, const MoeDims& dims,
+                                          int ep_size, int max_local);
+
+// out[N, D] = MoE(in). Collective over the EP group of `ex`.
+template <class T>
+void moe_forward(T* out,              // [N, D]
+                 MoeSaved<T>& saved,  //
+                 const T* in,         // [N, D]
+                 const MoeWeights<T>& w, const MoeRouting& routing, const MoeDims& dims,
+                 const ExpertPlacement& placement, EpExchange& ex, int N);
+
+// d_in[N, D] += ∂/∂in, grads += ∂/∂weights, for the last forward. Collective over the EP group.
+template <class T>
+void moe_backward(T* d_in,                  // [N, D]
+                  const MoeWeights<T>& grads,
+                  const T* d_out,           // [N, D]
+                  MoeSaved<T>& saved,
+                  const T* in,              // [N, D] the forward's input
+                  const MoeWeights<T>& w, const MoeDims& dims, EpExchange& ex);
+
+}  // namespace moe
