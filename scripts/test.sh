@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds moe_rt (Release, warnings as errors) and runs every test.
+# Usage: scripts/test.sh [extra ctest arguments, e.g. -R comm]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+bash scripts/setup.sh
+
+build=${MOE_RT_BUILD_DIR:-$root/build}
+jobs=$(nproc)
+mkdir -p "$build"
+if ! cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMOE_RT_WERROR=ON >"$build/configure.log" 2>&1; then
+  cat "$build/configure.log" >&2
+  echo "test.sh: cmake configure failed" >&2
+  exit 1
+fi
+grep -F '[' "$build/configure.log" | grep -E '✓|✗' || true
+cmake --build "$build" -j"$jobs"
+
+# MPI tests declare how many processors they use, so ctest -j never runs more ranks than fit.
+ctest --test-dir "$build" --output-on-failure -j"$jobs" "$@"
