@@ -66,6 +66,13 @@ Comm Comm::split(int color, int key) const {
   return Comm(out, true);
 }
 
+Comm Comm::split_shared() const {
+  MPI_Comm out = MPI_COMM_NULL;
+  MOE_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out));
+  MOE_MPI_CHECK(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN));
+  return Comm(out, true);
+}
+
 template <class T> void Comm::allreduce_sum(std::span<T> data) const {
   MOE_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()),
                               mpi_type<T>(), MPI_SUM, comm_));

@@ -46,6 +46,8 @@ class Comm {
 
   // Ranks with equal color form a new communicator, ordered by key (MPI_Comm_split).
   Comm split(int color, int key) const;
+  // The ranks of this communicator that share this rank's node (MPI_COMM_TYPE_SHARED).
+  Comm split_shared() const;
 
   int rank() const { return rank_; }
   int size() const { return size_; }

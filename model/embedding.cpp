@@ -1,0 +1,70 @@
+// Embedding and cross-entropy loops; both are memory-bound and kept plain.
+#include "model/embedding.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+
+template <class T>
+void embedding_forward(T* out, const int32_t* ids, const T* table, int N, int D, int V) {
+  for (int t = 0; t < N; ++t) {
+    const int32_t id = ids[t];
+    if (id < 0 || id >= V) {
+      throw std::out_of_range("embedding: token id " + std::to_string(id) + " at position " +
+                              std::to_string(t) + " is outside the vocabulary [0, " +
+                              std::to_string(V) + ")");
+    }
+    std::copy_n(table + static_cast<size_t>(id) * D, D, out + static_cast<size_t>(t) * D);
+  }
+}
+
+template <class T>
+void embedding_backward(T* d_table, const T* d_out, const int32_t* ids, int N, int D) {
+  // out[t] = table[ids[t]]  =>  d_table[ids[t]] += d_out[t]
+  for (int t = 0; t < N; ++t) {
+    T* row = d_table + static_cast<size_t>(ids[t]) * D;
+    const T* g = d_out + static_cast<size_t>(t) * D;
+    for (int c = 0; c < D; ++c) row[c] += g[c];
+  }
+}
+
+template <class T>
+double cross_entropy_forward_backward(T* d_logits, const T* logits, const int32_t* targets, int N,
+                                      int V, double scale) {
+  double total = 0.0;
+  for (int t = 0; t < N; ++t) {
+    const T* z = logits + static_cast<size_t>(t) * V;
+    T* dz = d_logits + static_cast<size_t>(t) * V;
+    const int32_t y = targets[t];
+    if (y < 0 || y >= V) {
+      throw std::out_of_range("cross-entropy: target id " + std::to_string(y) +
+                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    }
+    const T zmax = *std::max_element(z, z + V);
+    double sum = 0.0;
+    for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v] - zmax));
+    const double log_sum = std::log(sum);
+    total += log_sum + static_cast<double>(zmax) - static_cast<double>(z[y]);
+    // loss_t = log Σ exp(z) − z[y]  =>  ∂loss_t/∂z[v] = softmax(z)[v] − [v == y]
+    const double inv_sum = 1.0 / sum;
+    for (int v = 0; v < V; ++v) {
+      dz[v] = static_cast<T>(std::exp(static_cast<double>(z[v] - zmax)) * inv_sum * scale);
+    }
+    dz[y] -= static_cast<T>(scale);
+  }
+  return total;
+}
+
+#define MOE_EMBEDDING_INSTANTIATE(T)                                                     \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, int, int, int);       \
+  template void embedding_backward<T>(T*, const T*, const int32_t*, int, int);           \
+  template double cross_entropy_forward_backward<T>(T*, const T*, const int32_t*, int, int, \
+                                                    double);
+MOE_EMBEDDING_INSTANTIATE(float)
+MOE_EMBEDDING_INSTANTIATE(double)
+#undef MOE_EMBEDDING_INSTANTIATE
+
+}  // namespace moe

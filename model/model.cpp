@@ -1,0 +1,192 @@
+// The decoder's layout, forward and backward as flat lists of layer calls.
+#include "model/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "model/embedding.hpp"
+#include "model/linear.hpp"
+#include "model/rmsnorm.hpp"
+#include "model/router.hpp"
+
+namespace moe {
+
+ModelLayout model_layout(const ModelConfig& c, const ExpertPlacement& placement, int ep_rank) {
+  constexpr float kStd = 0.02f;
+  const float out_std = kStd / std::sqrt(2.0f * static_cast<float>(c.layers));
+  const size_t D = c.d_model, V = c.vocab, Hd = static_cast<size_t>(c.heads) * c.head_dim,
+               KVd = static_cast<size_t>(c.kv_heads) * c.head_dim;
+  const MoeDims md = moe_dims_from(c);
+  ModelLayout m;
+  m.embed = m.dense.add("embed", V * D, ParamInit::kNormal, kStd);
+  m.layers.resize(c.layers);
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    LayerOffsets& o = m.layers[l];
+    o.attn_norm = m.dense.add(p + "attn_norm", D, ParamInit::kOnes, 0.0f, /*weight_decay=*/false);
+    o.wq = m.dense.add(p + "attn.wq", D * Hd, ParamInit::kNormal, kStd);
+    o.wk = m.dense.add(p + "attn.wk", D * KVd, ParamInit::kNormal, kStd);
+    o.wv = m.dense.add(p + "attn.wv", D * KVd, ParamInit::kNormal, kStd);
+    o.wo = m.dense.add(p + "attn.wo", Hd * D, ParamInit::kNormal, out_std);
+    o.moe_norm = m.dense.add(p + "moe_norm", D, ParamInit::kOnes, 0.0f, /*weight_decay=*/false);
+    o.moe = moe_layout(m.dense, m.experts, md, l, c.layers, placement, ep_rank);
+  }
+  m.final_norm = m.dense.add("final_norm", D, ParamInit::kOnes, 0.0f, /*weight_decay=*/false);
+  m.lm_head = m.dense.add("lm_head", D * V, ParamInit::kNormal, kStd);
+  return m;
+}
+
+RoutingState routing_state_make(const ModelConfig& c, bool forced, uint64_t seed) {
+  RoutingState r;
+  r.modes.resize(c.layers);
+  for (int l = 0; l < c.layers; ++l) {
+    r.modes[l] = forced ? RoutingMode::kRoundRobin
+                        : (l < c.hash_layers ? RoutingMode::kHash : RoutingMode::kTopK);
+  }
+  r.bias.assign(static_cast<size_t>(c.layers) * c.experts, 0.0f);
+  const size_t table = static_cast<size_t>(c.vocab) * c.top_k;
+  r.hash_tables.resize(table * c.hash_layers);
+  for (int l = 0; l < c.hash_layers; ++l) {
+    hash_table_init(&r.hash_tables[l * table], c.vocab, c.experts, c.top_k, seed, l);
+  }
+  return r;
+}
+
+template <class T>
+void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_size,
+                        int max_local) {
+  const size_t N = static_cast<size_t>(B) * c.seq_len, D = c.d_model, L = c.layers;
+  a.B = B;
+  a.resid.assign((2 * L + 1) * N * D, T(0));
+  a.normed.assign(2 * L * N * D, T(0));
+  a.rstd.assign((2 * L + 1) * N, T(0));
+  for (auto* v : {&a.block_out, &a.final_normed, &a.d_resid, &a.d_normed, &a.d_final}) {
+    v->assign(N * D, T(0));
+  }
+  a.logits.assign(N * c.vocab, T(0));
+  a.d_logits.assign(N * c.vocab, T(0));
+  a.rope = rope_table_make(c.seq_len, c.head_dim, c.rope_theta);
+  const AttnDims ad = attn_dims_from(c);
+  const MoeDims md = moe_dims_from(c);
+  a.attn.resize(L);
+  a.moe.resize(L);
+  for (size_t l = 0; l < L; ++l) {
+    attn_saved_reserve(a.attn[l], B, ad);
+    moe_saved_reserve(a.moe[l], static_cast<int>(N), md, ep_size, max_local);
+  }
+}
+
+namespace {
+
+template <class T> AttnWeights<T> attn_weights_at(T* dense, const LayerOffsets& o) {
+  return AttnWeights<T>{dense + o.wq, dense + o.wk, dense + o.wv, dense + o.wo};
+}
+
+template <class T> MoeRouting layer_routing(const RoutingState& r, const ModelBatch& b,
+                                            const ModelConfig& c, int l) {
+  MoeRouting m;
+  m.mode = r.modes[l];
+  m.bias = &r.bias[static_cast<size_t>(l) * c.experts];
+  if (l < c.hash_layers) {
+    m.hash_table = &r.hash_tables[static_cast<size_t>(l) * c.vocab * c.top_k];
+  }
+  m.vocab = c.vocab;
+  m.token_ids = b.tokens;
+  m.first_global_token = b.first_global_token;
+  return m;
+}
+
+}  // namespace
+
+template <class T>
+double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m,
+                     const RoutingState& routing, const ModelBatch& b, const ModelConfig& c,
+                     const ExpertPlacement& placement, EpExchange& ex) {
+  const int B = a.B, N = B * c.seq_len, D = c.d_model, V = c.vocab;
+  const size_t ND = static_cast<size_t>(N) * D;
+  const AttnDims ad = attn_dims_from(c);
+  const MoeDims md = moe_dims_from(c);
+  T* resid = a.resid.data();
+  T* normed = a.normed.data();
+  T* rstd = a.rstd.data();
+
+  embedding_forward(resid, b.tokens, dense + m.embed, N, D, V);
+  for (int l = 0; l < c.layers; ++l) {
+    const LayerOffsets& o = m.layers[l];
+    // x1 = x0 + Attn(RMSNorm(x0))
+    const size_t i0 = 2 * l, i1 = 2 * l + 1;
+    rmsnorm_forward(normed + i0 * ND, rstd + i0 * N, resid + i0 * ND, dense + o.attn_norm, N, D,
+                    c.norm_eps);
+    attention_forward(a.block_out.data(), a.attn[l], normed + i0 * ND, attn_weights_at(dense, o),
+                      ad, a.rope, B);
+    for (size_t i = 0; i < ND; ++i) resid[i1 * ND + i] = resid[i0 * ND + i] + a.block_out[i];
+    // x2 = x1 + MoE(RMSNorm(x1))
+    rmsnorm_forward(normed + i1 * ND, rstd + i1 * N, resid + i1 * ND, dense + o.moe_norm, N, D,
+                    c.norm_eps);
+    moe_forward(a.block_out.data(), a.moe[l], normed + i1 * ND,
+                moe_weights_at(dense, experts, o.moe, md), layer_routing<T>(routing, b, c, l), md,
+                placement, ex, N);
+    for (size_t i = 0; i < ND; ++i) resid[(i1 + 1) * ND + i] = resid[i1 * ND + i] + a.block_out[i];
+  }
+  const size_t last = 2 * static_cast<size_t>(c.layers);
+  rmsnorm_forward(a.final_normed.data(), rstd + last * N, resid + last * ND, dense + m.final_norm,
+                  N, D, c.norm_eps);
+  linear_forward(a.logits.data(), a.final_normed.data(), dense + m.lm_head, N, D, V);
+  return cross_entropy_forward_backward(a.d_logits.data(), a.logits.data(), b.targets, N, V,
+                                        b.loss_scale);
+}
+
+template <class T>
+void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m,
+                    const ModelBatch& b, const ModelConfig& c, EpExchange& ex) {
+  const int B = a.B, N = B * c.seq_len, D = c.d_model, V = c.vocab;
+  const size_t ND = static_cast<size_t>(N) * D;
+  const AttnDims ad = attn_dims_from(c);
+  const MoeDims md = moe_dims_from(c);
+  T* resid = a.resid.data();
+  T* normed = a.normed.data();
+  T* rstd = a.rstd.data();
+  T* d_resid = a.d_resid.data();
+  T* d_normed = a.d_normed.data();
+
+  // logits = final_normed·lm_head; final_normed = RMSNorm(x_L)
+  const size_t last = 2 * static_cast<size_t>(c.layers);
+  std::fill(a.d_final.begin(), a.d_final.end(), T(0));
+  linear_backward(a.d_final.data(), dd + m.lm_head, a.d_logits.data(), a.final_normed.data(),
+                  dense + m.lm_head, N, D, V);
+  std::fill(a.d_resid.begin(), a.d_resid.end(), T(0));
+  rmsnorm_backward(d_resid, dd + m.final_norm, a.d_final.data(), resid + last * ND,
+                   dense + m.final_norm, rstd + last * N, N, D);
+  for (int l = c.layers - 1; l >= 0; --l) {
+    const LayerOffsets& o = m.layers[l];
+    const size_t i0 = 2 * l, i1 = 2 * l + 1;
+    // x2 = x1 + MoE(RMSNorm(x1)): d_x1 = d_x2 + RMSNorm'ᵀ(MoE'ᵀ d_x2)
+    std::fill(a.d_normed.begin(), a.d_normed.end(), T(0));
+    moe_backward(d_normed, moe_weights_at(dd, de, o.moe, md), d_resid, a.moe[l],
+                 normed + i1 * ND, moe_weights_at(dense, experts, o.moe, md), md, ex);
+    rmsnorm_backward(d_resid, dd + o.moe_norm, d_normed, resid + i1 * ND, dense + o.moe_norm,
+                     rstd + i1 * N, N, D);
+    // x1 = x0 + Attn(RMSNorm(x0)): d_x0 = d_x1 + RMSNorm'ᵀ(Attn'ᵀ d_x1)
+    std::fill(a.d_normed.begin(), a.d_normed.end(), T(0));
+    attention_backward(d_normed, attn_weights_at(dd, o), d_resid, a.attn[l], normed + i0 * ND,
+                       attn_weights_at(dense, o), ad, a.rope, B);
+    rmsnorm_backward(d_resid, dd + o.attn_norm, d_normed, resid + i0 * ND, dense + o.attn_norm,
+                     rstd + i0 * N, N, D);
+  }
+  // x0 = embed[tokens]
+  embedding_backward(dd + m.embed, d_resid, b.tokens, N, D);
+}
+
+#define MOE_MODEL_INSTANTIATE(T)                                                                \
+  template void model_acts_reserve<T>(ModelActs<T>&, const ModelConfig&, int, int, int);       \
+  template double model_forward<T>(ModelActs<T>&, T*, T*, const ModelLayout&,                   \
+                                   const RoutingState&, const ModelBatch&, const ModelConfig&,  \
+                                   const ExpertPlacement&, EpExchange&);                        \
+  template void model_backward<T>(T*, T*, ModelActs<T>&, T*, T*, const ModelLayout&,           \
+                                  const ModelBatch&, const ModelConfig&, EpExchange&);
+MOE_MODEL_INSTANTIATE(float)
+MOE_MODEL_INSTANTIATE(double)
+#undef MOE_MODEL_INSTANTIATE
+
+}  // namespace moe

@@ -1,0 +1,92 @@
+// The whole decoder of SPEC §2: embedding, per layer `x += Attn(RMSNorm(x))` then
+// `x += MoE_l(RMSNorm(x))`, final RMSNorm, untied LM head, next-token cross-entropy.
+// model_forward is a flat list of layer calls; model_backward is the same list reversed.
+//
+// Legend: B sequences on this rank, S sequence length, N = B·S local tokens, D model width,
+// V vocab, L layers, L_h hash layers, E experts, K experts per token.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/ep_exchange.hpp"
+#include "model/attention.hpp"
+#include "model/config.hpp"
+#include "model/moe_layer.hpp"
+#include "model/params.hpp"
+
+namespace moe {
+
+struct LayerOffsets {
+  size_t attn_norm = 0;  // [D]
+  size_t wq = 0;         // [D, H·hd]
+  size_t wk = 0;         // [D, KVH·hd]
+  size_t wv = 0;         // [D, KVH·hd]
+  size_t wo = 0;         // [H·hd, D]
+  size_t moe_norm = 0;   // [D]
+  MoeOffsets moe;
+};
+
+// Both arenas' layouts for this rank (dense replicated everywhere; experts of this EP rank).
+struct ModelLayout {
+  ParamLayout dense, experts;
+  size_t embed = 0;       // [V, D]
+  size_t final_norm = 0;  // [D]
+  size_t lm_head = 0;     // [D, V]
+  std::vector<LayerOffsets> layers;  // [L]
+};
+ModelLayout model_layout(const ModelConfig& cfg, const ExpertPlacement& placement, int ep_rank);
+
+// Routing that is not a parameter: the loss-free bias (outside the optimizer) and hash tables.
+struct RoutingState {
+  std::vector<RoutingMode> modes;    // [L]
+  std::vector<float> bias;           // [L, E]; zero and unused outside top-k layers
+  std::vector<int32_t> hash_tables;  // [L_h, V, K]
+};
+// Hash layers [0, L_h) get seeded tables; with `forced` every layer routes round-robin.
+RoutingState routing_state_make(const ModelConfig& cfg, bool forced, uint64_t seed);
+
+// Everything one step keeps from forward for backward, sized once for B sequences.
+template <class T> struct ModelActs {
+  int B = 0;
+  std::vector<T> resid;          // [2L+1, N, D] residual stream before each sub-block, and final
+  std::vector<T> normed;         // [2L, N, D] RMSNorm outputs fed to attention / MoE
+  std::vector<T> rstd;           // [2L+1, N]
+  std::vector<T> block_out;      // [N, D] scratch: one sub-block's output
+  std::vector<T> final_normed;   // [N, D]
+  std::vector<T> logits;         // [N, V]
+  std::vector<T> d_logits;       // [N, V] written by forward (fused cross-entropy)
+  std::vector<T> d_resid, d_normed, d_final;  // [N, D] backward scratch
+  RopeTable rope;                  // cos/sin for S positions
+  std::vector<AttnSaved<T>> attn;  // [L]
+  std::vector<MoeSaved<T>> moe;    // [L]
+};
+
+template <class T>
+void model_acts_reserve(ModelActs<T>& acts, const ModelConfig& cfg, int B, int ep_size,
+                        int max_local);
+
+// What the forward needs besides parameters.
+struct ModelBatch {
+  const int32_t* tokens = nullptr;   // [N] input ids
+  const int32_t* targets = nullptr;  // [N] next-token ids
+  int64_t first_global_token = 0;    // global index of local token 0 (round-robin routing)
+  double loss_scale = 1.0;           // 1 / global token count: gradients of the global mean
+};
+
+// Runs the model on N = B·S local tokens. Returns the local sum of token losses (the caller
+// all-reduces and divides); leaves d_logits of the global mean loss in acts for backward.
+// Collective over the EP group (MoE layers).
+// Parameters are read only; they are passed as T* because MoeWeights and AttnWeights serve for
+// both parameters and gradients.
+template <class T>
+double model_forward(ModelActs<T>& acts, T* dense, T* experts,
+                     const ModelLayout& layout, const RoutingState& routing, const ModelBatch& batch,
+                     const ModelConfig& cfg, const ExpertPlacement& placement, EpExchange& ex);
+
+// Adds the gradient of the global mean loss into d_dense / d_experts (same layouts).
+template <class T>
+void model_backward(T* d_dense, T* d_experts, ModelActs<T>& acts, T* dense, T* experts, const ModelLayout& layout, const ModelBatch& batch,
+                    const ModelConfig& cfg, EpExchange& ex);
+
+}  // namespace moe
