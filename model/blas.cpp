@@ -1,0 +1,106 @@
+// The checked OpenBLAS GEMM, thread control and library description. This is the only file that
+// includes <cblas.h>.
+// Legend: M, N, K are the GEMM's dimensions, C[M,N] = op(A)[M,K]·op(B)[K,N].
+#include "model/blas.hpp"
+
+#include <cblas.h>
+
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "comm/mpi_check.hpp"
+
+namespace moe {
+namespace {
+
+struct GemmShape {
+  bool trans_a;
+  bool trans_b;
+  int M, N, K;
+};
+
+std::string gemm_shape_text(const GemmShape& s) {
+  const std::string m = std::to_string(s.M), n = std::to_string(s.N), k = std::to_string(s.K);
+  return "M=" + m + " N=" + n + " K=" + k + ", A " + (s.trans_a ? "[K,M]ᵀ" : "[M,K]") + ", B " +
+         (s.trans_b ? "[N,K]ᵀ" : "[K,N]") + ", C [M,N]";
+}
+
+std::string where_text(const std::source_location& where) {
+  return std::string(where.file_name()) + ":" + std::to_string(where.line()) + ", rank " +
+         std::to_string(mpi_world_rank_or_minus_one());
+}
+
+[[noreturn]] void blas_fail(const char* call, const char* failed, const GemmShape& shape,
+                            const std::source_location& where) {
+  throw BlasError(std::string(call) + " refused: " + failed + " does not hold for " +
+                  gemm_shape_text(shape) + " (called from " + where_text(where) + ")");
+}
+
+bool fits_int(int64_t elements) { return elements <= INT_MAX; }
+
+}  // namespace
+}  // namespace moe
+
+// CBLAS has no status to check, so the check is of the arguments, before the call: names the
+// routine, the failed condition, the shapes, the caller's file:line and the rank.
+#define MOE_BLAS_CHECK(cond, call, shape, where)                   \
+  do {                                                             \
+    if (!(cond)) ::moe::blas_fail((call), #cond, (shape), (where)); \
+  } while (0)
+
+namespace moe {
+
+template <class T>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, const T* B,
+          T beta, T* C, std::source_location where) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  const char* call = std::is_same_v<T, float> ? "cblas_sgemm" : "cblas_dgemm";
+  const GemmShape shape{trans_a, trans_b, M, N, K};
+  MOE_BLAS_CHECK(M >= 0 && N >= 0 && K >= 0, call, shape, where);
+  // The dimensions and CBLAS's leading dimensions are int: a matrix of more elements than an int
+  // holds is beyond what this runtime sizes, and most likely an overflowed product upstream.
+  MOE_BLAS_CHECK(fits_int(int64_t{M} * K) && fits_int(int64_t{K} * N) && fits_int(int64_t{M} * N),
+                 call, shape, where);
+  if (M == 0 || N == 0) return;
+  MOE_BLAS_CHECK(C != nullptr, call, shape, where);
+  const int64_t size_c = int64_t{M} * N;
+  if (K == 0) {
+    // Reference BLAS does the same, but CBLAS would reject lda = K = 0 for an untransposed A.
+    for (int64_t i = 0; i < size_c; ++i) C[i] = beta == T(0) ? T(0) : beta * C[i];
+    return;
+  }
+  MOE_BLAS_CHECK(A != nullptr && B != nullptr, call, shape, where);
+  const CBLAS_TRANSPOSE op_a = trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE op_b = trans_b ? CblasTrans : CblasNoTrans;
+  const int lda = trans_a ? M : K;  // row length of A as stored
+  const int ldb = trans_b ? K : N;  // row length of B as stored
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
+  } else {
+    cblas_dgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
+  }
+}
+
+template void gemm<float>(bool, bool, int, int, int, float, const float*, const float*, float,
+                          float*, std::source_location);
+template void gemm<double>(bool, bool, int, int, int, double, const double*, const double*, double,
+                           double*, std::source_location);
+
+void blas_set_threads(int n) {
+  if (n < 1) {
+    throw BlasError("openblas_set_num_threads refused: thread count must be >= 1, got " +
+                    std::to_string(n));
+  }
+  openblas_set_num_threads(n);
+}
+
+std::string blas_info() {
+  const char* config = openblas_get_config();
+  const char* core = openblas_get_corename();
+  // The configuration string already starts with "OpenBLAS <version>".
+  return std::string(config ? config : "OpenBLAS (unknown configuration)") + " core " +
+         (core ? core : "(unknown)");
+}
+
+}  // namespace moe

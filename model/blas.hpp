@@ -1,0 +1,43 @@
+// The one place that calls OpenBLAS: a checked row-major GEMM for float and double, the BLAS
+// thread count, and a description of the library for the start-of-run log.
+// Legend: in this file M, N, K are the GEMM's own dimensions, C[M,N] = op(A)[M,K]·op(B)[K,N];
+// callers map them onto the model's (N rows/tokens, D model width, F expert width, E experts,
+// K top-k, V vocab).
+#pragma once
+
+#include <source_location>
+#include <stdexcept>
+#include <string>
+
+namespace moe {
+
+// A BLAS call refused before it was made. CBLAS returns no status (bad arguments only print a
+// line from xerbla and skip the work), so every argument is validated first; the message names
+// the CBLAS routine, the shapes, the caller's file:line and the rank.
+class BlasError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Row-major, dense leading dimensions: C = alpha·op(A)·op(B) + beta·C.
+// A is [M,K] ([K,M] if trans_a), B is [K,N] ([N,K] if trans_b), C is [M,N].
+// M == 0 or N == 0: nothing to do, no pointer is read. K == 0: C = beta·C (C = 0 when beta == 0,
+// so that stale NaNs in C do not survive, as BLAS promises for beta == 0).
+// Throws BlasError on a negative dimension, a null pointer to a non-empty matrix, or a matrix of
+// more than INT_MAX elements. `where` defaults to the caller's position for the error message.
+template <class T>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha,
+          const T* A,  // [M,K], or [K,M] if trans_a
+          const T* B,  // [K,N], or [N,K] if trans_b
+          T beta,
+          T* C,        // [M,N]
+          std::source_location where = std::source_location::current());
+
+// OpenBLAS threads used by this process from now on; n >= 1, else BlasError.
+void blas_set_threads(int n);
+
+// openblas_get_config() and the core in use, e.g. "OpenBLAS 0.3.21 ... DYNAMIC_ARCH ... core
+// SkylakeX", for the configuration table printed at start.
+std::string blas_info();
+
+}  // namespace moe

@@ -1,0 +1,269 @@
+// Routing math of the MoE layer: logits, score functions with gradients, expert selection, hash
+// tables and combine weights with gradient. Plain row loops: E and K are small.
+// Legend: N rows/tokens, D model width, E experts, K top-k, V vocab.
+#include "model/router.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/rng.hpp"
+#include "model/swiglu.hpp"
+
+namespace moe {
+namespace {
+
+// softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)): never overflows, and keeps full
+// precision for very negative x, where it tends to exp(x) rather than rounding to 0 early.
+template <class T>
+T stable_softplus(T x) {
+  return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x)));
+}
+
+// The strict total order of top-k: a ranks before b when its value is larger, or equal with a
+// lower expert index.
+template <class T>
+bool ranks_before(T value_a, int a, T value_b, int b) {
+  return value_a > value_b || (value_a == value_b && a < b);
+}
+
+}  // namespace
+
+// Why not BLAS: the logits decide which experts a token goes to, and a different rounding can flip
+// a near-tie. OpenBLAS picks kernels and splits the D sum by matrix size and thread count, so the
+// same token could round differently with a different batch size, rank count or --threads. This
+// loop adds d = 0..D-1 in order, in T, for each (row, expert) on its own: a row's logits depend on
+// that row only, bit for bit, however the tokens are batched or spread over ranks (SPEC §8: the
+// same step-0 expert loads for W = 1, 2, 4, 8). N·D·E is small next to the experts' GEMMs.
+// (The build must not use -ffast-math, which would let the compiler reorder this sum.)
+template <class T>
+void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D, int E) {
+  for (int n = 0; n < N; ++n) {
+    const T* x = in + int64_t{n} * D;
+    T* row = logits + int64_t{n} * E;
+    for (int e = 0; e < E; ++e) row[e] = T(0);
+    // d outer, e inner: every row[e] still sums its D products in the order d = 0, 1, ...
+    for (int d = 0; d < D; ++d) {
+      const T* w = w_gate + int64_t{d} * E;
+      for (int e = 0; e < E; ++e) row[e] += x[d] * w[e];
+    }
+  }
+}
+
+template <class T>
+void score_forward(T* scores, const T* logits, int N, int E, ScoreFunc f) {
+  for (int n = 0; n < N; ++n) {
+    const T* x = logits + int64_t{n} * E;
+    T* s = scores + int64_t{n} * E;
+    switch (f) {
+      case ScoreFunc::kSqrtSoftplus:
+        for (int e = 0; e < E; ++e) s[e] = std::sqrt(stable_softplus(x[e]));
+        break;
+      case ScoreFunc::kSigmoid:
+        for (int e = 0; e < E; ++e) s[e] = stable_sigmoid(x[e]);
+        break;
+      case ScoreFunc::kSoftmax: {
+        // Subtracting the row maximum keeps every exp in (0, 1]: no overflow at any logit.
+        const T max_x = *std::max_element(x, x + E);
+        T sum = T(0);
+        for (int e = 0; e < E; ++e) {
+          s[e] = std::exp(x[e] - max_x);
+          sum += s[e];
+        }
+        for (int e = 0; e < E; ++e) s[e] /= sum;
+        break;
+      }
+    }
+  }
+}
+
+template <class T>
+void score_backward(T* d_logits, const T* d_scores, const T* logits, const T* scores, int N, int E,
+                    ScoreFunc f) {
+  for (int n = 0; n < N; ++n) {
+    const T* x = logits + int64_t{n} * E;
+    const T* s = scores + int64_t{n} * E;
+    const T* ds = d_scores + int64_t{n} * E;
+    T* dx = d_logits + int64_t{n} * E;
+    switch (f) {
+      case ScoreFunc::kSqrtSoftplus:
+        for (int e = 0; e < E; ++e) {
+          // s = sqrt(softplus(x))  ->  d_x += d_s·σ(x)/(2s). For x → -inf both σ(x) ≈ e^x and
+          // s ≈ e^(x/2) vanish and the ratio e^(x/2)/2 → 0; once s has underflowed to 0 the
+          // true gradient is below the smallest number too, so it is 0.
+          if (s[e] > T(0)) dx[e] += ds[e] * stable_sigmoid(x[e]) / (T(2) * s[e]);
+        }
+        break;
+      case ScoreFunc::kSigmoid:
+        // s = σ(x)  ->  d_x += d_s·s·(1 − s)
+        for (int e = 0; e < E; ++e) dx[e] += ds[e] * s[e] * (T(1) - s[e]);
+        break;
+      case ScoreFunc::kSoftmax: {
+        // s = softmax(x)  ->  d_x_i += s_i·(d_s_i − Σ_j d_s_j·s_j)
+        T dot = T(0);
+        for (int e = 0; e < E; ++e) dot += ds[e] * s[e];
+        for (int e = 0; e < E; ++e) dx[e] += s[e] * (ds[e] - dot);
+        break;
+      }
+    }
+  }
+}
+
+template <class T>
+void route_topk(int32_t* expert_idx, const T* scores, const float* bias, int N, int E, int K) {
+  if (K < 0 || K > E) {
+    throw std::invalid_argument("route_topk: need 0 <= K <= E, got K=" + std::to_string(K) +
+                                " E=" + std::to_string(E));
+  }
+  for (int n = 0; n < N; ++n) {
+    const T* s = scores + int64_t{n} * E;
+    auto value = [&](int e) { return bias != nullptr ? s[e] + T(bias[e]) : s[e]; };
+    for (int e = 0; e < E; ++e) {
+      if (std::isnan(value(e))) {
+        throw std::domain_error("route_topk: row " + std::to_string(n) + ", expert " +
+                                std::to_string(e) + ": score + bias is NaN");
+      }
+    }
+    // K passes; pass j takes the best expert ranking after pass j-1's pick. No scratch memory,
+    // and the result is exactly the first K of the total order, ties included.
+    int prev = -1;
+    T prev_value = T(0);
+    for (int j = 0; j < K; ++j) {
+      int best = -1;
+      T best_value = T(0);
+      for (int e = 0; e < E; ++e) {
+        const T v = value(e);
+        if (prev >= 0 && !ranks_before(prev_value, prev, v, e)) continue;  // taken already
+        if (best < 0 || ranks_before(v, e, best_value, best)) {
+          best = e;
+          best_value = v;
+        }
+      }
+      expert_idx[int64_t{n} * K + j] = best;
+      prev = best;
+      prev_value = best_value;
+    }
+  }
+}
+
+void route_hash(int32_t* expert_idx, const int32_t* token_ids, const int32_t* table, int N, int K,
+                int V) {
+  for (int n = 0; n < N; ++n) {
+    const int32_t id = token_ids[n];
+    if (id < 0 || id >= V) {
+      throw std::out_of_range("route_hash: token id " + std::to_string(id) + " (row " +
+                              std::to_string(n) + ") is outside the vocabulary [0, V=" +
+                              std::to_string(V) + ")");
+    }
+    std::copy_n(table + int64_t{id} * K, K, expert_idx + int64_t{n} * K);
+  }
+}
+
+void route_round_robin(int32_t* expert_idx, int64_t first_global_token, int N, int E, int K) {
+  if (E <= 0 || first_global_token < 0) {
+    throw std::invalid_argument(
+        "route_round_robin: need E > 0 and first_global_token >= 0, got E=" + std::to_string(E) +
+        " first_global_token=" + std::to_string(first_global_token));
+  }
+  for (int n = 0; n < N; ++n) {
+    const int64_t slot0 = (first_global_token + n) * K;  // int64: T·K may exceed int
+    for (int j = 0; j < K; ++j) {
+      expert_idx[int64_t{n} * K + j] = static_cast<int32_t>((slot0 + j) % E);
+    }
+  }
+}
+
+void hash_table_init(int32_t* table, int V, int E, int K, uint64_t seed, int layer) {
+  if (K <= 0 || K > E || V < 0) {
+    throw std::invalid_argument("hash_table_init: need 0 < K <= E and V >= 0, got K=" +
+                                std::to_string(K) + " E=" + std::to_string(E) +
+                                " V=" + std::to_string(V));
+  }
+  const uint64_t stream =
+      rng_stream(seed, "layers." + std::to_string(layer) + ".moe.tid2eid");
+  // Partial Fisher-Yates per row: draw j picks uniformly among the E - j experts not yet taken.
+  // Draw (row, j) uses counter row·K + j, so a row never depends on the rows before it.
+  std::vector<int32_t> perm(E);
+  for (int row = 0; row < V; ++row) {
+    std::iota(perm.begin(), perm.end(), 0);
+    for (int j = 0; j < K; ++j) {
+      const uint64_t draw = uint64_t(row) * uint64_t(K) + uint64_t(j);
+      const int pick = j + static_cast<int>(rng_below(stream, draw, uint64_t(E - j)));
+      std::swap(perm[j], perm[pick]);
+      table[int64_t{row} * K + j] = perm[j];
+    }
+  }
+}
+
+void hash_table_validate(const int32_t* table, int V, int E, int K) {
+  for (int row = 0; row < V; ++row) {
+    const int32_t* r = table + int64_t{row} * K;
+    for (int j = 0; j < K; ++j) {
+      if (r[j] < 0 || r[j] >= E) {
+        throw std::invalid_argument("hash table row " + std::to_string(row) + ": expert " +
+                                    std::to_string(r[j]) + " is outside [0, E=" +
+                                    std::to_string(E) + ")");
+      }
+      for (int i = 0; i < j; ++i) {
+        if (r[i] == r[j]) {
+          throw std::invalid_argument("hash table row " + std::to_string(row) + ": expert " +
+                                      std::to_string(r[j]) + " appears twice; a token needs K=" +
+                                      std::to_string(K) + " distinct experts");
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void route_weights_forward(T* weights, const T* scores, const int32_t* expert_idx, int N, int E,
+                           int K, float route_scale) {
+  for (int n = 0; n < N; ++n) {
+    const T* s = scores + int64_t{n} * E;
+    const int32_t* sel = expert_idx + int64_t{n} * K;
+    T* w = weights + int64_t{n} * K;
+    T sum = T(0);
+    for (int j = 0; j < K; ++j) sum += s[sel[j]];
+    const T denom = sum + T(1e-20);  // 1e-20: no 0/0 if every selected score underflowed
+    for (int j = 0; j < K; ++j) w[j] = s[sel[j]] / denom * T(route_scale);
+  }
+}
+
+template <class T>
+void route_weights_backward(T* d_scores, const T* d_weights, const T* scores,
+                            const int32_t* expert_idx, int N, int E, int K, float route_scale) {
+  for (int n = 0; n < N; ++n) {
+    const T* s = scores + int64_t{n} * E;
+    const int32_t* sel = expert_idx + int64_t{n} * K;
+    const T* dw = d_weights + int64_t{n} * K;
+    T* ds = d_scores + int64_t{n} * E;
+    T sum = T(0), dot = T(0);
+    for (int j = 0; j < K; ++j) {
+      sum += s[sel[j]];
+      dot += dw[j] * s[sel[j]];
+    }
+    const T denom = sum + T(1e-20);
+    const T scale = T(route_scale);
+    for (int j = 0; j < K; ++j) {
+      // w_j = c·s_j/(Σs + ε)  ->  d_s_j += c·(d_w_j/(Σs + ε) − Σ_i d_w_i·s_i/(Σs + ε)²)
+      ds[sel[j]] += scale * (dw[j] / denom - dot / (denom * denom));
+    }
+  }
+}
+
+#define MOE_ROUTER_INSTANTIATE(T)                                                            \
+  template void router_logits_forward<T>(T*, const T*, const T*, int, int, int);             \
+  template void score_forward<T>(T*, const T*, int, int, ScoreFunc);                         \
+  template void score_backward<T>(T*, const T*, const T*, const T*, int, int, ScoreFunc);    \
+  template void route_topk<T>(int32_t*, const T*, const float*, int, int, int);              \
+  template void route_weights_forward<T>(T*, const T*, const int32_t*, int, int, int, float); \
+  template void route_weights_backward<T>(T*, const T*, const T*, const int32_t*, int, int,  \
+                                          int, float);
+MOE_ROUTER_INSTANTIATE(float)
+MOE_ROUTER_INSTANTIATE(double)
+#undef MOE_ROUTER_INSTANTIATE
+
+}  // namespace moe

@@ -1,0 +1,40 @@
+// SwiGLU activation of the experts (SPEC §2), elementwise over the two projections g = u·W1 and
+// v = u·W3: h = silu(g')·v' with g' = min(g, limit), v' = clamp(v, -limit, limit) when limit > 0,
+// and no clamp when limit <= 0 (the shared experts). Also the overflow-free sigmoid that the
+// router's score functions share.
+// Legend: n = N·F elements (N rows/tokens, F expert width); D, E experts, K top-k, V vocab unused.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace moe {
+
+// 1/(1+exp(-x)) without overflow: exp is only taken of a non-positive number, so the result is
+// exact to rounding for all x and tends to 0 (not NaN) for x → -inf and to 1 for x → +inf.
+template <class T>
+inline T stable_sigmoid(T x) {
+  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
+  const T e = std::exp(x);
+  return e / (T(1) + e);
+}
+
+// Overwrites h.
+template <class T>
+void swiglu_forward(T* h,        // [n]
+                    const T* g,  // [n] gate projection u·W1
+                    const T* v,  // [n] value projection u·W3
+                    int64_t n, float limit);
+
+// Overwrites d_g and d_v: they are elementwise intermediates (the caller turns them into weight
+// and input gradients with linear_backward), so there is nothing to accumulate into.
+// Where the clamp is active (g > limit, |v| > limit) the gradient is zero.
+template <class T>
+void swiglu_backward(T* d_g,         // [n]
+                     T* d_v,         // [n]
+                     const T* d_h,   // [n]
+                     const T* g,     // [n] forward input, before the clamp
+                     const T* v,     // [n] forward input, before the clamp
+                     int64_t n, float limit);
+
+}  // namespace moe

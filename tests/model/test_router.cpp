@@ -1,0 +1,286 @@
+// Routing math against hand-computed values: score functions at ordinary and extreme points,
+// top-k order and ties, bias, combine weights, hash lookup, forced round-robin and the hash tables.
+// Legend: N rows/tokens, D model width, E experts, K top-k, V vocab.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/router.hpp"
+
+namespace moe {
+namespace {
+
+using Idx = std::vector<int32_t>;
+
+// Throws Exception whose message contains every one of `parts`.
+template <class Exception, class Fn>
+void expect_throw_naming(Fn&& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "nothing thrown";
+  } catch (const Exception& e) {
+    const std::string what = e.what();
+    for (const auto& p : parts) EXPECT_NE(what.find(p), std::string::npos) << what;
+  }
+}
+
+// ---- logits ------------------------------------------------------------------------------------
+
+TEST(RouterLogits, MatchHandValuesAndIgnoreBatching) {
+  const int N = 3, D = 2, E = 2;
+  const float in[N * D] = {1, 2, -1, 0.5f, 0, 3};
+  const float w_gate[D * E] = {0.5f, -1, 0.25f, 2};
+  float logits[N * E];
+  router_logits_forward(logits, in, w_gate, N, D, E);
+  const float want[N * E] = {1.0f, 3.0f, -0.375f, 2.0f, 0.75f, 6.0f};
+  for (int i = 0; i < N * E; ++i) EXPECT_EQ(logits[i], want[i]) << i;
+
+  // A row's logits are bitwise the same whether it is routed alone or within a batch.
+  const int N2 = 17, D2 = 128, E2 = 8;
+  std::vector<float> x(N2 * D2), w(D2 * E2), batch(N2 * E2), alone(E2);
+  for (int i = 0; i < N2 * D2; ++i) x[i] = std::sin(0.37f * i);
+  for (int i = 0; i < D2 * E2; ++i) w[i] = std::cos(0.11f * i) * 0.1f;
+  router_logits_forward(batch.data(), x.data(), w.data(), N2, D2, E2);
+  for (int n = 0; n < N2; ++n) {
+    router_logits_forward(alone.data(), x.data() + n * D2, w.data(), 1, D2, E2);
+    for (int e = 0; e < E2; ++e) EXPECT_EQ(alone[e], batch[n * E2 + e]) << n << "," << e;
+  }
+}
+
+// ---- score functions ---------------------------------------------------------------------------
+
+TEST(ScoreForward, SqrtSoftplusValues) {
+  const double x[5] = {0.0, 1.0, -100.0, 100.0, -1000.0};
+  double s[5];
+  score_forward(s, x, 1, 5, ScoreFunc::kSqrtSoftplus);
+  EXPECT_DOUBLE_EQ(s[0], std::sqrt(std::log(2.0)));              // 0.8325546111576977
+  EXPECT_DOUBLE_EQ(s[1], std::sqrt(std::log(1.0 + std::exp(1.0))));  // 1.1409...
+  EXPECT_NEAR(s[2], std::exp(-50.0), 1e-12 * std::exp(-50.0));  // sqrt(e^-100), not 0
+  EXPECT_DOUBLE_EQ(s[3], 10.0);
+  EXPECT_EQ(s[4], 0.0);  // softplus underflows to exactly 0 in double
+
+  // Gradient σ(x)/(2s): finite everywhere, e^-50/2 at -100, 1/20 at 100, 0 once s is 0.
+  const double d_s[5] = {1, 1, 1, 1, 1};
+  double d_x[5] = {0, 0, 0, 0, 0};
+  score_backward(d_x, d_s, x, s, 1, 5, ScoreFunc::kSqrtSoftplus);
+  EXPECT_DOUBLE_EQ(d_x[0], 0.5 / (2.0 * std::sqrt(std::log(2.0))));
+  EXPECT_NEAR(d_x[2], 0.5 * std::exp(-50.0), 1e-12 * std::exp(-50.0));
+  EXPECT_DOUBLE_EQ(d_x[3], 0.05);
+  EXPECT_EQ(d_x[4], 0.0);
+
+  // Float: finite and non-negative at the extremes too.
+  const float xf[4] = {-100.0f, 100.0f, -1000.0f, 1000.0f};
+  float sf[4], dsf[4] = {1, 1, 1, 1}, dxf[4] = {0, 0, 0, 0};
+  score_forward(sf, xf, 1, 4, ScoreFunc::kSqrtSoftplus);
+  score_backward(dxf, dsf, xf, sf, 1, 4, ScoreFunc::kSqrtSoftplus);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::isfinite(sf[i]) && sf[i] >= 0.0f && std::isfinite(dxf[i])) << xf[i];
+  }
+  EXPECT_FLOAT_EQ(sf[1], 10.0f);
+  EXPECT_FLOAT_EQ(sf[3], std::sqrt(1000.0f));
+}
+
+TEST(ScoreForward, SigmoidValues) {
+  const double x[4] = {0.0, 2.0, -100.0, 100.0};
+  double s[4];
+  score_forward(s, x, 1, 4, ScoreFunc::kSigmoid);
+  EXPECT_EQ(s[0], 0.5);
+  EXPECT_DOUBLE_EQ(s[1], 0.8807970779778823);
+  EXPECT_NEAR(s[2], 3.720075976020836e-44, 1e-12 * 3.720075976020836e-44);  // not 0
+  EXPECT_EQ(s[3], 1.0);
+  const float xf[2] = {-1000.0f, 1000.0f};
+  float sf[2];
+  score_forward(sf, xf, 1, 2, ScoreFunc::kSigmoid);
+  EXPECT_EQ(sf[0], 0.0f);
+  EXPECT_EQ(sf[1], 1.0f);
+}
+
+TEST(ScoreForward, SoftmaxValues) {
+  const double x[6] = {1.0, 2.0, 3.0, -100.0, 0.0, 100.0};
+  double s[6];
+  score_forward(s, x, 2, 3, ScoreFunc::kSoftmax);
+  EXPECT_DOUBLE_EQ(s[0], 0.09003057317038046);
+  EXPECT_DOUBLE_EQ(s[1], 0.24472847105479764);
+  EXPECT_DOUBLE_EQ(s[2], 0.6652409557748219);
+  EXPECT_NEAR(s[3], std::exp(-200.0), 1e-12 * std::exp(-200.0));
+  EXPECT_NEAR(s[4], std::exp(-100.0), 1e-12 * std::exp(-100.0));
+  EXPECT_DOUBLE_EQ(s[5], 1.0);
+  // Float logits of ±1000 would overflow exp without the max subtraction.
+  const float xf[3] = {1000.0f, 1000.0f, -1000.0f};
+  float sf[3];
+  score_forward(sf, xf, 1, 3, ScoreFunc::kSoftmax);
+  EXPECT_EQ(sf[0], 0.5f);
+  EXPECT_EQ(sf[1], 0.5f);
+  EXPECT_EQ(sf[2], 0.0f);
+}
+
+// ---- top-k -------------------------------------------------------------------------------------
+
+TEST(RouteTopk, DescendingWithLowerIndexWinningTies) {
+  const double scores[2 * 5] = {0.5, 0.9, 0.5, 0.9, 0.1,   // ties at 0.9 and at 0.5
+                                0.3, 0.3, 0.3, 0.3, 0.3};  // all equal
+  Idx idx(2 * 3);
+  route_topk(idx.data(), scores, nullptr, 2, 5, 3);
+  EXPECT_EQ(idx, (Idx{1, 3, 0, 0, 1, 2}));
+}
+
+TEST(RouteTopk, BiasChangesTheSelectionButNotTheScores) {
+  const float scores[5] = {0.5f, 0.9f, 0.5f, 0.9f, 0.1f};
+  const float bias[5] = {0.0f, 0.0f, 0.0f, -0.5f, 1.0f};  // biased: 0.5 0.9 0.5 0.4 1.1
+  Idx idx(3);
+  route_topk(idx.data(), scores, bias, 1, 5, 3);
+  EXPECT_EQ(idx, (Idx{4, 1, 0}));
+  // A bias that creates an exact tie (0.5 + 0.25 == 0.75): the lower expert index wins again.
+  const double scores_d[3] = {0.5, 0.75, 0.25};
+  const float bias_tie[3] = {0.25f, 0.0f, 0.0f};
+  Idx idx2(2);
+  route_topk(idx2.data(), scores_d, bias_tie, 1, 3, 2);
+  EXPECT_EQ(idx2, (Idx{0, 1}));
+  // Without the bias expert 1 leads.
+  route_topk(idx2.data(), scores_d, nullptr, 1, 3, 2);
+  EXPECT_EQ(idx2, (Idx{1, 0}));
+}
+
+TEST(RouteTopk, RejectsNaNAndBadK) {
+  const double scores[3] = {0.1, std::nan(""), 0.3};
+  Idx idx(2);
+  expect_throw_naming<std::domain_error>([&] { route_topk(idx.data(), scores, nullptr, 1, 3, 2); },
+                                         {"row 0", "expert 1"});
+  EXPECT_THROW(route_topk(idx.data(), scores, nullptr, 1, 3, 4), std::invalid_argument);
+}
+
+// ---- route weights -----------------------------------------------------------------------------
+
+TEST(RouteWeights, HandExample) {
+  const double scores[4] = {0.1, 0.2, 0.3, 0.4};
+  const int32_t sel[2] = {3, 1};
+  double w[2];
+  route_weights_forward(w, scores, sel, 1, 4, 2, 1.5f);
+  EXPECT_DOUBLE_EQ(w[0], 1.0);  // 0.4 / 0.6 · 1.5
+  EXPECT_DOUBLE_EQ(w[1], 0.5);  // 0.2 / 0.6 · 1.5
+
+  // d_w = (1, 0): d_s3 += 1.5·(1/0.6 − 0.4/0.36), d_s1 += 1.5·(−0.4/0.36), others untouched.
+  const double d_w[2] = {1.0, 0.0};
+  double d_s[4] = {7, 7, 7, 7};
+  route_weights_backward(d_s, d_w, scores, sel, 1, 4, 2, 1.5f);
+  EXPECT_EQ(d_s[0], 7.0);
+  EXPECT_NEAR(d_s[1] - 7.0, -1.5 * 0.4 / 0.36, 1e-12);
+  EXPECT_EQ(d_s[2], 7.0);
+  EXPECT_NEAR(d_s[3] - 7.0, 1.5 * (1.0 / 0.6 - 0.4 / 0.36), 1e-12);
+}
+
+TEST(RouteWeights, AllZeroScoresGiveZeroNotNaN) {
+  const float scores[3] = {0.0f, 0.0f, 0.0f};
+  const int32_t sel[2] = {0, 2};
+  float w[2];
+  route_weights_forward(w, scores, sel, 1, 3, 2, 1.5f);
+  EXPECT_EQ(w[0], 0.0f);
+  EXPECT_EQ(w[1], 0.0f);
+}
+
+// ---- hash and round-robin ----------------------------------------------------------------------
+
+TEST(RouteHash, LooksUpTheTokenRow) {
+  const int V = 4, K = 2;
+  const int32_t table[V * K] = {0, 1, 2, 3, 3, 0, 1, 2};
+  const int32_t tokens[3] = {2, 0, 3};
+  Idx idx(3 * K);
+  route_hash(idx.data(), tokens, table, 3, K, V);
+  EXPECT_EQ(idx, (Idx{3, 0, 0, 1, 1, 2}));
+  const int32_t bad[2] = {1, 4};
+  expect_throw_naming<std::out_of_range>(
+      [&] { route_hash(idx.data(), bad, table, 2, K, V); }, {"token id 4", "V=4"});
+  const int32_t negative[1] = {-1};
+  expect_throw_naming<std::out_of_range>(
+      [&] { route_hash(idx.data(), negative, table, 1, K, V); }, {"token id -1"});
+}
+
+TEST(RouteRoundRobin, ExactIdsForSmallCase) {
+  Idx idx(3 * 3);
+  route_round_robin(idx.data(), 5, 3, 4, 3);  // slots 15..23 mod 4
+  EXPECT_EQ(idx, (Idx{3, 0, 1, 2, 3, 0, 1, 2, 3}));
+}
+
+TEST(RouteRoundRobin, ExactlyBalancedOverAStepSplitAcrossRanks) {
+  // T = 4 ranks · 6 tokens = 24, K = 3, E = 8: T·K = 72 = 9·8, so every expert gets exactly 9.
+  const int ranks = 4, N = 6, K = 3, E = 8;
+  std::vector<int> count(E, 0);
+  for (int r = 0; r < ranks; ++r) {
+    Idx idx(N * K);
+    route_round_robin(idx.data(), int64_t{r} * N, N, E, K);
+    for (int32_t e : idx) ++count[e];
+  }
+  for (int e = 0; e < E; ++e) EXPECT_EQ(count[e], ranks * N * K / E) << "expert " << e;
+  // Within a token the K experts are distinct whenever K <= E.
+  Idx idx(N * K);
+  route_round_robin(idx.data(), 1'000'000'007LL, N, E, K);  // large offset: int64 arithmetic
+  for (int n = 0; n < N; ++n) {
+    EXPECT_NE(idx[n * K], idx[n * K + 1]);
+    EXPECT_NE(idx[n * K + 1], idx[n * K + 2]);
+    EXPECT_NE(idx[n * K], idx[n * K + 2]);
+  }
+  EXPECT_EQ(idx[0], static_cast<int32_t>((1'000'000'007LL * K) % E));
+}
+
+// ---- hash tables -------------------------------------------------------------------------------
+
+TEST(HashTable, RowsHoldKDistinctExpertsAndAreUniform) {
+  const int V = 2048, E = 8, K = 3;
+  Idx table(V * K);
+  hash_table_init(table.data(), V, E, K, 1234, 0);
+  EXPECT_NO_THROW(hash_table_validate(table.data(), V, E, K));
+  // Uniform over rows (token ids), whatever the token frequencies: each expert appears about
+  // V·K/E = 768 times; the standard deviation is about 22, the bound ±10% is over 3 sigma.
+  std::vector<int> count(E, 0);
+  for (int32_t e : table) ++count[e];
+  for (int e = 0; e < E; ++e) EXPECT_NEAR(count[e], V * K / E, V * K / E / 10) << "expert " << e;
+}
+
+TEST(HashTable, DeterministicAndDifferentPerLayerAndSeed) {
+  const int V = 512, E = 16, K = 4;
+  Idx a(V * K), b(V * K), other_layer(V * K), other_seed(V * K);
+  hash_table_init(a.data(), V, E, K, 7, 1);
+  hash_table_init(b.data(), V, E, K, 7, 1);
+  hash_table_init(other_layer.data(), V, E, K, 7, 2);
+  hash_table_init(other_seed.data(), V, E, K, 8, 1);
+  EXPECT_EQ(a, b);
+  int rows_differing_layer = 0, rows_differing_seed = 0;
+  for (int v = 0; v < V; ++v) {
+    rows_differing_layer += !std::equal(&a[v * K], &a[v * K] + K, &other_layer[v * K]);
+    rows_differing_seed += !std::equal(&a[v * K], &a[v * K] + K, &other_seed[v * K]);
+  }
+  // Two random ordered K-subsets of 16 agree with probability 1/(16·15·14·13) per row.
+  EXPECT_GT(rows_differing_layer, V * 9 / 10);
+  EXPECT_GT(rows_differing_seed, V * 9 / 10);
+  // A row is a function of (seed, layer, row) alone: a smaller table is a prefix.
+  Idx prefix(100 * K);
+  hash_table_init(prefix.data(), 100, E, K, 7, 1);
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), a.begin()));
+  // K = E: every row is a permutation.
+  Idx full(V * E);
+  hash_table_init(full.data(), V, E, E, 7, 1);
+  EXPECT_NO_THROW(hash_table_validate(full.data(), V, E, E));
+  EXPECT_THROW(hash_table_init(full.data(), V, E, E + 1, 7, 1), std::invalid_argument);
+}
+
+TEST(HashTable, ValidateNamesTheBadRow) {
+  const int V = 3, E = 4, K = 2;
+  Idx table = {0, 1, 2, 3, 1, 0};
+  EXPECT_NO_THROW(hash_table_validate(table.data(), V, E, K));
+  table[3] = 4;
+  expect_throw_naming<std::invalid_argument>(
+      [&] { hash_table_validate(table.data(), V, E, K); }, {"row 1", "expert 4"});
+  table[3] = 3;
+  table[5] = -1;
+  expect_throw_naming<std::invalid_argument>(
+      [&] { hash_table_validate(table.data(), V, E, K); }, {"row 2", "expert -1"});
+  table[5] = 1;
+  expect_throw_naming<std::invalid_argument>(
+      [&] { hash_table_validate(table.data(), V, E, K); }, {"row 2", "twice"});
+}
+
+}  // namespace
+}  // namespace moe
