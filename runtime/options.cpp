@@ -1,0 +1,395 @@
+// Presets, option parsing and the configuration as text. One table (option_fields) lists every
+// configuration option once, with its help and how to read and write its value; --help, the
+// config-file keys, parsing and run_config_to_text are all generated from it, so they cannot
+// disagree. Boost parses the syntax (names, `key = value` lines); values are converted here,
+// strictly (the whole string, finite numbers), so a bad value names its option.
+#include "runtime/options.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "io/token_data.hpp"
+
+namespace moe {
+namespace {
+
+namespace po = boost::program_options;
+
+// ---- presets ---------------------------------------------------------------------------------
+
+struct Preset {
+  const char* name;
+  const char* summary;
+  ModelConfig model;
+};
+
+// SPEC §2. Every field is spelled out, so a change of ModelConfig's defaults cannot move a preset.
+constexpr ModelConfig kDeepseek4Tiny{
+    .vocab = 2048, .d_model = 128, .layers = 7, .hash_layers = 3,
+    .heads = 4, .kv_heads = 1, .head_dim = 32,
+    .experts = 8, .top_k = 3, .shared_experts = 1, .ffn_dim = 128,
+    .seq_len = 256, .batch_per_rank = 1,
+    .score_func = ScoreFunc::kSqrtSoftplus, .route_scale = 1.5f, .swiglu_limit = 10.0f,
+    .rope_theta = 10000.0f, .sliding_window = 128, .norm_eps = 1e-6f};
+
+// Small enough for unit tests at 8 ranks; the window is below S so the sliding path is exercised.
+constexpr ModelConfig kMicro{
+    .vocab = 64, .d_model = 16, .layers = 3, .hash_layers = 1,
+    .heads = 2, .kv_heads = 1, .head_dim = 8,
+    .experts = 4, .top_k = 2, .shared_experts = 1, .ffn_dim = 16,
+    .seq_len = 16, .batch_per_rank = 1,
+    .score_func = ScoreFunc::kSqrtSoftplus, .route_scale = 1.5f, .swiglu_limit = 10.0f,
+    .rope_theta = 10000.0f, .sliding_window = 8, .norm_eps = 1e-6f};
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> table = {
+      {"deepseek4-tiny",
+       "SPEC §2: V=2048 D=128 L=7 (3 hash) E=8 K=3 shared=1 F=128 S=256",
+       kDeepseek4Tiny},
+      {"micro", "for tests: V=64 D=16 L=3 (1 hash) E=4 K=2 shared=1 F=16 S=16 window=8",
+       kMicro},
+  };
+  return table;
+}
+
+std::string preset_list() {
+  std::string list;
+  for (const Preset& p : presets()) list += (list.empty() ? "" : ", ") + std::string(p.name);
+  return list;
+}
+
+// ---- values: text in, text out ----------------------------------------------------------------
+
+ConfigError bad_value(const std::string& option, const std::string& text, const char* expected) {
+  return ConfigError(option + ": invalid value '" + text + "' (expected " + expected + ")");
+}
+
+// The whole string must be the number: "3x", " 3" and "" are errors.
+template <class T>
+void number_from_text(const std::string& option, const std::string& text, T& out,
+                      const char* expected) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw bad_value(option, text, expected);
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) throw bad_value(option, text, expected);
+  }
+  out = value;
+}
+
+void value_from_text(const std::string& option, const std::string& text, int& out) {
+  number_from_text(option, text, out, "an integer");
+}
+void value_from_text(const std::string& option, const std::string& text, uint64_t& out) {
+  number_from_text(option, text, out, "an unsigned 64-bit integer");
+}
+void value_from_text(const std::string& option, const std::string& text, double& out) {
+  number_from_text(option, text, out, "a finite number");
+}
+void value_from_text(const std::string& option, const std::string& text, float& out) {
+  number_from_text(option, text, out, "a finite number");
+}
+void value_from_text(const std::string&, const std::string& text, std::string& out) { out = text; }
+void value_from_text(const std::string&, const std::string& text, ScoreFunc& out) {
+  out = score_func_from_name(text);  // its ConfigError names --score-func and the valid names
+}
+
+// Shortest text that reads back to the same value (std::to_chars' guarantee).
+template <class T>
+std::string number_to_text(T value) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+std::string value_to_text(int v) { return number_to_text(v); }
+std::string value_to_text(uint64_t v) { return number_to_text(v); }
+std::string value_to_text(double v) { return number_to_text(v); }
+std::string value_to_text(float v) { return number_to_text(v); }
+std::string value_to_text(const std::string& v) { return v; }
+std::string value_to_text(ScoreFunc v) { return score_func_name(v); }
+
+// ---- the option table ---------------------------------------------------------------------------
+
+struct OptionField {
+  const char* name;        // long name without "--"; also the config-file key
+  const char* value_name;  // N, X, NAME, PATH, SPEC, MODE
+  const char* help;
+  std::function<std::string(const RunConfig&)> get;
+  std::function<void(RunConfig&, const std::string&)> set;
+};
+
+// `access` is a generic lambda returning a reference to the field, for const and non-const configs.
+template <class Access>
+OptionField field(const char* name, const char* value_name, const char* help, Access access) {
+  return {name, value_name, help,
+          [access](const RunConfig& c) { return value_to_text(access(c)); },
+          [access, name](RunConfig& c, const std::string& text) {
+            value_from_text(std::string("--") + name, text, access(c));
+          }};
+}
+
+const std::vector<OptionField>& option_fields() {
+  static const std::vector<OptionField> fields = {
+      field("model", "NAME", "preset the other options start from: deepseek4-tiny, micro",
+            [](auto& c) -> auto& { return c.model_name; }),
+      field("steps", "N", "training steps (60: a short run of the tiny model)",
+            [](auto& c) -> auto& { return c.steps; }),
+      field("seed", "N", "seed of weights, hash tables and synthetic data",
+            [](auto& c) -> auto& { return c.seed; }),
+      field("batch-per-rank", "N", "B: sequences per rank per step",
+            [](auto& c) -> auto& { return c.model.batch_per_rank; }),
+      field("seq-len", "N", "S: tokens per sequence",
+            [](auto& c) -> auto& { return c.model.seq_len; }),
+      field("layers", "N", "L: transformer layers",
+            [](auto& c) -> auto& { return c.model.layers; }),
+      field("hash-layers", "N", "L_h: the first L_h layers route by a token hash table",
+            [](auto& c) -> auto& { return c.model.hash_layers; }),
+      field("experts", "N", "E: routed experts per layer",
+            [](auto& c) -> auto& { return c.model.experts; }),
+      field("top-k", "N", "K: experts per token",
+            [](auto& c) -> auto& { return c.model.top_k; }),
+      field("shared-experts", "N", "shared experts per layer, each of width F (0 = none)",
+            [](auto& c) -> auto& { return c.model.shared_experts; }),
+      field("d-model", "N", "D: model width",
+            [](auto& c) -> auto& { return c.model.d_model; }),
+      field("ffn-dim", "N", "F: expert FFN width",
+            [](auto& c) -> auto& { return c.model.ffn_dim; }),
+      field("heads", "N", "attention query heads",
+            [](auto& c) -> auto& { return c.model.heads; }),
+      field("kv-heads", "N", "key/value heads of grouped-query attention (divides --heads)",
+            [](auto& c) -> auto& { return c.model.kv_heads; }),
+      field("head-dim", "N", "width of one attention head (even, for RoPE)",
+            [](auto& c) -> auto& { return c.model.head_dim; }),
+      field("vocab", "N", "V: vocabulary size",
+            [](auto& c) -> auto& { return c.model.vocab; }),
+      field("score-func", "NAME", "router score function: sqrtsoftplus, sigmoid, softmax",
+            [](auto& c) -> auto& { return c.model.score_func; }),
+      field("route-scale", "X", "scale of the normalised routing weights",
+            [](auto& c) -> auto& { return c.model.route_scale; }),
+      field("swiglu-limit", "X", "clamp of the routed experts' SwiGLU inputs (<= 0: no clamp)",
+            [](auto& c) -> auto& { return c.model.swiglu_limit; }),
+      field("sliding-window", "N", "attention window in tokens (0 = full causal)",
+            [](auto& c) -> auto& { return c.model.sliding_window; }),
+      field("rope-theta", "X", "RoPE base frequency",
+            [](auto& c) -> auto& { return c.model.rope_theta; }),
+      field("norm-eps", "X", "RMSNorm epsilon",
+            [](auto& c) -> auto& { return c.model.norm_eps; }),
+      field("bias-update-rate", "X", "loss-free balancing bias step gamma (0 = off)",
+            [](auto& c) -> auto& { return c.bias_update_rate; }),
+      field("seq-aux-loss-weight", "X", "sequence-wise balance loss weight alpha (0 = off)",
+            [](auto& c) -> auto& { return c.seq_aux_loss_weight; }),
+      field("force-balance", "MODE", "none, or round-robin: forced exactly balanced routing",
+            [](auto& c) -> auto& { return c.force_balance; }),
+      field("data", "SPEC", "synthetic, tokens:PATH (llm.c .bin shard), text:PATH (bytes)",
+            [](auto& c) -> auto& { return c.data; }),
+      field("stats", "PATH", "HDF5 statistics file (default: moe_rt_stats.h5)",
+            [](auto& c) -> auto& { return c.stats_path; }),
+      field("lr", "X", "AdamW learning rate after warmup (small models take 3e-3)",
+            [](auto& c) -> auto& { return c.lr; }),
+      field("warmup-steps", "N", "steps of linear learning-rate warmup from 0",
+            [](auto& c) -> auto& { return c.warmup_steps; }),
+      field("weight-decay", "X", "AdamW decoupled weight decay",
+            [](auto& c) -> auto& { return c.weight_decay; }),
+      field("grad-clip", "X", "clip of the global gradient L2 norm (0 = off)",
+            [](auto& c) -> auto& { return c.grad_clip; }),
+      field("ep", "N", "expert-parallel group size P (0: largest divisor of W <= E)",
+            [](auto& c) -> auto& { return c.ep; }),
+      field("threads", "N", "BLAS threads per rank (0: cores / ranks on the node, >= 1)",
+            [](auto& c) -> auto& { return c.threads; }),
+  };
+  return fields;
+}
+
+RunConfig default_run_config() {
+  RunConfig cfg;
+  cfg.model = options_preset(kDefaultModelName);
+  return cfg;
+}
+
+// The configuration options as Boost options, all parsed as strings. With `show_defaults` each
+// carries its default text for --help; never while parsing, where a stored default would beat
+// the preset.
+po::options_description config_options(bool show_defaults) {
+  const RunConfig defaults = default_run_config();
+  po::options_description desc("Configuration (also the keys of a --config file)", 100, 50);
+  for (const OptionField& f : option_fields()) {
+    auto* value = po::value<std::string>()->value_name(f.value_name);
+    const std::string default_text = f.get(defaults);
+    if (show_defaults && !default_text.empty()) value->default_value(default_text);
+    desc.add_options()(f.name, value, f.help);
+  }
+  return desc;
+}
+
+po::options_description action_options() {
+  po::options_description desc("Actions", 100, 50);
+  desc.add_options()
+      ("config", po::value<std::string>()->value_name("FILE"),
+       "read `key = value` lines; command line > file > preset")
+      ("print-config", po::bool_switch(), "print the resolved configuration and exit")
+      ("help", po::bool_switch(), "print this help and exit");
+  return desc;
+}
+
+void apply_values(RunConfig& cfg, const po::variables_map& values) {
+  for (const OptionField& f : option_fields()) {
+    if (f.name != std::string_view("model") && values.count(f.name)) {
+      f.set(cfg, values[f.name].as<std::string>());
+    }
+  }
+}
+
+po::variables_map parse_command_line(int argc, const char* const* argv) {
+  po::options_description desc;
+  desc.add(config_options(false)).add(action_options());
+  // Exact names only: abbreviations would make a config silently depend on the option list.
+  const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+  po::variables_map values;
+  try {
+    po::store(po::command_line_parser(argc, argv)
+                  .options(desc)
+                  .style(style)
+                  .positional(po::positional_options_description())
+                  .run(),
+              values);
+  } catch (const po::unknown_option& e) {
+    throw ConfigError("unknown option '" + e.get_option_name() + "' (see moe_rt --help)");
+  } catch (const po::error& e) {
+    throw ConfigError(std::string("command line: ") + e.what());
+  }
+  return values;
+}
+
+po::variables_map parse_config_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("--config: cannot open config file '" + path + "'");
+  po::variables_map values;
+  try {
+    po::store(po::parse_config_file(in, config_options(false)), values);
+  } catch (const po::unknown_option& e) {
+    throw ConfigError("--config: unknown key '" + e.get_option_name() + "' in config file '" +
+                      path + "' (keys are the long option names of moe_rt --help)");
+  } catch (const po::error& e) {
+    throw ConfigError("--config: config file '" + path + "': " + e.what());
+  }
+  return values;
+}
+
+void require_nonnegative(double value, const char* option) {
+  if (!(value >= 0.0)) {
+    throw ConfigError(std::string(option) + " must be >= 0, got " + number_to_text(value));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> options_preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : presets()) names.emplace_back(p.name);
+  return names;
+}
+
+ModelConfig options_preset(std::string_view name) {
+  for (const Preset& p : presets()) {
+    if (name == p.name) return p.model;
+  }
+  throw ConfigError("--model: unknown preset '" + std::string(name) + "' (valid: " +
+                    preset_list() + ")");
+}
+
+RunConfig options_parse(int argc, const char* const* argv) {
+  const po::variables_map cli = parse_command_line(argc, argv);
+  RunConfig cfg;
+  if (cli["help"].as<bool>()) {
+    cfg.help = true;
+    return cfg;
+  }
+  po::variables_map file;
+  if (cli.count("config")) {
+    cfg.config_path = cli["config"].as<std::string>();
+    file = parse_config_file(cfg.config_path);
+  }
+  if (cli.count("model")) {
+    cfg.model_name = cli["model"].as<std::string>();
+  } else if (file.count("model")) {
+    cfg.model_name = file["model"].as<std::string>();
+  }
+  cfg.model = options_preset(cfg.model_name);
+  try {
+    apply_values(cfg, file);  // the file over the preset,
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string(e.what()) + " in config file '" + cfg.config_path + "'");
+  }
+  apply_values(cfg, cli);   // the command line over both
+  cfg.print_config = cli["print-config"].as<bool>();
+  run_config_validate(cfg);
+  return cfg;
+}
+
+std::string options_help_text() {
+  std::ostringstream out;
+  out << "Usage: moe_rt [options]\n"
+      << "Trains a Mixture-of-Experts transformer with expert parallelism over the MPI ranks.\n"
+      << "Model options default to the chosen preset; the defaults shown are deepseek4-tiny's.\n\n"
+      << config_options(true) << "\n"
+      << action_options() << "\nPresets (--model):\n";
+  for (const Preset& p : presets()) out << "  " << p.name << ": " << p.summary << "\n";
+  return out.str();
+}
+
+void run_config_validate(const RunConfig& cfg) {
+  options_preset(cfg.model_name);  // a known preset name, even when every field is overridden
+  model_config_validate(cfg.model);
+  if (cfg.steps <= 0) {
+    throw ConfigError("--steps must be positive, got " + std::to_string(cfg.steps));
+  }
+  if (!(cfg.lr > 0.0)) throw ConfigError("--lr must be positive, got " + number_to_text(cfg.lr));
+  if (cfg.warmup_steps < 0) {
+    throw ConfigError("--warmup-steps must be >= 0, got " + std::to_string(cfg.warmup_steps));
+  }
+  require_nonnegative(cfg.weight_decay, "--weight-decay");
+  require_nonnegative(cfg.grad_clip, "--grad-clip");
+  require_nonnegative(cfg.bias_update_rate, "--bias-update-rate");
+  require_nonnegative(cfg.seq_aux_loss_weight, "--seq-aux-loss-weight");
+  if (cfg.force_balance != "none" && cfg.force_balance != "round-robin") {
+    throw ConfigError("--force-balance: unknown mode '" + cfg.force_balance +
+                      "' (valid: none, round-robin)");
+  }
+  if (cfg.ep < 0) {
+    throw ConfigError("--ep must be >= 0 (0 = default), got " + std::to_string(cfg.ep));
+  }
+  if (cfg.threads < 0) {
+    throw ConfigError("--threads must be >= 0 (0 = default), got " + std::to_string(cfg.threads));
+  }
+  try {
+    token_source_check_spec(cfg.data);
+  } catch (const DataSpecError& e) {
+    throw ConfigError(e.what());  // already names --data and the valid forms
+  }
+}
+
+std::string run_config_to_text(const RunConfig& cfg) {
+  std::string text = "# moe_rt configuration: re-read with --config FILE\n";
+  for (const OptionField& f : option_fields()) {
+    text += std::string(f.name) + " = " + f.get(cfg) + "\n";
+  }
+  return text;
+}
+
+std::string run_config_stats_path(const RunConfig& cfg) {
+  return cfg.stats_path.empty() ? kDefaultStatsPath : cfg.stats_path;
+}
+
+}  // namespace moe

@@ -1,0 +1,69 @@
+// The run's configuration (SPEC §7): the model presets, command-line and config-file parsing with
+// Boost.Program_options, validation, and the resolved configuration as re-readable text.
+// Precedence: command line > `--config FILE` > the preset chosen by `--model` (from the command
+// line, else the file, else deepseek4-tiny). Every problem is a ConfigError naming the option.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace moe {
+
+inline constexpr const char* kDefaultModelName = "deepseek4-tiny";
+inline constexpr const char* kDefaultStatsPath = "moe_rt_stats.h5";
+
+struct RunConfig {
+  ModelConfig model;                             // the preset, then any overrides
+  std::string model_name = kDefaultModelName;    // --model
+  int steps = 60;                                // --steps
+  uint64_t seed = 1234;                          // --seed: weights, hash tables, synthetic data
+  std::string data = "synthetic";                // --data: synthetic, tokens:PATH, text:PATH
+  std::string stats_path;                        // --stats: "" = kDefaultStatsPath
+  double lr = 3e-3;                              // --lr: AdamW learning rate after warmup
+  int warmup_steps = 10;                         // --warmup-steps: linear warmup to --lr
+  double weight_decay = 0.1;                     // --weight-decay: AdamW's decoupled decay
+  double grad_clip = 1.0;                        // --grad-clip: global L2 norm, 0 = off
+  double bias_update_rate = 0.001;               // --bias-update-rate: γ of SPEC §3, 0 = off
+  double seq_aux_loss_weight = 0.0001;           // --seq-aux-loss-weight: α of SPEC §3, 0 = off
+  std::string force_balance = "none";            // --force-balance: none or round-robin
+  int ep = 0;                                    // --ep: P, 0 = default_ep_size(W, E)
+  int threads = 0;                               // --threads: BLAS threads, 0 = cores / ranks
+
+  // Actions and provenance; not configuration, so not part of run_config_to_text.
+  bool help = false;          // --help: the caller prints options_help_text() and exits
+  bool print_config = false;  // --print-config: the caller prints run_config_to_text() and exits
+  std::string config_path;    // --config FILE, "" if none
+};
+
+// The names of the built-in presets, in the order of --help.
+std::vector<std::string> options_preset_names();
+
+// The model of a preset: `deepseek4-tiny` (SPEC §2) or `micro` (a few thousand parameters, for
+// tests). Throws ConfigError naming --model and listing the valid presets.
+ModelConfig options_preset(std::string_view name);
+
+// Parses argv (argv[0] is the program name). With --help, returns at once with `help` set and
+// nothing else resolved. Otherwise reads --config if given, applies the precedence above and
+// validates the result (run_config_validate). Throws ConfigError.
+RunConfig options_parse(int argc, const char* const* argv);
+
+// Every option with its default (that of deepseek4-tiny for model fields), and the presets.
+std::string options_help_text();
+
+// Throws ConfigError naming the first option whose value cannot run: the model's checks
+// (model_config_validate), then the training, balancing and data options.
+void run_config_validate(const RunConfig& cfg);
+
+// `key = value` lines for every configuration option, in --help order, re-readable by --config:
+// parsing them as a config file gives back an equal configuration (floats are written in their
+// shortest exact form). The "full resolved config as text" of --print-config and the stats file.
+std::string run_config_to_text(const RunConfig& cfg);
+
+// The statistics file to write: --stats, or kDefaultStatsPath when it is empty.
+std::string run_config_stats_path(const RunConfig& cfg);
+
+}  // namespace moe

@@ -1,0 +1,297 @@
+// Tests of the run configuration: presets, precedence (command line > config file > preset),
+// every error naming its option, --help, and run_config_to_text read back through --config.
+// Plain functions of argv: every rank runs them, each with its own temporary files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/options.hpp"
+
+namespace moe {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the system temp path, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    const std::string name = "moe_options_test_" + std::to_string(::getpid()) + "_" +
+                             std::to_string(counter++) + "_" +
+                             std::to_string(std::random_device{}());
+    path_ = fs::temp_directory_path() / name;
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string path = (path_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+ private:
+  fs::path path_;
+};
+
+RunConfig parse(const std::vector<std::string>& args) {
+  std::vector<const char*> argv = {"moe_rt"};
+  for (const std::string& arg : args) argv.push_back(arg.c_str());
+  return options_parse(static_cast<int>(argv.size()), argv.data());
+}
+
+// Parsing `args` must throw a ConfigError whose message contains every one of `words`.
+void expect_config_error(const std::vector<std::string>& args,
+                         std::initializer_list<std::string> words) {
+  std::string joined;
+  for (const std::string& arg : args) joined += arg + " ";
+  try {
+    parse(args);
+    ADD_FAILURE() << "no ConfigError for: " << joined;
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    for (const std::string& word : words) {
+      EXPECT_NE(message.find(word), std::string::npos)
+          << "'" << word << "' not in: " << message << " (args: " << joined << ")";
+    }
+  }
+}
+
+void expect_model_eq(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.vocab, b.vocab);
+  EXPECT_EQ(a.d_model, b.d_model);
+  EXPECT_EQ(a.layers, b.layers);
+  EXPECT_EQ(a.hash_layers, b.hash_layers);
+  EXPECT_EQ(a.heads, b.heads);
+  EXPECT_EQ(a.kv_heads, b.kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.experts, b.experts);
+  EXPECT_EQ(a.top_k, b.top_k);
+  EXPECT_EQ(a.shared_experts, b.shared_experts);
+  EXPECT_EQ(a.ffn_dim, b.ffn_dim);
+  EXPECT_EQ(a.seq_len, b.seq_len);
+  EXPECT_EQ(a.batch_per_rank, b.batch_per_rank);
+  EXPECT_EQ(a.score_func, b.score_func);
+  EXPECT_EQ(a.route_scale, b.route_scale);  // exact: the text form round-trips bit for bit
+  EXPECT_EQ(a.swiglu_limit, b.swiglu_limit);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.sliding_window, b.sliding_window);
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+}
+
+void expect_run_eq(const RunConfig& a, const RunConfig& b) {
+  expect_model_eq(a.model, b.model);
+  EXPECT_EQ(a.model_name, b.model_name);
+  EXPECT_EQ(a.steps, b.steps);
+  EXPECT_EQ(a.seed, b.seed);
+  EXPECT_EQ(a.data, b.data);
+  EXPECT_EQ(a.stats_path, b.stats_path);
+  EXPECT_EQ(a.lr, b.lr);
+  EXPECT_EQ(a.warmup_steps, b.warmup_steps);
+  EXPECT_EQ(a.weight_decay, b.weight_decay);
+  EXPECT_EQ(a.grad_clip, b.grad_clip);
+  EXPECT_EQ(a.bias_update_rate, b.bias_update_rate);
+  EXPECT_EQ(a.seq_aux_loss_weight, b.seq_aux_loss_weight);
+  EXPECT_EQ(a.force_balance, b.force_balance);
+  EXPECT_EQ(a.ep, b.ep);
+  EXPECT_EQ(a.threads, b.threads);
+}
+
+TEST(Presets, DeepseekTinyIsSpecSection2) {
+  const ModelConfig c = options_preset("deepseek4-tiny");
+  EXPECT_EQ(c.vocab, 2048);
+  EXPECT_EQ(c.d_model, 128);
+  EXPECT_EQ(c.layers, 7);
+  EXPECT_EQ(c.hash_layers, 3);
+  EXPECT_EQ(c.heads, 4);
+  EXPECT_EQ(c.kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_EQ(c.experts, 8);
+  EXPECT_EQ(c.top_k, 3);
+  EXPECT_EQ(c.shared_experts, 1);
+  EXPECT_EQ(c.ffn_dim, 128);
+  EXPECT_EQ(c.seq_len, 256);
+  EXPECT_EQ(c.batch_per_rank, 1);
+  EXPECT_EQ(c.score_func, ScoreFunc::kSqrtSoftplus);
+  EXPECT_EQ(c.route_scale, 1.5f);
+  EXPECT_EQ(c.swiglu_limit, 10.0f);
+  EXPECT_EQ(c.rope_theta, 10000.0f);
+  EXPECT_EQ(c.sliding_window, 128);
+  EXPECT_EQ(c.norm_eps, 1e-6f);
+}
+
+TEST(Presets, EveryPresetIsValidAndUnknownListsThem) {
+  EXPECT_EQ(options_preset_names(), (std::vector<std::string>{"deepseek4-tiny", "micro"}));
+  for (const std::string& name : options_preset_names()) {
+    EXPECT_NO_THROW(model_config_validate(options_preset(name))) << name;
+  }
+  EXPECT_EQ(options_preset("micro").vocab, 64);
+  EXPECT_THROW(options_preset("deepseek4-huge"), ConfigError);
+  expect_config_error({"--model", "deepseek4-huge"}, {"--model", "deepseek4-huge", "micro"});
+}
+
+TEST(Options, DefaultsAreThePreset) {
+  const RunConfig cfg = parse({});
+  expect_model_eq(cfg.model, options_preset("deepseek4-tiny"));
+  EXPECT_EQ(cfg.model_name, "deepseek4-tiny");
+  EXPECT_EQ(cfg.steps, 60);
+  EXPECT_EQ(cfg.seed, 1234u);
+  EXPECT_EQ(cfg.data, "synthetic");
+  EXPECT_EQ(cfg.bias_update_rate, 0.001);
+  EXPECT_EQ(cfg.seq_aux_loss_weight, 0.0001);
+  EXPECT_EQ(cfg.force_balance, "none");
+  EXPECT_EQ(cfg.ep, 0);
+  EXPECT_EQ(cfg.threads, 0);
+  EXPECT_FALSE(cfg.help);
+  EXPECT_FALSE(cfg.print_config);
+  EXPECT_EQ(run_config_stats_path(cfg), kDefaultStatsPath);
+  expect_model_eq(parse({"--model", "micro"}).model, options_preset("micro"));
+}
+
+TEST(Options, CommandLineOverridesPreset) {
+  const RunConfig cfg = parse({"--layers", "43", "--hash-layers=3", "--score-func", "sigmoid",
+                               "--swiglu-limit", "-1", "--seed", "18446744073709551615",
+                               "--force-balance", "round-robin", "--stats", "out.h5"});
+  EXPECT_EQ(cfg.model.layers, 43);
+  EXPECT_EQ(cfg.model.hash_layers, 3);
+  EXPECT_EQ(cfg.model.score_func, ScoreFunc::kSigmoid);
+  EXPECT_EQ(cfg.model.swiglu_limit, -1.0f);
+  EXPECT_EQ(cfg.seed, 18446744073709551615u);
+  EXPECT_EQ(cfg.force_balance, "round-robin");
+  EXPECT_EQ(run_config_stats_path(cfg), "out.h5");
+  EXPECT_EQ(cfg.model.d_model, 128);  // untouched fields keep the preset's value
+}
+
+TEST(Options, CommandLineOverridesFileOverridesPreset) {
+  TempDir dir;
+  const std::string path = dir.write("run.cfg",
+                                     "# a comment\nmodel = micro\nlayers = 5\ntop-k = 1\n"
+                                     "lr = 0.01\ndata = text:corpus.txt\n");
+  const RunConfig cfg = parse({"--config", path, "--layers", "4"});
+  EXPECT_EQ(cfg.config_path, path);
+  EXPECT_EQ(cfg.model_name, "micro");
+  EXPECT_EQ(cfg.model.layers, 4);    // command line
+  EXPECT_EQ(cfg.model.top_k, 1);     // file
+  EXPECT_EQ(cfg.lr, 0.01);           // file
+  EXPECT_EQ(cfg.data, "text:corpus.txt");
+  EXPECT_EQ(cfg.model.d_model, 16);  // the file's preset
+  EXPECT_EQ(cfg.steps, 60);          // default
+  // --model on the command line picks the preset under the file's other values.
+  const RunConfig tiny = parse({"--model", "deepseek4-tiny", "--config", path});
+  EXPECT_EQ(tiny.model_name, "deepseek4-tiny");
+  EXPECT_EQ(tiny.model.d_model, 128);
+  EXPECT_EQ(tiny.model.layers, 5);
+}
+
+TEST(Options, BadCommandLinesNameTheOption) {
+  expect_config_error({"--bogus", "1"}, {"--bogus"});
+  expect_config_error({"--lay", "4"}, {"--lay"});  // no abbreviations
+  expect_config_error({"--top-k", "abc"}, {"--top-k", "abc", "integer"});
+  expect_config_error({"--top-k", "2.5"}, {"--top-k", "2.5"});
+  expect_config_error({"--lr", "fast"}, {"--lr", "fast"});
+  expect_config_error({"--lr", "nan"}, {"--lr", "finite"});
+  expect_config_error({"--seed", "-1"}, {"--seed", "-1"});
+  expect_config_error({"--steps"}, {"--steps"});
+  expect_config_error({"--steps", "3", "--steps", "4"}, {"--steps"});
+  expect_config_error({"extra"}, {"positional"});
+  expect_config_error({"--score-func", "relu"},
+                      {"--score-func", "relu", "sqrtsoftplus, sigmoid, softmax"});
+  expect_config_error({"--force-balance", "random"},
+                      {"--force-balance", "random", "none, round-robin"});
+  expect_config_error({"--data", "bin:x"}, {"--data", "synthetic, tokens:PATH, text:PATH"});
+}
+
+TEST(Options, ImpossibleValuesNameTheOption) {
+  expect_config_error({"--top-k", "9"}, {"--top-k"});
+  expect_config_error({"--hash-layers", "8"}, {"--hash-layers"});
+  expect_config_error({"--kv-heads", "3"}, {"--kv-heads"});
+  expect_config_error({"--steps", "0"}, {"--steps"});
+  expect_config_error({"--lr", "0"}, {"--lr"});
+  expect_config_error({"--warmup-steps", "-1"}, {"--warmup-steps"});
+  expect_config_error({"--weight-decay", "-0.1"}, {"--weight-decay"});
+  expect_config_error({"--grad-clip", "-1"}, {"--grad-clip"});
+  expect_config_error({"--bias-update-rate", "-1e-3"}, {"--bias-update-rate"});
+  expect_config_error({"--seq-aux-loss-weight", "-1"}, {"--seq-aux-loss-weight"});
+  expect_config_error({"--ep", "-2"}, {"--ep"});
+  expect_config_error({"--threads", "-1"}, {"--threads"});
+}
+
+TEST(Options, BadConfigFilesNameTheFileAndKey) {
+  TempDir dir;
+  const std::string missing = dir.write("present.cfg", "") + ".absent";
+  expect_config_error({"--config", missing}, {"--config", missing});
+  const std::string unknown = dir.write("unknown.cfg", "layers = 4\nbogus-key = 1\n");
+  expect_config_error({"--config", unknown}, {"bogus-key", unknown});
+  const std::string nested = dir.write("nested.cfg", "config = other.cfg\n");
+  expect_config_error({"--config", nested}, {"config", nested});
+  const std::string bad_value = dir.write("bad_value.cfg", "top-k = abc\n");
+  expect_config_error({"--config", bad_value}, {"--top-k", "abc"});
+  const std::string bad_line = dir.write("bad_line.cfg", "layers 4\n");
+  expect_config_error({"--config", bad_line}, {bad_line, "layers 4"});
+  const std::string bad_model = dir.write("bad_model.cfg", "model = gpt5\n");
+  expect_config_error({"--config", bad_model}, {"--model", "gpt5", "deepseek4-tiny"});
+}
+
+TEST(Options, HelpIsFlaggedAndListsEveryOption) {
+  const RunConfig cfg = parse({"--help"});
+  EXPECT_TRUE(cfg.help);
+  EXPECT_TRUE(parse({"--layers", "4", "--help"}).help);
+  EXPECT_TRUE(parse({"--print-config"}).print_config);
+  const std::string help = options_help_text();
+  for (const char* option :
+       {"--model", "--steps", "--seed", "--batch-per-rank", "--seq-len", "--layers",
+        "--hash-layers", "--experts", "--top-k", "--shared-experts", "--d-model", "--ffn-dim",
+        "--heads", "--kv-heads", "--head-dim", "--vocab", "--score-func", "--route-scale",
+        "--swiglu-limit", "--sliding-window", "--bias-update-rate", "--seq-aux-loss-weight",
+        "--force-balance", "--data", "--stats", "--lr", "--warmup-steps", "--weight-decay",
+        "--grad-clip", "--ep", "--threads", "--config", "--help", "--print-config",
+        "--rope-theta", "--norm-eps"}) {
+    EXPECT_NE(help.find(option), std::string::npos) << option;
+  }
+  EXPECT_NE(help.find("(=60)"), std::string::npos) << help;  // defaults are shown
+  EXPECT_NE(help.find("(=2048)"), std::string::npos) << help;
+  EXPECT_NE(help.find("micro"), std::string::npos) << help;
+}
+
+TEST(Options, TextRoundTripsThroughConfigFile) {
+  const RunConfig changed = parse(
+      {"--model", "micro", "--steps", "21", "--seed", "987654321987654321", "--batch-per-rank", "3",
+       "--seq-len", "40", "--layers", "6", "--hash-layers", "2", "--experts", "6", "--top-k", "3",
+       "--shared-experts", "2", "--d-model", "24", "--ffn-dim", "20", "--heads", "4",
+       "--kv-heads", "2", "--head-dim", "6", "--vocab", "300", "--score-func", "softmax",
+       "--route-scale", "0.1", "--swiglu-limit", "7.25", "--sliding-window", "0",
+       "--rope-theta", "500000", "--norm-eps", "1e-5", "--bias-update-rate", "0.3",
+       "--seq-aux-loss-weight", "3.3333333333333335e-05", "--force-balance", "round-robin",
+       "--data", "tokens:/data/fineweb_train_000001.bin", "--stats", "runs/a.h5", "--lr", "3e-5",
+       "--warmup-steps", "0", "--weight-decay", "0", "--grad-clip", "0.5", "--ep", "2",
+       "--threads", "3"});
+  TempDir dir;
+  for (const RunConfig& original : {changed, parse({})}) {
+    const std::string text = run_config_to_text(original);
+    const std::string path = dir.write("resolved.cfg", text);
+    const RunConfig reread = parse({"--config", path});
+    expect_run_eq(reread, original);
+    EXPECT_EQ(run_config_to_text(reread), text);
+  }
+  // Every configuration option is a key of the text.
+  const std::string text = run_config_to_text(changed);
+  for (const char* key : {"model", "steps", "seed", "vocab", "rope-theta", "norm-eps", "stats",
+                          "threads", "ep", "force-balance", "score-func"}) {
+    const std::string line_start = std::string("\n").append(key).append(" = ");
+    EXPECT_NE(text.find(line_start), std::string::npos) << key;
+  }
+  EXPECT_NE(text.find("route-scale = 0.1\n"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace moe
