@@ -1,0 +1,268 @@
+// Tests of the file-backed token sources: llm.c shard round trip and sampling rule, every error
+// case of SPEC §5 (the DataError names the file and the problem), raw text, the `--data` factory.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "io/synthetic_data.hpp"
+#include "io/token_data.hpp"
+
+namespace moe {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the system temp path, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    const std::string name = "moe_io_test_" + std::to_string(::getpid()) + "_" +
+                             std::to_string(counter++) + "_" +
+                             std::to_string(std::random_device{}());
+    path_ = fs::temp_directory_path() / name;
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// A shard with an arbitrary header and payload, for the malformed cases.
+void write_raw_shard(const std::string& path, int32_t magic, int32_t version, int32_t count,
+                     const std::vector<uint16_t>& tokens, size_t extra_bytes = 0) {
+  std::vector<int32_t> header(kShardHeaderInts, 0);
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count;
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), header.size() * sizeof(int32_t));
+  out.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(uint16_t));
+  out << std::string(extra_bytes, 'x');
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+std::vector<uint16_t> counting_tokens(int num_tokens, int vocab) {
+  std::vector<uint16_t> tokens(num_tokens);
+  for (int i = 0; i < num_tokens; ++i) tokens[i] = static_cast<uint16_t>((i * 7 + 3) % vocab);
+  return tokens;
+}
+
+// `open` must throw a DataError whose message names `path` and contains `keyword`.
+void expect_data_error(const std::function<void()>& open, const std::string& path,
+                       const std::string& keyword) {
+  try {
+    open();
+    ADD_FAILURE() << "no DataError for " << path << " (expected '" << keyword << "')";
+  } catch (const DataError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find(keyword), std::string::npos) << message;
+  }
+}
+
+TEST(TokenShard, WriteThenReadRoundTrips) {
+  TempDir dir;
+  const std::string path = dir.file("train.bin");
+  const std::vector<uint16_t> tokens = counting_tokens(1000, 500);
+  token_shard_write(path, tokens);
+  EXPECT_EQ(fs::file_size(path), 1024u + 2u * tokens.size());
+
+  const FileTokenSource source = FileTokenSource::open_shard(path, 512, 16);
+  EXPECT_EQ(source.num_tokens(), 1000);
+  EXPECT_NE(source.describe().find(path), std::string::npos);
+  std::vector<int32_t> sample(17);
+  for (int64_t sample_idx : {0, 1, 5, 61}) {
+    source.sample(sample_idx, 16, sample.data());
+    for (int pos_idx = 0; pos_idx <= 16; ++pos_idx) {
+      ASSERT_EQ(sample[pos_idx], tokens[sample_idx * 16 + pos_idx]) << sample_idx << " " << pos_idx;
+    }
+  }
+}
+
+TEST(TokenShard, SamplesWrapAroundModuloValidStarts) {
+  TempDir dir;
+  const std::string path = dir.file("small.bin");
+  const std::vector<uint16_t> tokens = counting_tokens(100, 64);
+  token_shard_write(path, tokens);
+  const FileTokenSource source = FileTokenSource::open_shard(path, 64, 10);
+  std::vector<int32_t> sample(11);
+  // 90 valid starts (0..89): sample i starts at (10·i) mod 90.
+  for (int64_t sample_idx : {int64_t{8}, int64_t{9}, int64_t{13}, int64_t{1000000000000007}}) {
+    source.sample(sample_idx, 10, sample.data());
+    const auto start = static_cast<size_t>((sample_idx % 90) * 10 % 90);
+    for (int pos_idx = 0; pos_idx <= 10; ++pos_idx) {
+      ASSERT_EQ(sample[pos_idx], tokens[start + pos_idx]) << sample_idx;
+    }
+  }
+  // With S = 9 there are 91 starts; sample 10 takes the last one (90) and ends on the last token.
+  source.sample(10, 9, sample.data());
+  EXPECT_EQ(sample[0], tokens[90]);
+  EXPECT_EQ(sample[9], tokens[99]);
+  EXPECT_THROW(source.sample(-1, 10, sample.data()), std::invalid_argument);
+}
+
+TEST(TokenShard, MissingFileIsNamed) {
+  TempDir dir;
+  const std::string path = dir.file("absent.bin");
+  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path, "missing");
+}
+
+TEST(TokenShard, DirectoryIsUnreadable) {
+  TempDir dir;
+  const std::string path = dir.file("subdir");
+  fs::create_directories(path);
+  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path, "unreadable");
+}
+
+TEST(TokenShard, FileShorterThanHeaderIsTruncated) {
+  TempDir dir;
+  const std::string path = dir.file("short.bin");
+  write_bytes(path, std::string(100, '\0'));
+  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path, "header");
+}
+
+TEST(TokenShard, BadMagicIsNamed) {
+  TempDir dir;
+  const std::string path = dir.file("magic.bin");
+  write_raw_shard(path, 12345, 1, 100, counting_tokens(100, 64));
+  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path, "magic");
+}
+
+TEST(TokenShard, BadVersionIsNamed) {
+  TempDir dir;
+  const std::string path = dir.file("version.bin");
+  write_raw_shard(path, kShardMagic, 2, 100, counting_tokens(100, 64));
+  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path, "version 2");
+}
+
+TEST(TokenShard, FewerTokensThanHeaderSaysIsTruncated) {
+  TempDir dir;
+  const std::string path = dir.file("truncated.bin");
+  write_raw_shard(path, kShardMagic, 1, 100, counting_tokens(60, 64));
+  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path, "truncated");
+}
+
+TEST(TokenShard, BytesBeyondHeaderCountAreRejected) {
+  TempDir dir;
+  const std::string path = dir.file("trailing.bin");
+  write_raw_shard(path, kShardMagic, 1, 100, counting_tokens(100, 64), 3);
+  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path, "trailing");
+}
+
+TEST(TokenShard, TokenAtLeastVocabNamesOffsetValueAndVocab) {
+  TempDir dir;
+  const std::string path = dir.file("range.bin");
+  std::vector<uint16_t> tokens = counting_tokens(100, 64);
+  tokens[37] = 64;
+  token_shard_write(path, tokens);
+  expect_data_error([&] { FileTokenSource::open_shard(path, 64, 16); }, path, "out of range");
+  expect_data_error([&] { FileTokenSource::open_shard(path, 64, 16); }, path, "offset 37");
+  expect_data_error([&] { FileTokenSource::open_shard(path, 64, 16); }, path, "token 64");
+  expect_data_error([&] { FileTokenSource::open_shard(path, 64, 16); }, path, "--vocab 64");
+  EXPECT_NO_THROW(FileTokenSource::open_shard(path, 65, 16));
+}
+
+TEST(TokenShard, ShorterThanOneSampleIsNamed) {
+  TempDir dir;
+  const std::string path = dir.file("tiny.bin");
+  token_shard_write(path, counting_tokens(16, 64));
+  expect_data_error([&] { FileTokenSource::open_shard(path, 64, 16); }, path, "shorter than one");
+  EXPECT_NO_THROW(FileTokenSource::open_shard(path, 64, 15));  // 16 tokens: exactly one sample
+  const std::string empty = dir.file("empty.bin");
+  token_shard_write(empty, {});
+  expect_data_error([&] { FileTokenSource::open_shard(empty, 64, 16); }, empty, "empty");
+}
+
+TEST(TokenShard, UnwritablePathIsNamed) {
+  TempDir dir;
+  const std::string path = dir.file("no_such_dir/out.bin");
+  const std::vector<uint16_t> tokens = counting_tokens(10, 64);
+  expect_data_error([&] { token_shard_write(path, tokens); }, path, "cannot write");
+}
+
+TEST(TextSource, BytesAreTokens) {
+  TempDir dir;
+  const std::string path = dir.file("corpus.txt");
+  std::string text = "hello, moe_rt";
+  text += static_cast<char>(0xff);
+  text += static_cast<char>(0x80);
+  write_bytes(path, text);
+  const FileTokenSource source = FileTokenSource::open_text(path, 256, 4);
+  EXPECT_EQ(source.num_tokens(), static_cast<int64_t>(text.size()));
+  std::vector<int32_t> sample(5);
+  source.sample(0, 4, sample.data());
+  EXPECT_EQ(sample, (std::vector<int32_t>{'h', 'e', 'l', 'l', 'o'}));
+  source.sample(2, 4, sample.data());  // starts at byte 8 ("oe_rt")
+  EXPECT_EQ(sample, (std::vector<int32_t>{'o', 'e', '_', 'r', 't'}));
+  source.sample(8, 4, sample.data());  // 15 bytes, 11 starts: 32 mod 11 = byte 10, "_rt\xff\x80"
+  EXPECT_EQ(sample[3], 255);
+  EXPECT_EQ(sample[4], 128);
+  EXPECT_NE(source.describe().find("text:" + path), std::string::npos);
+}
+
+TEST(TextSource, ErrorsNameTheFile) {
+  TempDir dir;
+  const std::string path = dir.file("corpus.txt");
+  write_bytes(path, "0123456789");
+  expect_data_error([&] { FileTokenSource::open_text(path, 255, 4); }, path, "--vocab >= 256");
+  expect_data_error([&] { FileTokenSource::open_text(path, 256, 10); }, path, "shorter than one");
+  const std::string absent = dir.file("absent.txt");
+  expect_data_error([&] { FileTokenSource::open_text(absent, 256, 4); }, absent, "missing");
+  const std::string empty = dir.file("empty.txt");
+  write_bytes(empty, "");
+  expect_data_error([&] { FileTokenSource::open_text(empty, 256, 4); }, empty, "empty");
+}
+
+TEST(DataSpec, FactoryOpensEachForm) {
+  TempDir dir;
+  const std::string shard = dir.file("a.bin");
+  token_shard_write(shard, counting_tokens(200, 100));
+  const std::string text = dir.file("a.txt");
+  write_bytes(text, std::string(3000, 'z'));  // longer than a shard header
+
+  const auto synthetic = token_source_open("synthetic", 64, 16, 7);
+  EXPECT_NE(dynamic_cast<const SyntheticSource*>(synthetic.get()), nullptr);
+  EXPECT_EQ(synthetic->num_tokens(), 0);
+  const auto tokens = token_source_open("tokens:" + shard, 100, 16, 7);
+  EXPECT_EQ(tokens->num_tokens(), 200);
+  const auto bytes = token_source_open("text:" + text, 256, 16, 7);
+  EXPECT_EQ(bytes->num_tokens(), 3000);
+  expect_data_error([&] { token_source_open("tokens:" + text, 256, 16, 7); }, text, "magic");
+}
+
+TEST(DataSpec, UnknownFormNamesOptionAndValidForms) {
+  for (const std::string spec : {"", "synth", "Synthetic", "bin:x.bin", "tokens:", "text:"}) {
+    EXPECT_THROW(token_source_check_spec(spec), DataSpecError) << spec;
+    try {
+      token_source_open(spec, 256, 16, 1);
+      ADD_FAILURE() << "no error for --data '" << spec << "'";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("--data"), std::string::npos) << message;
+      EXPECT_NE(message.find("synthetic, tokens:PATH, text:PATH"), std::string::npos) << message;
+    }
+  }
+  EXPECT_NO_THROW(token_source_check_spec("synthetic"));
+  EXPECT_NO_THROW(token_source_check_spec("tokens:/no/such/file.bin"));  // form only
+}
+
+}  // namespace
+}  // namespace moe
