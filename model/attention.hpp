@@ -1,0 +1,103 @@
+// Causal grouped-query self-attention with RoPE and an optional sliding window (SPEC §2), forward
+// and backward on the CPU, as in llama/DeepSeek decoders. Per sequence of S tokens:
+//
+//   q = rope(in·Wq), k = rope(in·Wk), v = in·Wv        (position p = token index in its sequence)
+//   P_h = softmax_row(q_h·k_gᵀ/sqrt(hd) + mask),       g = h / (H/KVH), the kv head of query head h
+//   out = concat_h(P_h·v_g)·Wo
+//
+// mask: query position s sees key position j iff j <= s and j > s − W (W = 0: every j <= s), so a
+// query sees at most W keys, itself included.
+// RoPE rotates consecutive pairs (llama's "rotate pairs" / complex convention, not GPT-NeoX's
+// "rotate halves"): with ω_i = theta^(-2i/hd), i in [0, hd/2), at position p
+//   x'[2i]   = x[2i]·cos(p·ω_i) − x[2i+1]·sin(p·ω_i)
+//   x'[2i+1] = x[2i]·sin(p·ω_i) + x[2i+1]·cos(p·ω_i)
+//
+// Legend: B sequences, S sequence length, D model width, H heads, KVH kv heads, hd head dim,
+// W sliding window (0 = full causal), Wk = keys kept per query row (min(W, S), or S when W = 0).
+#pragma once
+
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace moe {
+
+struct AttnDims {
+  int D = 0, H = 0, KVH = 0, hd = 0, S = 0;
+  int window = 0;               // W; 0 = full causal
+  float rope_theta = 10000.0f;
+};
+AttnDims attn_dims_from(const ModelConfig& cfg);
+
+// Wk: the longest row of visible keys, the row length of AttnSaved::probs.
+int attn_keys_per_row(const AttnDims& dims);
+
+// Pointers to one layer's attention weights (parameters or, with the same layout, gradients).
+template <class T> struct AttnWeights {
+  T* wq;  // [D, H·hd]
+  T* wk;  // [D, KVH·hd]
+  T* wv;  // [D, KVH·hd]
+  T* wo;  // [H·hd, D]
+};
+
+// RoPE's angles, computed once (in double) per (S, hd, theta) and shared by every layer and step.
+struct RopeTable {
+  int S = 0, hd = 0;
+  float theta = 0.0f;
+  std::vector<double> cos, sin;  // [S, hd/2] cos(p·ω_i), sin(p·ω_i)
+};
+RopeTable rope_table_make(int S, int hd, float theta);
+
+// Rotates x in place: row s of x holds num_heads vectors of hd at position s (rows = rope.S).
+template <class T>
+void rope_forward(T* x,  // [S, num_heads·hd]
+                  const RopeTable& rope, int num_heads);
+
+// x' = R_s·x  ->  d_x = R_sᵀ·d_x': rotates d_x in place by the opposite angles.
+template <class T>
+void rope_backward(T* d_x,  // [S, num_heads·hd]
+                   const RopeTable& rope, int num_heads);
+
+// Activations kept from forward for backward, and the temporaries of both. Sized once for max_B
+// sequences by attn_saved_reserve; forward and backward allocate nothing.
+template <class T> struct AttnSaved {
+  int max_B = 0;             // sequences reserved for
+  int B = 0;                 // sequences of the last forward
+  std::vector<T> q;          // [max_B·S, H·hd] after RoPE
+  std::vector<T> k;          // [max_B·S, KVH·hd] after RoPE
+  std::vector<T> v;          // [max_B·S, KVH·hd]
+  std::vector<T> probs;      // [max_B, H, S, Wk] row s: keys s−n+1 .. s in columns 0 .. n−1,
+                             //                   n = min(s+1, Wk); columns >= n unused
+  std::vector<T> concat;     // [max_B·S, H·hd] heads' outputs P_h·v_g side by side
+
+  // temporaries, one sequence at a time
+  std::vector<T> kv_t;       // [KVH, hd, S] k (forward) or v (backward) transposed per kv head
+  std::vector<T> d_concat;   // [S, H·hd]
+  std::vector<T> d_q;        // [S, H·hd]
+  std::vector<T> d_k, d_v;   // [S, KVH·hd]
+  std::vector<T> d_probs;    // [Wk] one row of ∂L/∂P
+};
+
+// Checks dims (positive sizes, KVH divides H, hd even, W >= 0) and sizes saved for max_B sequences.
+template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& dims);
+
+// out[B·S, D] = Attn(in) for B independent sequences (B <= saved.max_B; rope made for dims' S, hd,
+// rope_theta). A token's output is bitwise independent of B: see attention.cpp.
+template <class T>
+void attention_forward(T* out,              // [B·S, D]
+                       AttnSaved<T>& saved,
+                       const T* in,         // [B·S, D] RMS-normalised by the caller
+                       const AttnWeights<T>& w, const AttnDims& dims, const RopeTable& rope,
+                       int B);
+
+// d_in += ∂L/∂in, grads += ∂L/∂weights, for the last forward (same B, same in and w).
+template <class T>
+void attention_backward(T* d_in,                   // [B·S, D]
+                        const AttnWeights<T>& grads,
+                        const T* d_out,            // [B·S, D]
+                        AttnSaved<T>& saved,
+                        const T* in,               // [B·S, D] the forward's input
+                        const AttnWeights<T>& w, const AttnDims& dims, const RopeTable& rope,
+                        int B);
+
+}  // namespace moe

@@ -1,0 +1,102 @@
+"""Bad input ends with one clear message naming the problem and a non-zero exit on every rank,
+never a hang (each run has a time limit) and never a silent partial run (no step line printed)."""
+import struct
+
+import pytest
+
+MICRO = ["--model", "micro", "--steps", "2"]
+
+
+def error_lines(proc):
+    return [l for l in (proc.stdout + proc.stderr).splitlines() if l.startswith("moe_rt: error")]
+
+
+def assert_one_clear_error(proc, *words):
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    lines = error_lines(proc)
+    assert len(lines) == 1, f"expected one error line, got {lines!r}\n{proc.stderr}"
+    for w in words:
+        assert w in lines[0], f"{w!r} not in {lines[0]!r}"
+    # Nothing trained: no step line from rank 0's table.
+    assert "summary:" not in proc.stdout
+
+
+def write_shard(path, tokens, magic=20240520, version=1, count=None):
+    header = [0] * 256
+    header[0], header[1], header[2] = magic, version, len(tokens) if count is None else count
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--bogus", "1"], ["--bogus"]),
+    (["--top-k", "abc"], ["--top-k", "abc"]),
+    (["--top-k", "9", "--experts", "8"], ["--top-k"]),
+    (["--top-k", "0"], ["--top-k"]),
+    (["--d-model", "-4"], ["--d-model"]),
+    (["--score-func", "relu"], ["--score-func", "sqrtsoftplus"]),
+    (["--force-balance", "sometimes"], ["--force-balance"]),
+    (["--ep", "3"], ["--ep"]),
+    (["--data", "parquet:/x"], ["--data"]),
+])
+def test_bad_option(run_moe, args, words):
+    assert_one_clear_error(run_moe(MICRO + args), *words)
+
+
+def test_unknown_preset_lists_the_valid_ones(run_moe):
+    assert_one_clear_error(run_moe(["--model", "nope"]), "--model", "deepseek4-tiny", "micro")
+
+
+def test_ep_larger_than_experts(run_moe):
+    assert_one_clear_error(run_moe(MICRO + ["--experts", "2", "--top-k", "2", "--ep", "4"], np_=4),
+                           "--ep")
+
+
+def test_config_file_unknown_key(run_moe, tmp_path):
+    cfg = tmp_path / "run.cfg"
+    cfg.write_text("steps = 2\nno-such-key = 3\n")
+    assert_one_clear_error(run_moe(["--model", "micro", "--config", str(cfg)]), "no-such-key",
+                           str(cfg))
+
+
+def test_config_file_missing(run_moe, tmp_path):
+    missing = tmp_path / "absent.cfg"
+    assert_one_clear_error(run_moe(["--config", str(missing)]), str(missing))
+
+
+def test_data_file_missing(run_moe, tmp_path):
+    path = tmp_path / "absent.bin"
+    assert_one_clear_error(run_moe(MICRO + ["--data", f"tokens:{path}"]), str(path), "missing")
+
+
+def test_data_file_bad_magic(run_moe, tmp_path):
+    path = tmp_path / "bad.bin"
+    write_shard(path, list(range(60)) * 4, magic=12345)
+    assert_one_clear_error(run_moe(MICRO + ["--data", f"tokens:{path}"]), str(path), "magic")
+
+
+def test_data_file_truncated(run_moe, tmp_path):
+    path = tmp_path / "short.bin"
+    write_shard(path, list(range(60)) * 4, count=10_000)
+    assert_one_clear_error(run_moe(MICRO + ["--data", f"tokens:{path}"]), str(path), "truncated")
+
+
+def test_data_token_out_of_vocab(run_moe, tmp_path):
+    path = tmp_path / "big.bin"
+    write_shard(path, [1, 2, 3, 64] + [5] * 200)  # micro has V = 64
+    assert_one_clear_error(run_moe(MICRO + ["--data", f"tokens:{path}"]), str(path), "64")
+
+
+def test_data_shorter_than_one_sample(run_moe, tmp_path):
+    path = tmp_path / "tiny.bin"
+    write_shard(path, [1, 2, 3])
+    assert_one_clear_error(run_moe(MICRO + ["--data", f"tokens:{path}"]), str(path), "shorter")
+
+
+def test_text_data_trains(run_moe, tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    proc = run_moe(MICRO + ["--vocab", "256", "--data", f"text:{path}"])
+    assert proc.returncode == 0, proc.stderr
+    assert "summary:" in proc.stdout
