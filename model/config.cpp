@@ -36,7 +36,8 @@ const char* routing_mode_name(RoutingMode m) {
   switch (m) {
     case RoutingMode::kHash: return "hash";
     case RoutingMode::kTopK: return "topk";
-    case RoutingMode::kRoundRobin: return "forced";
+    case RoutingMode::kRoundRobin:
+    case RoutingMode::kRandom: return "forced";
   }
   return "?";
 }

@@ -23,11 +23,12 @@ enum class RoutingMode {
   kHash,        // fixed V×K table lookup by token id
   kTopK,        // K largest of score + bias
   kRoundRobin,  // forced: (global token index · K + j) mod E
+  kRandom,      // forced: K distinct uniformly random experts per token, seeded
 };
 
 const char* score_func_name(ScoreFunc f);
 ScoreFunc score_func_from_name(std::string_view name);  // throws ConfigError naming --score-func
-const char* routing_mode_name(RoutingMode m);           // "hash", "topk", "forced"
+const char* routing_mode_name(RoutingMode m);           // "hash", "topk", "forced" (both forced)
 
 struct ModelConfig {
   int vocab = 2048;          // V

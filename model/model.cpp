@@ -8,6 +8,7 @@
 #include "model/embedding.hpp"
 #include "model/linear.hpp"
 #include "model/rmsnorm.hpp"
+#include "model/rng.hpp"
 #include "model/router.hpp"
 
 namespace moe {
@@ -37,13 +38,18 @@ ModelLayout model_layout(const ModelConfig& c, const ExpertPlacement& placement,
   return m;
 }
 
-RoutingState routing_state_make(const ModelConfig& c, bool forced, uint64_t seed) {
+int RoutingState::num_topk_layers() const {
+  return static_cast<int>(std::count(modes.begin(), modes.end(), RoutingMode::kTopK));
+}
+
+RoutingState routing_state_make(const ModelConfig& c, RoutingMode forced, uint64_t seed) {
   RoutingState r;
   r.modes.resize(c.layers);
   for (int l = 0; l < c.layers; ++l) {
-    r.modes[l] = forced ? RoutingMode::kRoundRobin
-                        : (l < c.hash_layers ? RoutingMode::kHash : RoutingMode::kTopK);
+    const RoutingMode natural = l < c.hash_layers ? RoutingMode::kHash : RoutingMode::kTopK;
+    r.modes[l] = forced == RoutingMode::kTopK ? natural : forced;
   }
+  r.random_seed = seed;
   r.bias.assign(static_cast<size_t>(c.layers) * c.experts, 0.0f);
   const size_t table = static_cast<size_t>(c.vocab) * c.top_k;
   r.hash_tables.resize(table * c.hash_layers);
@@ -65,6 +71,7 @@ void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_siz
     v->assign(N * D, T(0));
   }
   a.logits.assign(N * c.vocab, T(0));
+  a.layer_balance_loss.assign(L, 0.0);
   a.d_logits.assign(N * c.vocab, T(0));
   a.rope = rope_table_make(c.seq_len, c.head_dim, c.rope_theta);
   const AttnDims ad = attn_dims_from(c);
@@ -94,6 +101,17 @@ template <class T> MoeRouting layer_routing(const RoutingState& r, const ModelBa
   m.vocab = c.vocab;
   m.token_ids = b.tokens;
   m.first_global_token = b.first_global_token;
+  m.random_stream = rng_mix64(rng_stream(r.random_seed, "forced_random") ^
+                              rng_mix64(static_cast<uint64_t>(b.step) * 4096 + l));
+  m.groups = r.groups;
+  m.group_topk = r.group_topk;
+  if (r.balance_alpha > 0) {
+    double weight = r.balance_alpha / static_cast<double>(b.num_global_sequences);
+    if (r.balance_form == BalanceLossForm::kMaxText) weight /= std::max(1, r.num_topk_layers());
+    m.balance_weight = weight;
+  }
+  m.balance_form = r.balance_form;
+  m.seq_len = c.seq_len;
   return m;
 }
 
@@ -128,6 +146,7 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
                 moe_weights_at(dense, experts, o.moe, md), layer_routing<T>(routing, b, c, l), md,
                 placement, ex, N);
     for (size_t i = 0; i < ND; ++i) resid[(i1 + 1) * ND + i] = resid[i1 * ND + i] + a.block_out[i];
+    a.layer_balance_loss[l] = a.moe[l].balance_loss;
   }
   const size_t last = 2 * static_cast<size_t>(c.layers);
   rmsnorm_forward(a.final_normed.data(), rstd + last * N, resid + last * ND, dense + m.final_norm,

@@ -37,14 +37,21 @@ struct ModelLayout {
 };
 ModelLayout model_layout(const ModelConfig& cfg, const ExpertPlacement& placement, int ep_rank);
 
-// Routing that is not a parameter: the loss-free bias (outside the optimizer) and hash tables.
+// Routing that is not a parameter: the loss-free bias (outside the optimizer), hash tables, and
+// the routing and balance-loss settings of the run.
 struct RoutingState {
   std::vector<RoutingMode> modes;    // [L]
   std::vector<float> bias;           // [L, E]; zero and unused outside top-k layers
   std::vector<int32_t> hash_tables;  // [L_h, V, K]
+  uint64_t random_seed = 0;          // forced random routing
+  int groups = 1, group_topk = 1;    // group-limited top-k when groups > 1
+  double balance_alpha = 0.0;        // α of the sequence-wise balance loss, 0 = off
+  BalanceLossForm balance_form = BalanceLossForm::kDeepSeek;
+  int num_topk_layers() const;
 };
-// Hash layers [0, L_h) get seeded tables; with `forced` every layer routes round-robin.
-RoutingState routing_state_make(const ModelConfig& cfg, bool forced, uint64_t seed);
+// Hash layers [0, L_h) get seeded tables, the rest route top-k; `forced` (kRoundRobin or kRandom)
+// replaces every layer's routing; kTopK means natural routing.
+RoutingState routing_state_make(const ModelConfig& cfg, RoutingMode forced, uint64_t seed);
 
 // Everything one step keeps from forward for backward, sized once for B sequences.
 template <class T> struct ModelActs {
@@ -57,6 +64,7 @@ template <class T> struct ModelActs {
   std::vector<T> logits;         // [N, V]
   std::vector<T> d_logits;       // [N, V] written by forward (fused cross-entropy)
   std::vector<T> d_resid, d_normed, d_final;  // [N, D] backward scratch
+  std::vector<double> layer_balance_loss;     // [L] this rank's share, from the last forward
   RopeTable rope;                  // cos/sin for S positions
   std::vector<AttnSaved<T>> attn;  // [L]
   std::vector<MoeSaved<T>> moe;    // [L]
@@ -70,12 +78,16 @@ void model_acts_reserve(ModelActs<T>& acts, const ModelConfig& cfg, int B, int e
 struct ModelBatch {
   const int32_t* tokens = nullptr;   // [N] input ids
   const int32_t* targets = nullptr;  // [N] next-token ids
-  int64_t first_global_token = 0;    // global index of local token 0 (round-robin routing)
+  int64_t first_global_token = 0;    // global index of local token 0 (forced routing)
+  int64_t step = 0;                  // forced random routing draws anew each step
   double loss_scale = 1.0;           // 1 / global token count: gradients of the global mean
+  int64_t num_global_sequences = 1;  // the balance loss is averaged over these
 };
 
 // Runs the model on N = B·S local tokens. Returns the local sum of token losses (the caller
-// all-reduces and divides); leaves d_logits of the global mean loss in acts for backward.
+// all-reduces and divides); leaves d_logits of the global mean loss in acts for backward, and
+// each layer's share of the balance loss (already a share of the global mean) in
+// acts.layer_balance_loss; backward differentiates CE mean + Σ balance.
 // Collective over the EP group (MoE layers).
 // Parameters are read only; they are passed as T* because MoeWeights and AttnWeights serve for
 // both parameters and gradients.

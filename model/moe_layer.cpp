@@ -62,8 +62,11 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
   const size_t NE = static_cast<size_t>(N) * d.E, NK = static_cast<size_t>(N) * d.K;
   const size_t R = static_cast<size_t>(ep_size) * N * std::min(d.K, max_local);
   const size_t NFs = static_cast<size_t>(N) * d.Fs;
-  for (auto* v : {&s.logits, &s.scores, &s.d_scores, &s.d_logits}) v->reserve(NE);
+  for (auto* v : {&s.logits, &s.scores, &s.d_scores, &s.d_logits, &s.d_scores_balance}) {
+    v->reserve(NE);
+  }
   s.expert_idx.reserve(NK);
+  s.topk_scratch.reserve(NK);
   for (auto* v : {&s.weights, &s.d_weights}) v->reserve(NK);
   for (auto* v : {&s.send_rows, &s.y_rows, &s.d_rows}) v->reserve(NK * d.D);
   for (auto* v : {&s.x, &s.y, &s.staging, &s.d_y, &s.d_x}) v->reserve(R * d.D);
@@ -81,7 +84,12 @@ template <class T> void select_experts(MoeSaved<T>& s, const MoeRouting& r, cons
                                        int N) {
   switch (r.mode) {
     case RoutingMode::kTopK:
-      route_topk(s.expert_idx.data(), s.scores.data(), r.bias, N, d.E, d.K);
+      if (r.groups > 1) {
+        route_topk_grouped(s.expert_idx.data(), s.scores.data(), r.bias, N, d.E, d.K, r.groups,
+                           r.group_topk);
+      } else {
+        route_topk(s.expert_idx.data(), s.scores.data(), r.bias, N, d.E, d.K);
+      }
       break;
     case RoutingMode::kHash:
       if (r.hash_table == nullptr || r.token_ids == nullptr) {
@@ -91,6 +99,9 @@ template <class T> void select_experts(MoeSaved<T>& s, const MoeRouting& r, cons
       break;
     case RoutingMode::kRoundRobin:
       route_round_robin(s.expert_idx.data(), r.first_global_token, N, d.E, d.K);
+      break;
+    case RoutingMode::kRandom:
+      route_random(s.expert_idx.data(), r.random_stream, r.first_global_token, N, d.E, d.K);
       break;
   }
 }
@@ -131,6 +142,20 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   select_experts(s, routing, d, N);
   route_weights_forward(s.weights.data(), s.scores.data(), s.expert_idx.data(), N, d.E, d.K,
                         d.route_scale);
+  s.balance_loss = 0.0;
+  if (routing.mode == RoutingMode::kTopK && routing.balance_weight > 0) {
+    if (routing.seq_len <= 0 || N % routing.seq_len != 0) {
+      throw std::invalid_argument("moe_forward: the balance loss needs whole sequences");
+    }
+    s.d_scores_balance.resize(s.scores.size());
+    s.topk_scratch.resize(s.expert_idx.size());
+    s.balance_loss = balance_loss_forward_backward(
+        s.d_scores_balance.data(), s.topk_scratch.data(), s.balance_scratch, s.scores.data(),
+        s.expert_idx.data(), routing.bias, N / routing.seq_len, routing.seq_len, d.E, d.K,
+        routing.balance_weight, routing.balance_form);
+  } else {
+    s.d_scores_balance.clear();
+  }
 
   // Plan, counts, then the rows.
   dispatch_plan_build(s.plan, s.expert_idx, N, d.K, placement, ex.comm().rank());
@@ -247,8 +272,13 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     for (size_t c = 0; c < D; ++c) di[c] += r[c];
   }
 
-  // Router: w = normalise(s[sel])·scale, s = f(logits), logits = in·W_g.
-  s.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
+  // Router: w = normalise(s[sel])·scale, s = f(logits), logits = in·W_g; the balance loss
+  // contributes its own ∂/∂s, computed in forward.
+  if (s.d_scores_balance.empty()) {
+    s.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
+  } else {
+    s.d_scores.assign(s.d_scores_balance.begin(), s.d_scores_balance.end());
+  }
   s.d_logits.assign(s.d_scores.size(), T(0));
   route_weights_backward(s.d_scores.data(), s.d_weights.data(), s.scores.data(),
                          s.expert_idx.data(), N, d.E, d.K, d.route_scale);

@@ -19,6 +19,7 @@
 
 #include "comm/dispatch_plan.hpp"
 #include "comm/ep_exchange.hpp"
+#include "model/balance.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 
@@ -65,7 +66,14 @@ struct MoeRouting {
   const int32_t* hash_table = nullptr;   // [V, K] hash
   int vocab = 0;                         // V      hash
   const int32_t* token_ids = nullptr;    // [N]    hash
-  int64_t first_global_token = 0;        //        round-robin: global index of local token 0
+  int64_t first_global_token = 0;        //        forced: global index of local token 0
+  uint64_t random_stream = 0;            //        forced random: the step's RNG stream
+  int groups = 1, group_topk = 1;        //        top-k: group-limited routing when groups > 1
+  // Sequence-wise balance loss (top-k layers; see balance.hpp): weight = α / global sequences
+  // (and / top-k layers for the MaxText form); 0 turns it off.
+  double balance_weight = 0.0;
+  BalanceLossForm balance_form = BalanceLossForm::kDeepSeek;
+  int seq_len = 0;                       // S: the loss is per sequence of S tokens
 };
 
 // Activations kept from forward for backward, and backward's temporaries. Sized once by
@@ -84,6 +92,10 @@ template <class T> struct MoeSaved {
   std::vector<T> y_rows;            // [N·K, D] expert outputs back in send order
   std::vector<T> staging;           // [R, D] rows as MPI delivers them
   std::vector<T> sg, sv, sh;        // [N, Fs] shared expert
+  double balance_loss = 0.0;        // this rank's share of the layer's balance loss
+  std::vector<T> d_scores_balance;  // [N, E] its gradient, added in backward
+  std::vector<int32_t> topk_scratch;     // [N, K]
+  std::vector<double> balance_scratch;   // [(S + 2)·E]
 
   // backward temporaries
   std::vector<T> d_rows;            // [N·K, D] send-order rows: w·d_out out, d_x back

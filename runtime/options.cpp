@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "io/token_data.hpp"
+#include "model/balance.hpp"
 
 namespace moe {
 namespace {
@@ -101,6 +102,15 @@ void value_from_text(const std::string& option, const std::string& text, float& 
   number_from_text(option, text, out, "a finite number");
 }
 void value_from_text(const std::string&, const std::string& text, std::string& out) { out = text; }
+void value_from_text(const std::string& option, const std::string& text, bool& out) {
+  if (text == "true" || text == "1" || text == "yes") {
+    out = true;
+  } else if (text == "false" || text == "0" || text == "no") {
+    out = false;
+  } else {
+    throw bad_value(option, text, "true or false");
+  }
+}
 void value_from_text(const std::string&, const std::string& text, ScoreFunc& out) {
   out = score_func_from_name(text);  // its ConfigError names --score-func and the valid names
 }
@@ -118,6 +128,7 @@ std::string value_to_text(uint64_t v) { return number_to_text(v); }
 std::string value_to_text(double v) { return number_to_text(v); }
 std::string value_to_text(float v) { return number_to_text(v); }
 std::string value_to_text(const std::string& v) { return v; }
+std::string value_to_text(bool v) { return v ? "true" : "false"; }
 std::string value_to_text(ScoreFunc v) { return score_func_name(v); }
 
 // ---- the option table ---------------------------------------------------------------------------
@@ -128,16 +139,20 @@ struct OptionField {
   const char* help;
   std::function<std::string(const RunConfig&)> get;
   std::function<void(RunConfig&, const std::string&)> set;
+  bool is_flag = false;    // boolean: `--name` alone means true; `name = false` in a file
 };
 
 // `access` is a generic lambda returning a reference to the field, for const and non-const configs.
 template <class Access>
 OptionField field(const char* name, const char* value_name, const char* help, Access access) {
+  RunConfig probe;
+  const bool is_flag = std::is_same_v<std::decay_t<decltype(access(probe))>, bool>;
   return {name, value_name, help,
           [access](const RunConfig& c) { return value_to_text(access(c)); },
           [access, name](RunConfig& c, const std::string& text) {
             value_from_text(std::string("--") + name, text, access(c));
-          }};
+          },
+          is_flag};
 }
 
 const std::vector<OptionField>& option_fields() {
@@ -190,12 +205,30 @@ const std::vector<OptionField>& option_fields() {
             [](auto& c) -> auto& { return c.bias_update_rate; }),
       field("seq-aux-loss-weight", "X", "sequence-wise balance loss weight alpha (0 = off)",
             [](auto& c) -> auto& { return c.seq_aux_loss_weight; }),
-      field("force-balance", "MODE", "none, or round-robin: forced exactly balanced routing",
+      field("bias-update-center", "BOOL", "shift each bias update to mean zero",
+            [](auto& c) -> auto& { return c.bias_update_center; }),
+      field("balance-loss-form", "NAME",
+            "deepseek (SPEC 3) or maxtext (extra factor K, softmax of biased scores, layer mean)",
+            [](auto& c) -> auto& { return c.balance_loss_form; }),
+      field("routing-groups", "N", "G expert groups for group-limited top-k (1 = off)",
+            [](auto& c) -> auto& { return c.routing_groups; }),
+      field("group-topk", "N", "M groups a token may use when --routing-groups > 1",
+            [](auto& c) -> auto& { return c.group_topk; }),
+      field("hash-table", "PATH", "hash-routing tables file (docs/load-balancing.md); default seeded",
+            [](auto& c) -> auto& { return c.hash_table_path; }),
+      field("force-balance", "MODE",
+            "none; round-robin (exactly balanced) or random (uniform): forced routing",
             [](auto& c) -> auto& { return c.force_balance; }),
+      field("check-bias", "BOOL", "verify every step that all ranks hold the same bias",
+            [](auto& c) -> auto& { return c.check_bias; }),
       field("data", "SPEC", "synthetic, tokens:PATH (llm.c .bin shard), text:PATH (bytes)",
             [](auto& c) -> auto& { return c.data; }),
-      field("stats", "PATH", "HDF5 statistics file (default: moe_rt_stats.h5)",
+      field("stats", "PATH", "HDF5 statistics file (default: a new runs/<model>-<time>.h5)",
             [](auto& c) -> auto& { return c.stats_path; }),
+      field("overwrite", "BOOL", "replace an existing --stats file instead of failing",
+            [](auto& c) -> auto& { return c.overwrite; }),
+      field("trace-every", "N", "write every N-th step's per-token routing to the file (0 = off)",
+            [](auto& c) -> auto& { return c.trace_every; }),
       field("lr", "X", "AdamW learning rate after warmup (small models take 3e-3)",
             [](auto& c) -> auto& { return c.lr; }),
       field("warmup-steps", "N", "steps of linear learning-rate warmup from 0",
@@ -226,6 +259,7 @@ po::options_description config_options(bool show_defaults) {
   po::options_description desc("Configuration (also the keys of a --config file)", 100, 50);
   for (const OptionField& f : option_fields()) {
     auto* value = po::value<std::string>()->value_name(f.value_name);
+    if (f.is_flag) value->implicit_value("true");
     const std::string default_text = f.get(defaults);
     if (show_defaults && !default_text.empty()) value->default_value(default_text);
     desc.add_options()(f.name, value, f.help);
@@ -363,9 +397,30 @@ void run_config_validate(const RunConfig& cfg) {
   require_nonnegative(cfg.grad_clip, "--grad-clip");
   require_nonnegative(cfg.bias_update_rate, "--bias-update-rate");
   require_nonnegative(cfg.seq_aux_loss_weight, "--seq-aux-loss-weight");
-  if (cfg.force_balance != "none" && cfg.force_balance != "round-robin") {
+  if (cfg.force_balance != "none" && cfg.force_balance != "round-robin" &&
+      cfg.force_balance != "random") {
     throw ConfigError("--force-balance: unknown mode '" + cfg.force_balance +
-                      "' (valid: none, round-robin)");
+                      "' (valid: none, round-robin, random)");
+  }
+  balance_loss_form_from_name(cfg.balance_loss_form);  // names --balance-loss-form
+  const ModelConfig& m = cfg.model;
+  if (cfg.routing_groups < 1 || m.experts % cfg.routing_groups != 0) {
+    throw ConfigError("--routing-groups=" + std::to_string(cfg.routing_groups) +
+                      " must be >= 1 and divide --experts=" + std::to_string(m.experts));
+  }
+  if (cfg.routing_groups > 1) {
+    const int per_group = m.experts / cfg.routing_groups;
+    if (cfg.group_topk < 1 || cfg.group_topk > cfg.routing_groups ||
+        m.top_k % cfg.group_topk != 0 || m.top_k / cfg.group_topk > per_group) {
+      throw ConfigError("--group-topk=" + std::to_string(cfg.group_topk) +
+                        " must be in [1, --routing-groups], divide --top-k=" +
+                        std::to_string(m.top_k) + ", and leave K/M <= experts per group (" +
+                        std::to_string(per_group) + ")");
+    }
+  }
+  if (cfg.trace_every < 0) {
+    throw ConfigError("--trace-every must be >= 0 (0 = off), got " +
+                      std::to_string(cfg.trace_every));
   }
   if (cfg.ep < 0) {
     throw ConfigError("--ep must be >= 0 (0 = default), got " + std::to_string(cfg.ep));

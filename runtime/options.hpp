@@ -29,7 +29,15 @@ struct RunConfig {
   double grad_clip = 1.0;                        // --grad-clip: global L2 norm, 0 = off
   double bias_update_rate = 0.001;               // --bias-update-rate: γ of SPEC §3, 0 = off
   double seq_aux_loss_weight = 0.0001;           // --seq-aux-loss-weight: α of SPEC §3, 0 = off
-  std::string force_balance = "none";            // --force-balance: none or round-robin
+  bool bias_update_center = false;               // --bias-update-center: mean-centre the update
+  std::string balance_loss_form = "deepseek";    // --balance-loss-form: deepseek or maxtext
+  std::string force_balance = "none";            // --force-balance: none, round-robin, random
+  int routing_groups = 1;                        // --routing-groups: G, 1 = no group limit
+  int group_topk = 1;                            // --group-topk: M groups kept per token
+  std::string hash_table_path;                   // --hash-table: "" = seeded tables
+  bool check_bias = false;                       // --check-bias: verify bias equal on all ranks
+  bool overwrite = false;                        // --overwrite: replace an existing --stats file
+  int trace_every = 0;                           // --trace-every: routing traces, 0 = off
   int ep = 0;                                    // --ep: P, 0 = default_ep_size(W, E)
   int threads = 0;                               // --threads: BLAS threads, 0 = cores / ranks
 

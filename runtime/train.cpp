@@ -1,19 +1,22 @@
-// The training loop. Setup allocates everything; the step loop only computes and communicates.
+// The training loop. Set-up validates input and allocates everything (all ranks agree on any
+// failure before the first collective); the step loop only computes and communicates.
 #include "runtime/train.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <memory>
-#include <numeric>
 #include <thread>
 
 #include "comm/ep_exchange.hpp"
+#include "io/hash_table_file.hpp"
 #include "io/synthetic_data.hpp"
 #include "io/token_data.hpp"
+#include "model/balance.hpp"
 #include "model/blas.hpp"
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
+#include "model/router.hpp"
+#include "runtime/report.hpp"
 
 namespace moe {
 namespace {
@@ -27,70 +30,74 @@ int resolve_threads(const RunConfig& cfg, const Comm& world) {
   return std::max(1, cores / node.size());
 }
 
-// The loss-free bias update of SPEC §3: b[e] += γ·sign(mean(c) − c[e]), top-k layers only.
-void bias_update(RoutingState& routing, std::span<const int64_t> load, const ModelConfig& c,
-                 double rate) {
-  for (int l = 0; l < c.layers; ++l) {
-    if (routing.modes[l] != RoutingMode::kTopK) continue;
-    const int64_t* cl = &load[static_cast<size_t>(l) * c.experts];
-    double mean = 0.0;
-    for (int e = 0; e < c.experts; ++e) mean += static_cast<double>(cl[e]);
-    mean /= c.experts;
-    float* b = &routing.bias[static_cast<size_t>(l) * c.experts];
-    for (int e = 0; e < c.experts; ++e) {
-      const double diff = mean - static_cast<double>(cl[e]);
-      b[e] += static_cast<float>(rate * ((diff > 0) - (diff < 0)));
+RoutingMode forced_mode(const std::string& force_balance) {
+  if (force_balance == "round-robin") return RoutingMode::kRoundRobin;
+  if (force_balance == "random") return RoutingMode::kRandom;
+  return RoutingMode::kTopK;  // natural routing
+}
+
+RoutingState make_routing(const RunConfig& cfg) {
+  const ModelConfig& mc = cfg.model;
+  RoutingState r = routing_state_make(mc, forced_mode(cfg.force_balance), cfg.seed);
+  if (!cfg.hash_table_path.empty() && mc.hash_layers > 0) {
+    r.hash_tables = hash_table_file_read(cfg.hash_table_path, mc.hash_layers, mc.vocab, mc.top_k);
+    const size_t table = static_cast<size_t>(mc.vocab) * mc.top_k;
+    for (int l = 0; l < mc.hash_layers; ++l) {
+      try {
+        hash_table_validate(&r.hash_tables[l * table], mc.vocab, mc.experts, mc.top_k);
+      } catch (const std::exception& e) {
+        throw DataError("hash table file '" + cfg.hash_table_path + "', layer " +
+                        std::to_string(l) + ": " + e.what());
+      }
+    }
+  }
+  r.groups = cfg.routing_groups;
+  r.group_topk = cfg.group_topk;
+  r.balance_alpha = cfg.seq_aux_loss_weight;
+  r.balance_form = balance_loss_form_from_name(cfg.balance_loss_form);
+  return r;
+}
+
+// The per-layer balance metrics of a step from its global loads.
+void fill_metrics(StepRecord& rec, const RoutingState& routing, int L, int E, int W) {
+  rec.layer_variance.resize(L);
+  rec.layer_violation.resize(L);
+  rec.layer_cv.resize(L);
+  rec.layer_overload.resize(L);
+  rec.max_violation = 0.0;
+  for (int l = 0; l < L; ++l) {
+    const BalanceMetrics m = balance_metrics(
+        std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E));
+    rec.layer_variance[l] = m.variance;
+    rec.layer_violation[l] = m.max_violation;
+    rec.layer_cv[l] = m.cv;
+    rec.layer_overload[l] = overload_factor(
+        std::span<const int64_t>(&rec.rank_load[static_cast<size_t>(l) * W], W));
+    if (routing.modes[l] != RoutingMode::kHash) {
+      rec.max_violation = std::max(rec.max_violation, m.max_violation);
     }
   }
 }
 
-// Worst (max c − mean c)/mean c over the layers that balance (top-k, or forced).
-double worst_violation(std::span<const int64_t> load, const RoutingState& routing,
-                       const ModelConfig& c) {
-  double worst = 0.0;
-  for (int l = 0; l < c.layers; ++l) {
-    if (routing.modes[l] == RoutingMode::kHash) continue;
-    const int64_t* cl = &load[static_cast<size_t>(l) * c.experts];
-    const double mean =
-        static_cast<double>(std::accumulate(cl, cl + c.experts, int64_t{0})) / c.experts;
-    const double mx = static_cast<double>(*std::max_element(cl, cl + c.experts));
-    if (mean > 0) worst = std::max(worst, (mx - mean) / mean);
-  }
-  return worst;
-}
-
-void print_config_table(const RunConfig& cfg, int W, int P, int threads, size_t dense_params,
-                        size_t expert_params_total, const TokenSource& data) {
-  std::printf("moe_rt: %s on %d ranks (EP group %d, %d replicas), %d BLAS thread(s) per rank\n",
-              cfg.model_name.c_str(), W, P, W / P, threads);
-  std::printf("  %s\n", blas_info().c_str());
-  std::printf("  parameters: %zu replicated + %zu in experts\n", dense_params,
-              expert_params_total);
-  std::printf("  data: %s\n", data.describe().c_str());
-  std::printf("  ------------------------------------------------------------\n");
-  const std::string text = run_config_to_text(cfg);
-  size_t start = 0;
-  while (start < text.size()) {
-    const size_t end = text.find('\n', start);
-    const std::string line = text.substr(start, end == std::string::npos ? end : end - start);
-    const size_t eq = line.find(" = ");
-    if (eq != std::string::npos) {
-      std::printf("  %-22s %s\n", line.substr(0, eq).c_str(), line.substr(eq + 3).c_str());
+// --check-bias: every rank must hold bitwise the same bias (max and min over ranks agree).
+void check_bias_consistent(const Comm& world, const std::vector<float>& bias, int64_t step) {
+  std::vector<float> hi = bias, lo(bias.size());
+  for (size_t i = 0; i < bias.size(); ++i) lo[i] = -bias[i];
+  world.allreduce_max(std::span<float>(hi));
+  world.allreduce_max(std::span<float>(lo));
+  for (size_t i = 0; i < bias.size(); ++i) {
+    if (hi[i] != -lo[i]) {
+      throw std::runtime_error("--check-bias: ranks disagree on bias entry " + std::to_string(i) +
+                               " at step " + std::to_string(step));
     }
-    if (end == std::string::npos) break;
-    start = end + 1;
   }
-  std::printf("  ------------------------------------------------------------\n");
-  std::printf("%6s %9s %10s %9s %9s %8s %9s %8s\n", "step", "loss", "bal_loss", "grad_norm", "lr",
-              "ms", "tok/s", "max_viol");
-  std::fflush(stdout);
 }
 
 }  // namespace
 
 void setup_agree(const Comm& world, const std::string& local_error) {
-  // Lowest failing rank, or W when none failed: an all-reduce of (failed ? rank : W) with MIN,
-  // written as MAX of the negation with the typed helper.
+  // Lowest failing rank, or W when none failed: a MIN all-reduce of (failed ? rank : W), written
+  // as the MAX of the negation with the typed helper.
   std::vector<int> flag = {local_error.empty() ? -world.size() : -world.rank()};
   world.allreduce_max(std::span<int>(flag));
   const int reporter = -flag[0];
@@ -103,15 +110,17 @@ void setup_agree(const Comm& world, const std::string& local_error) {
 
 TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
   const ModelConfig& mc = cfg.model;
-  const int W = world.size(), rank = world.rank();
-  const int P = cfg.ep > 0 ? cfg.ep : default_ep_size(W, mc.experts);
+  const int W = world.size(), rank = world.rank(), L = mc.layers, E = mc.experts;
+  const int P = cfg.ep > 0 ? cfg.ep : default_ep_size(W, E);
 
   // Everything that can fail on bad input, before the first collective; then all ranks agree.
   std::unique_ptr<TokenSource> data;
+  RoutingState routing;
   std::string error;
   try {
     parallel_config_validate(mc, W, P);
     data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed);
+    routing = make_routing(cfg);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -125,8 +134,9 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
     summary.entropy_floor = synth->entropy_floor_nats();
   }
 
+  // Parameters, gradients and optimizer state: two arenas each.
   const ParallelGroups groups = parallel_groups_make(world, P);
-  const ExpertPlacement placement{mc.experts, P};
+  const ExpertPlacement placement{E, P};
   const ModelLayout layout = model_layout(mc, placement, groups.ep.rank());
   std::vector<float> dense(layout.dense.num_elements), experts(layout.experts.num_elements);
   param_init(std::span<float>(dense), layout.dense, cfg.seed);
@@ -136,21 +146,23 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
   adamw_state_init(adam_dense, dense.size());
   adamw_state_init(adam_experts, experts.size());
   const AdamWConfig adam{0.9f, 0.95f, 1e-8f, static_cast<float>(cfg.weight_decay)};
-  RoutingState routing = routing_state_make(mc, cfg.force_balance == "round-robin", cfg.seed);
 
+  // Activations and step buffers, sized once.
   const int B = mc.batch_per_rank, S = mc.seq_len, N = B * S;
   const int64_t T = static_cast<int64_t>(W) * N;
   ModelActs<float> acts;
   model_acts_reserve(acts, mc, B, P, placement.max_local());
   EpExchange ex(groups.ep);
   std::vector<int32_t> sample(S + 1), tokens(N), targets(N);
-  std::vector<int64_t> load(static_cast<size_t>(mc.layers) * mc.experts);
+  std::vector<double> sums(1 + L);                  // [CE sum, balance loss of each layer]
+  std::vector<int64_t> recv_local(L), recv_all(static_cast<size_t>(W) * L);
   summary.steps.reserve(cfg.steps);
 
   if (rank == 0 && !quiet) {
-    const size_t expert_total = static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model *
-                                mc.ffn_dim;  // W1, W3, W2 of every expert, once
-    print_config_table(cfg, W, P, threads, dense.size(), expert_total, *data);
+    RunShape shape{W, P, threads, dense.size(),
+                   static_cast<size_t>(L) * E * 3 * mc.d_model * mc.ffn_dim,
+                   summary.data_description, ""};
+    report_config(cfg, shape);
   }
 
   ModelBatch batch;
@@ -158,6 +170,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
   batch.targets = targets.data();
   batch.first_global_token = static_cast<int64_t>(rank) * N;
   batch.loss_scale = 1.0 / static_cast<double>(T);
+  batch.num_global_sequences = static_cast<int64_t>(W) * B;
 
   for (int step = 0; step < cfg.steps; ++step) {
     const double t0 = MPI_Wtime();
@@ -168,57 +181,71 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
       std::copy_n(sample.begin(), S, tokens.begin() + b * S);
       std::copy_n(sample.begin() + 1, S, targets.begin() + b * S);
     }
+    batch.step = step;
     StepRecord rec;
     rec.step = step;
     rec.bias = routing.bias;
 
     std::fill(d_dense.begin(), d_dense.end(), 0.0f);
     std::fill(d_experts.begin(), d_experts.end(), 0.0f);
-    const double local_loss = model_forward(acts, dense.data(), experts.data(), layout, routing,
-                                            batch, mc, placement, ex);
+    sums[0] = model_forward(acts, dense.data(), experts.data(), layout, routing, batch, mc,
+                            placement, ex);
+    std::copy(acts.layer_balance_loss.begin(), acts.layer_balance_loss.end(), sums.begin() + 1);
     model_backward(d_dense.data(), d_experts.data(), acts, dense.data(), experts.data(), layout,
                    batch, mc, ex);
 
     // Gradients: replicated over all ranks, experts over their replicas.
     world.allreduce_sum(std::span<float>(d_dense));
     if (groups.num_replicas > 1) groups.replica.allreduce_sum(std::span<float>(d_experts));
-    std::vector<double> sums = {local_loss};
     world.allreduce_sum(std::span<double>(sums));
     rec.loss = sums[0] / static_cast<double>(T);
-    for (int l = 0; l < mc.layers; ++l) {
+    rec.layer_balance_loss.assign(sums.begin() + 1, sums.end());
+    for (double b : rec.layer_balance_loss) rec.balance_loss += b;
+    // One all-reduce of the stacked [L, E] counts; one all-gather of the rows each rank received.
+    rec.expert_load.resize(static_cast<size_t>(L) * E);
+    for (int l = 0; l < L; ++l) {
       std::copy(acts.moe[l].plan.expert_counts.begin(), acts.moe[l].plan.expert_counts.end(),
-                load.begin() + static_cast<size_t>(l) * mc.experts);
+                rec.expert_load.begin() + static_cast<size_t>(l) * E);
+      recv_local[l] = acts.moe[l].plan.num_recv;
     }
-    world.allreduce_sum(std::span<int64_t>(load));  // one all-reduce of the stacked [L, E] counts
+    world.allreduce_sum(std::span<int64_t>(rec.expert_load));
+    world.allgather(std::span<const int64_t>(recv_local), std::span<int64_t>(recv_all));
+    rec.rank_load.resize(static_cast<size_t>(L) * W);
+    for (int r = 0; r < W; ++r) {
+      for (int l = 0; l < L; ++l) rec.rank_load[static_cast<size_t>(l) * W + r] = recv_all[r * L + l];
+    }
 
     // Global norm: dense gradients are identical everywhere (count once); each expert shard is
     // counted once by summing over one EP group, whose members own disjoint experts.
     std::vector<double> expert_sq = {sum_squares(d_experts)};
     groups.ep.allreduce_sum(std::span<double>(expert_sq));
     rec.grad_norm = std::sqrt(sum_squares(d_dense) + expert_sq[0]);
-    const float clip_scale =
-        cfg.grad_clip > 0 && rec.grad_norm > cfg.grad_clip
-            ? static_cast<float>(cfg.grad_clip / rec.grad_norm) : 1.0f;
+    const float clip_scale = cfg.grad_clip > 0 && rec.grad_norm > cfg.grad_clip
+                                 ? static_cast<float>(cfg.grad_clip / rec.grad_norm)
+                                 : 1.0f;
     const float lr = lr_at_step(step, cfg.steps, cfg.warmup_steps, static_cast<float>(cfg.lr),
                                 kMinLrRatio);
     rec.lr = lr;
     adamw_update(dense, d_dense, adam_dense, layout.dense, adam, lr, clip_scale, step + 1);
     adamw_update(experts, d_experts, adam_experts, layout.experts, adam, lr, clip_scale, step + 1);
-    if (cfg.bias_update_rate > 0) bias_update(routing, load, mc, cfg.bias_update_rate);
 
-    rec.expert_load = load;
-    rec.max_violation = worst_violation(load, routing, mc);
-    rec.seconds = MPI_Wtime() - t0;
-    std::vector<double> slowest = {rec.seconds};
+    // Loss-free balancing after the optimizer step, top-k layers only, from the global loads.
+    if (cfg.bias_update_rate > 0) {
+      for (int l = 0; l < L; ++l) {
+        if (routing.modes[l] != RoutingMode::kTopK) continue;
+        bias_update(std::span<float>(&routing.bias[static_cast<size_t>(l) * E], E),
+                    std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E),
+                    cfg.bias_update_rate, cfg.bias_update_center);
+      }
+    }
+    if (cfg.check_bias) check_bias_consistent(world, routing.bias, step);
+
+    fill_metrics(rec, routing, L, E, W);
+    std::vector<double> slowest = {MPI_Wtime() - t0};
     world.allreduce_max(std::span<double>(slowest));
     rec.seconds = slowest[0];
     rec.tokens_per_s = static_cast<double>(T) / rec.seconds;
-    if (rank == 0 && !quiet) {
-      std::printf("%6lld %9.4f %10.3e %9.4f %9.2e %8.1f %9.0f %8.3f\n",
-                  static_cast<long long>(step), rec.loss, rec.balance_loss, rec.grad_norm, rec.lr,
-                  rec.seconds * 1e3, rec.tokens_per_s, rec.max_violation);
-      std::fflush(stdout);
-    }
+    if (rank == 0 && !quiet) report_step(rec);
     summary.steps.push_back(std::move(rec));
   }
   return summary;

@@ -14,18 +14,24 @@
 
 namespace moe {
 
-// What a run measured, for the end-of-run summary and for tests.
+// What a step measured, globally reduced: the step line, the statistics file and tests read it.
 struct StepRecord {
   int64_t step = 0;
   double loss = 0.0;            // LM cross-entropy, global mean
   double balance_loss = 0.0;    // total sequence-wise balance loss added
   double grad_norm = 0.0;       // before clipping
   double lr = 0.0;
-  double seconds = 0.0;
+  double seconds = 0.0;         // the slowest rank's step time
   double tokens_per_s = 0.0;
   double max_violation = 0.0;   // worst (max c − mean c)/mean c over top-k (or forced) layers
-  std::vector<int64_t> expert_load;  // [L, E] global counts of the step
-  std::vector<float> bias;           // [L, E] bias used for the step's routing
+  std::vector<int64_t> expert_load;        // [L, E] global counts of the step
+  std::vector<int64_t> rank_load;          // [L, W] assignments received by each rank
+  std::vector<float> bias;                 // [L, E] bias used for the step's routing
+  std::vector<double> layer_variance;      // [L] population variance of expert_load
+  std::vector<double> layer_violation;     // [L] (max − mean)/mean
+  std::vector<double> layer_cv;            // [L] std / mean
+  std::vector<double> layer_overload;      // [L] max / mean of rank_load
+  std::vector<double> layer_balance_loss;  // [L]
 };
 
 struct TrainSummary {

@@ -34,11 +34,19 @@ ModelConfig micro_config() {
   return c;
 }
 
-class ModelGradient : public ::testing::TestWithParam<bool> {};
+struct ModelCase {
+  const char* name;
+  RoutingMode forced;  // kTopK: natural (hash + top-k layers)
+  double alpha;        // balance loss weight
+  BalanceLossForm form;
+  int groups, group_topk;
+};
+
+class ModelGradient : public ::testing::TestWithParam<ModelCase> {};
 
 // Central differences with h = 1e-6; |analytic − numeric| <= 1e-6 · max(1, |analytic|).
 TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
-  const bool forced = GetParam();
+  const ModelCase mc = GetParam();
   const ModelConfig c = micro_config();
   const Comm self = Comm::self();
   EpExchange ex(self);
@@ -55,8 +63,12 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
       for (size_t i = 0; i < e.count; ++i) dense[e.offset + i] = 1.0 + 0.1 * std::sin(i + 1.0);
     }
   }
-  RoutingState routing = routing_state_make(c, forced, 3);
+  RoutingState routing = routing_state_make(c, mc.forced, 3);
   for (size_t i = 0; i < routing.bias.size(); ++i) routing.bias[i] = 0.01f * (i % 3);
+  routing.balance_alpha = mc.alpha;  // large, so its gradient is visible at the 1e-6 level
+  routing.balance_form = mc.form;
+  routing.groups = mc.groups;
+  routing.group_topk = mc.group_topk;
 
   const int N = c.batch_per_rank * c.seq_len;
   std::vector<int32_t> tokens(N), targets(N);
@@ -65,13 +77,20 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
     tokens[i] = static_cast<int32_t>(rng_below(stream, i, c.vocab));
     targets[i] = static_cast<int32_t>(rng_below(stream, 1000 + i, c.vocab));
   }
-  ModelBatch batch{tokens.data(), targets.data(), 0, 1.0 / N};
+  ModelBatch batch;
+  batch.tokens = tokens.data();
+  batch.targets = targets.data();
+  batch.loss_scale = 1.0 / N;
+  batch.num_global_sequences = c.batch_per_rank;
   ModelActs<double> acts;
   model_acts_reserve(acts, c, c.batch_per_rank, 1, placement.max_local());
 
+  // The trained objective: mean cross-entropy plus every layer's balance loss.
   auto loss = [&]() {
-    return model_forward(acts, dense.data(), experts.data(), layout, routing, batch, c, placement,
-                         ex) * batch.loss_scale;
+    double total = model_forward(acts, dense.data(), experts.data(), layout, routing, batch, c,
+                                 placement, ex) * batch.loss_scale;
+    for (double b : acts.layer_balance_loss) total += b;
+    return total;
   };
   loss();
   std::vector<std::vector<int32_t>> selection;
@@ -107,8 +126,16 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
   check(experts, d_experts, layout.experts);
 }
 
-INSTANTIATE_TEST_SUITE_P(Routing, ModelGradient, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "forced" : "natural"; });
+INSTANTIATE_TEST_SUITE_P(
+    Routing, ModelGradient,
+    ::testing::Values(
+        ModelCase{"natural", RoutingMode::kTopK, 0.0, BalanceLossForm::kDeepSeek, 1, 1},
+        ModelCase{"balance_deepseek", RoutingMode::kTopK, 0.5, BalanceLossForm::kDeepSeek, 1, 1},
+        ModelCase{"balance_maxtext", RoutingMode::kTopK, 0.5, BalanceLossForm::kMaxText, 1, 1},
+        ModelCase{"grouped", RoutingMode::kTopK, 0.5, BalanceLossForm::kDeepSeek, 2, 1},
+        ModelCase{"round_robin", RoutingMode::kRoundRobin, 0.5, BalanceLossForm::kDeepSeek, 1, 1},
+        ModelCase{"random", RoutingMode::kRandom, 0.0, BalanceLossForm::kDeepSeek, 1, 1}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace moe

@@ -172,6 +172,20 @@ TEST(Options, CommandLineOverridesPreset) {
   EXPECT_EQ(cfg.model.d_model, 128);  // untouched fields keep the preset's value
 }
 
+TEST(Options, FlagsAloneMeanTrueAndTakeExplicitValues) {
+  EXPECT_FALSE(parse({}).bias_update_center);
+  EXPECT_TRUE(parse({"--bias-update-center"}).bias_update_center);
+  EXPECT_TRUE(parse({"--check-bias", "--steps", "3"}).check_bias);
+  EXPECT_FALSE(parse({"--overwrite=false"}).overwrite);
+  const RunConfig cfg = parse({"--balance-loss-form", "maxtext", "--routing-groups", "2",
+                               "--group-topk", "1", "--force-balance", "random",
+                               "--trace-every", "5"});
+  EXPECT_EQ(cfg.balance_loss_form, "maxtext");
+  EXPECT_EQ(cfg.routing_groups, 2);
+  EXPECT_EQ(cfg.force_balance, "random");
+  EXPECT_EQ(cfg.trace_every, 5);
+}
+
 TEST(Options, CommandLineOverridesFileOverridesPreset) {
   TempDir dir;
   const std::string path = dir.write("run.cfg",
@@ -206,13 +220,19 @@ TEST(Options, BadCommandLinesNameTheOption) {
   expect_config_error({"extra"}, {"positional"});
   expect_config_error({"--score-func", "relu"},
                       {"--score-func", "relu", "sqrtsoftplus, sigmoid, softmax"});
-  expect_config_error({"--force-balance", "random"},
-                      {"--force-balance", "random", "none, round-robin"});
+  expect_config_error({"--force-balance", "sometimes"},
+                      {"--force-balance", "sometimes", "none, round-robin, random"});
+  expect_config_error({"--balance-loss-form", "switch"},
+                      {"--balance-loss-form", "switch", "deepseek, maxtext"});
+  expect_config_error({"--check-bias", "maybe"}, {"--check-bias", "true or false"});
   expect_config_error({"--data", "bin:x"}, {"--data", "synthetic, tokens:PATH, text:PATH"});
 }
 
 TEST(Options, ImpossibleValuesNameTheOption) {
   expect_config_error({"--top-k", "9"}, {"--top-k"});
+  expect_config_error({"--routing-groups", "3"}, {"--routing-groups"});
+  expect_config_error({"--routing-groups", "4", "--group-topk", "2"}, {"--group-topk"});
+  expect_config_error({"--trace-every", "-1"}, {"--trace-every"});
   expect_config_error({"--hash-layers", "8"}, {"--hash-layers"});
   expect_config_error({"--kv-heads", "3"}, {"--kv-heads"});
   expect_config_error({"--steps", "0"}, {"--steps"});

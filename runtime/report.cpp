@@ -1,0 +1,71 @@
+// Rank 0's story of a run, on stdout.
+#include "runtime/report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "model/blas.hpp"
+
+namespace moe {
+
+void report_config(const RunConfig& cfg, const RunShape& s) {
+  std::printf("moe_rt: %s on %d ranks (EP group %d, %d replicas), %d BLAS thread(s) per rank\n",
+              cfg.model_name.c_str(), s.world_size, s.ep_size, s.world_size / s.ep_size,
+              s.threads);
+  std::printf("  %s\n", blas_info().c_str());
+  std::printf("  parameters: %zu replicated + %zu in experts\n", s.dense_params, s.expert_params);
+  std::printf("  data: %s\n", s.data.c_str());
+  std::printf("  statistics: %s\n", s.stats_path.empty() ? "(none)" : s.stats_path.c_str());
+  std::printf("  ------------------------------------------------------------\n");
+  const std::string text = run_config_to_text(cfg);
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    const size_t eq = line.find(" = ");
+    if (eq != std::string::npos) {
+      std::printf("  %-22s %s\n", line.substr(0, eq).c_str(), line.substr(eq + 3).c_str());
+    }
+    start = end + 1;
+  }
+  std::printf("  ------------------------------------------------------------\n");
+  std::printf("%6s %9s %10s %9s %9s %8s %9s %8s\n", "step", "loss", "bal_loss", "grad_norm", "lr",
+              "ms", "tok/s", "max_viol");
+  std::fflush(stdout);
+}
+
+void report_step(const StepRecord& r) {
+  std::printf("%6lld %9.4f %10.3e %9.4f %9.2e %8.1f %9.0f %8.3f\n", static_cast<long long>(r.step),
+              r.loss, r.balance_loss, r.grad_norm, r.lr, r.seconds * 1e3, r.tokens_per_s,
+              r.max_violation);
+  std::fflush(stdout);
+}
+
+void report_summary(const TrainSummary& s, const std::string& stats_path) {
+  if (s.steps.empty()) return;
+  const StepRecord& first = s.steps.front();
+  const StepRecord& last = s.steps.back();
+  // Throughput: the median over the steps after the first, which pays for warm-up.
+  std::vector<double> tps;
+  for (size_t i = s.steps.size() > 1 ? 1 : 0; i < s.steps.size(); ++i) {
+    tps.push_back(s.steps[i].tokens_per_s);
+  }
+  std::sort(tps.begin(), tps.end());
+  double seconds = 0;
+  for (const StepRecord& r : s.steps) seconds += r.seconds;
+  std::printf("\nsummary: %zu steps in %.1f s, median %.0f tokens/s\n", s.steps.size(), seconds,
+              tps[tps.size() / 2]);
+  std::printf("  loss %.4f -> %.4f", first.loss, last.loss);
+  if (s.entropy_floor >= 0) {
+    std::printf(" (data floor %.4f nats: %.4f above it)", s.entropy_floor,
+                last.loss - s.entropy_floor);
+  }
+  std::printf("\n  worst load violation: %.3f at step 0, %.3f at the last step\n",
+              first.max_violation, last.max_violation);
+  if (!stats_path.empty()) std::printf("  statistics written to %s\n", stats_path.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace moe

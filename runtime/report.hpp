@@ -1,0 +1,23 @@
+// What rank 0 prints: the configuration table at start, one fixed-column line per step, and the
+// summary at the end.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "runtime/options.hpp"
+#include "runtime/train.hpp"
+
+namespace moe {
+
+struct RunShape {
+  int world_size = 1, ep_size = 1, threads = 1;
+  size_t dense_params = 0, expert_params = 0;  // expert_params: every expert once
+  std::string data, stats_path;
+};
+
+void report_config(const RunConfig& cfg, const RunShape& shape);
+void report_step(const StepRecord& rec);
+void report_summary(const TrainSummary& summary, const std::string& stats_path);
+
+}  // namespace moe
