@@ -93,11 +93,14 @@ template <class T> void Comm::alltoall(std::span<const T> send, std::span<T> rec
                              mpi_type<T>(), comm_));
 }
 
+namespace {
+
+// Counts and displacements: one per rank, every block inside its buffer.
 template <class T>
-void Comm::alltoallv(std::span<const T> send, std::span<const int> send_counts,
-                     std::span<const int> send_displs, std::span<T> recv,
-                     std::span<const int> recv_counts, std::span<const int> recv_displs) const {
-  const auto n = static_cast<size_t>(size_);
+void check_alltoallv_args(int size, std::span<const T> send, std::span<const int> send_counts,
+                          std::span<const int> send_displs, std::span<T> recv,
+                          std::span<const int> recv_counts, std::span<const int> recv_displs) {
+  const auto n = static_cast<size_t>(size);
   if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n ||
       recv_displs.size() != n) {
     throw std::invalid_argument("Comm::alltoallv: counts and displacements need one entry per rank");
@@ -109,9 +112,35 @@ void Comm::alltoallv(std::span<const T> send, std::span<const int> send_counts,
                                   " lies outside its buffer");
     }
   }
+}
+
+}  // namespace
+
+template <class T>
+void Comm::alltoallv(std::span<const T> send, std::span<const int> send_counts,
+                     std::span<const int> send_displs, std::span<T> recv,
+                     std::span<const int> recv_counts, std::span<const int> recv_displs) const {
+  check_alltoallv_args(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
   MOE_MPI_CHECK(MPI_Alltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),
                               recv.data(), recv_counts.data(), recv_displs.data(), mpi_type<T>(),
                               comm_));
+}
+
+template <class T>
+MPI_Request Comm::ialltoallv(std::span<const T> send, std::span<const int> send_counts,
+                             std::span<const int> send_displs, std::span<T> recv,
+                             std::span<const int> recv_counts,
+                             std::span<const int> recv_displs) const {
+  check_alltoallv_args(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  MPI_Request request = MPI_REQUEST_NULL;
+  MOE_MPI_CHECK(MPI_Ialltoallv(send.data(), send_counts.data(), send_displs.data(), mpi_type<T>(),
+                               recv.data(), recv_counts.data(), recv_displs.data(), mpi_type<T>(),
+                               comm_, &request));
+  return request;
+}
+
+void Comm::wait(MPI_Request& request) const {
+  MOE_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
 }
 
 template <class T> void Comm::allgather(std::span<const T> send, std::span<T> recv) const {
@@ -135,6 +164,9 @@ void Comm::barrier() const { MOE_MPI_CHECK(MPI_Barrier(comm_)); }
   template void Comm::alltoallv<T>(std::span<const T>, std::span<const int>,                   \
                                    std::span<const int>, std::span<T>, std::span<const int>,   \
                                    std::span<const int>) const;                                \
+  template MPI_Request Comm::ialltoallv<T>(std::span<const T>, std::span<const int>,          \
+                                           std::span<const int>, std::span<T>,                 \
+                                           std::span<const int>, std::span<const int>) const;  \
   template void Comm::allgather<T>(std::span<const T>, std::span<T>) const;                    \
   template void Comm::broadcast<T>(std::span<T>, int) const;
 MOE_COMM_INSTANTIATE(float)

@@ -62,6 +62,13 @@ class Comm {
   void alltoallv(std::span<const T> send, std::span<const int> send_counts,
                  std::span<const int> send_displs, std::span<T> recv,
                  std::span<const int> recv_counts, std::span<const int> recv_displs) const;
+  // Non-blocking alltoallv: returns the request to pass to wait(); the buffers must stay alive
+  // and untouched until then.
+  template <class T>
+  MPI_Request ialltoallv(std::span<const T> send, std::span<const int> send_counts,
+                         std::span<const int> send_displs, std::span<T> recv,
+                         std::span<const int> recv_counts, std::span<const int> recv_displs) const;
+  void wait(MPI_Request& request) const;
   // Gathers `send` (the same size on every rank) from every rank into recv, rank-major.
   template <class T> void allgather(std::span<const T> send, std::span<T> recv) const;
   template <class T> void broadcast(std::span<T> data, int root) const;

@@ -58,13 +58,33 @@ void check_rows(std::span<const T> rows, long long num_rows, int D, const char* 
 template <class T>
 void EpExchange::dispatch(std::span<T> expert_rows, std::span<T> staging,
                           std::span<const T> send_rows, const DispatchPlan& plan, int D) {
+  dispatch_begin(staging, send_rows, plan, D);
+  dispatch_end(expert_rows, std::span<const T>(staging), plan, D);
+}
+
+template <class T>
+void EpExchange::dispatch_begin(std::span<T> staging, std::span<const T> send_rows,
+                                const DispatchPlan& plan, int D) {
+  if (pending_ != MPI_REQUEST_NULL) {
+    throw std::logic_error("EpExchange: dispatch_begin while another dispatch is open");
+  }
   check_rows<T>(send_rows, plan.num_send(), D, "dispatch send_rows");
-  check_rows<T>(expert_rows, plan.num_recv, D, "dispatch expert_rows");
   check_rows<T>(staging, plan.num_recv, D, "dispatch staging");
   scale_counts(plan, D);
   // Send rows are already destination-major (the plan's send order), so they go as they are.
-  ep_.alltoallv(send_rows, std::span<const int>(send_elems_), std::span<const int>(send_displs_),
-                staging, std::span<const int>(recv_elems_), std::span<const int>(recv_displs_));
+  pending_ = ep_.ialltoallv(send_rows, std::span<const int>(send_elems_),
+                            std::span<const int>(send_displs_), staging,
+                            std::span<const int>(recv_elems_), std::span<const int>(recv_displs_));
+}
+
+template <class T>
+void EpExchange::dispatch_end(std::span<T> expert_rows, std::span<const T> staging,
+                              const DispatchPlan& plan, int D) {
+  if (pending_ == MPI_REQUEST_NULL) {
+    throw std::logic_error("EpExchange: dispatch_end without dispatch_begin");
+  }
+  ep_.wait(pending_);
+  check_rows<T>(expert_rows, plan.num_recv, D, "dispatch expert_rows");
   const size_t row_bytes = sizeof(T) * D;
   for (int r = 0; r < plan.num_recv; ++r) {
     std::memcpy(&expert_rows[static_cast<size_t>(plan.recv_to_expert[r]) * D],
@@ -94,6 +114,14 @@ template void EpExchange::dispatch<float>(std::span<float>, std::span<float>,
                                           std::span<const float>, const DispatchPlan&, int);
 template void EpExchange::dispatch<double>(std::span<double>, std::span<double>,
                                            std::span<const double>, const DispatchPlan&, int);
+template void EpExchange::dispatch_begin<float>(std::span<float>, std::span<const float>,
+                                                const DispatchPlan&, int);
+template void EpExchange::dispatch_begin<double>(std::span<double>, std::span<const double>,
+                                                 const DispatchPlan&, int);
+template void EpExchange::dispatch_end<float>(std::span<float>, std::span<const float>,
+                                              const DispatchPlan&, int);
+template void EpExchange::dispatch_end<double>(std::span<double>, std::span<const double>,
+                                               const DispatchPlan&, int);
 template void EpExchange::combine<float>(std::span<float>, std::span<float>,
                                          std::span<const float>, const DispatchPlan&, int);
 template void EpExchange::combine<double>(std::span<double>, std::span<double>,

@@ -26,6 +26,15 @@ class EpExchange {
   void dispatch(std::span<T> expert_rows, std::span<T> staging, std::span<const T> send_rows,
                 const DispatchPlan& plan, int D);
 
+  // dispatch in two halves, so that computation can overlap the all-to-all: begin posts it
+  // (send_rows and staging must stay untouched), end waits and permutes into expert_rows.
+  template <class T>
+  void dispatch_begin(std::span<T> staging, std::span<const T> send_rows, const DispatchPlan& plan,
+                      int D);
+  template <class T>
+  void dispatch_end(std::span<T> expert_rows, std::span<const T> staging, const DispatchPlan& plan,
+                    int D);
+
   // expert_rows [R, D] expert-major -> send_rows [T·K, D] in send order, back on their source.
   template <class T>
   void combine(std::span<T> send_rows, std::span<T> staging, std::span<const T> expert_rows,
@@ -38,6 +47,7 @@ class EpExchange {
   void scale_counts(const DispatchPlan& plan, int D);
 
   const Comm& ep_;
+  MPI_Request pending_ = MPI_REQUEST_NULL;  // an open dispatch_begin
   std::vector<int> send_elems_, send_displs_, recv_elems_, recv_displs_;  // [P] each
 };
 

@@ -129,25 +129,33 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
   T* normed = a.normed.data();
   T* rstd = a.rstd.data();
 
-  embedding_forward(resid, b.tokens, dense + m.embed, N, D, V);
+  {
+    ScopedPhase timer(a.times, Phase::kOther);
+    embedding_forward(resid, b.tokens, dense + m.embed, N, D, V);
+  }
   for (int l = 0; l < c.layers; ++l) {
     const LayerOffsets& o = m.layers[l];
-    // x1 = x0 + Attn(RMSNorm(x0))
     const size_t i0 = 2 * l, i1 = 2 * l + 1;
-    rmsnorm_forward(normed + i0 * ND, rstd + i0 * N, resid + i0 * ND, dense + o.attn_norm, N, D,
-                    c.norm_eps);
-    attention_forward(a.block_out.data(), a.attn[l], normed + i0 * ND, attn_weights_at(dense, o),
-                      ad, a.rope, B);
-    for (size_t i = 0; i < ND; ++i) resid[i1 * ND + i] = resid[i0 * ND + i] + a.block_out[i];
-    // x2 = x1 + MoE(RMSNorm(x1))
-    rmsnorm_forward(normed + i1 * ND, rstd + i1 * N, resid + i1 * ND, dense + o.moe_norm, N, D,
-                    c.norm_eps);
+    {
+      // x1 = x0 + Attn(RMSNorm(x0))
+      ScopedPhase timer(a.times, Phase::kAttention);
+      rmsnorm_forward(normed + i0 * ND, rstd + i0 * N, resid + i0 * ND, dense + o.attn_norm, N, D,
+                      c.norm_eps);
+      attention_forward(a.block_out.data(), a.attn[l], normed + i0 * ND,
+                        attn_weights_at(dense, o), ad, a.rope, B);
+      for (size_t i = 0; i < ND; ++i) resid[i1 * ND + i] = resid[i0 * ND + i] + a.block_out[i];
+      // x2 = x1 + MoE(RMSNorm(x1)): the norm is counted with attention, the MoE times itself
+      rmsnorm_forward(normed + i1 * ND, rstd + i1 * N, resid + i1 * ND, dense + o.moe_norm, N, D,
+                      c.norm_eps);
+    }
+    a.moe[l].times = a.times;
     moe_forward(a.block_out.data(), a.moe[l], normed + i1 * ND,
                 moe_weights_at(dense, experts, o.moe, md), layer_routing<T>(routing, b, c, l), md,
                 placement, ex, N);
     for (size_t i = 0; i < ND; ++i) resid[(i1 + 1) * ND + i] = resid[i1 * ND + i] + a.block_out[i];
     a.layer_balance_loss[l] = a.moe[l].balance_loss;
   }
+  ScopedPhase timer(a.times, Phase::kOther);
   const size_t last = 2 * static_cast<size_t>(c.layers);
   rmsnorm_forward(a.final_normed.data(), rstd + last * N, resid + last * ND, dense + m.final_norm,
                   N, D, c.norm_eps);
@@ -169,14 +177,17 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
   T* d_resid = a.d_resid.data();
   T* d_normed = a.d_normed.data();
 
-  // logits = final_normed·lm_head; final_normed = RMSNorm(x_L)
-  const size_t last = 2 * static_cast<size_t>(c.layers);
-  std::fill(a.d_final.begin(), a.d_final.end(), T(0));
-  linear_backward(a.d_final.data(), dd + m.lm_head, a.d_logits.data(), a.final_normed.data(),
-                  dense + m.lm_head, N, D, V);
-  std::fill(a.d_resid.begin(), a.d_resid.end(), T(0));
-  rmsnorm_backward(d_resid, dd + m.final_norm, a.d_final.data(), resid + last * ND,
-                   dense + m.final_norm, rstd + last * N, N, D);
+  {
+    // logits = final_normed·lm_head; final_normed = RMSNorm(x_L)
+    ScopedPhase timer(a.times, Phase::kOther);
+    const size_t last = 2 * static_cast<size_t>(c.layers);
+    std::fill(a.d_final.begin(), a.d_final.end(), T(0));
+    linear_backward(a.d_final.data(), dd + m.lm_head, a.d_logits.data(), a.final_normed.data(),
+                    dense + m.lm_head, N, D, V);
+    std::fill(a.d_resid.begin(), a.d_resid.end(), T(0));
+    rmsnorm_backward(d_resid, dd + m.final_norm, a.d_final.data(), resid + last * ND,
+                     dense + m.final_norm, rstd + last * N, N, D);
+  }
   for (int l = c.layers - 1; l >= 0; --l) {
     const LayerOffsets& o = m.layers[l];
     const size_t i0 = 2 * l, i1 = 2 * l + 1;
@@ -184,6 +195,7 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     std::fill(a.d_normed.begin(), a.d_normed.end(), T(0));
     moe_backward(d_normed, moe_weights_at(dd, de, o.moe, md), d_resid, a.moe[l],
                  normed + i1 * ND, moe_weights_at(dense, experts, o.moe, md), md, ex);
+    ScopedPhase timer(a.times, Phase::kAttentionBackward);
     rmsnorm_backward(d_resid, dd + o.moe_norm, d_normed, resid + i1 * ND, dense + o.moe_norm,
                      rstd + i1 * N, N, D);
     // x1 = x0 + Attn(RMSNorm(x0)): d_x0 = d_x1 + RMSNorm'ᵀ(Attn'ᵀ d_x1)
@@ -194,6 +206,7 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
                      rstd + i0 * N, N, D);
   }
   // x0 = embed[tokens]
+  ScopedPhase timer(a.times, Phase::kOther);
   embedding_backward(dd + m.embed, d_resid, b.tokens, N, D);
 }
 

@@ -14,6 +14,7 @@
 #include "model/config.hpp"
 #include "model/moe_layer.hpp"
 #include "model/params.hpp"
+#include "model/phase_timer.hpp"
 
 namespace moe {
 
@@ -55,6 +56,7 @@ RoutingState routing_state_make(const ModelConfig& cfg, RoutingMode forced, uint
 
 // Everything one step keeps from forward for backward, sized once for B sequences.
 template <class T> struct ModelActs {
+  PhaseTimes* times = nullptr;   // phase timers of forward and backward, or none
   int B = 0;
   std::vector<T> resid;          // [2L+1, N, D] residual stream before each sub-block, and final
   std::vector<T> normed;         // [2L, N, D] RMSNorm outputs fed to attention / MoE

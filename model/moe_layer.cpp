@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/linear.hpp"
+#include "model/phase_timer.hpp"
 #include "model/router.hpp"
 #include "model/swiglu.hpp"
 
@@ -106,6 +107,25 @@ template <class T> void select_experts(MoeSaved<T>& s, const MoeRouting& r, cons
   }
 }
 
+// The layer's share of the sequence-wise balance loss and its ∂/∂scores (top-k layers only).
+template <class T> void balance_loss_forward(MoeSaved<T>& s, const MoeRouting& routing,
+                                             const MoeDims& d, int N) {
+  s.balance_loss = 0.0;
+  if (routing.mode != RoutingMode::kTopK || routing.balance_weight <= 0) {
+    s.d_scores_balance.clear();
+    return;
+  }
+  if (routing.seq_len <= 0 || N % routing.seq_len != 0) {
+    throw std::invalid_argument("moe_forward: the balance loss needs whole sequences");
+  }
+  s.d_scores_balance.resize(s.scores.size());
+  s.topk_scratch.resize(s.expert_idx.size());
+  s.balance_loss = balance_loss_forward_backward(
+      s.d_scores_balance.data(), s.topk_scratch.data(), s.balance_scratch, s.scores.data(),
+      s.expert_idx.data(), routing.bias, N / routing.seq_len, routing.seq_len, d.E, d.K,
+      routing.balance_weight, routing.balance_form);
+}
+
 // The routed experts of this rank, each on its contiguous rows of x: g = x·W1, v = x·W3,
 // h = swiglu(g, v), y = h·W2.
 template <class T> void local_experts_forward(MoeSaved<T>& s, const MoeWeights<T>& w,
@@ -125,74 +145,88 @@ template <class T> void local_experts_forward(MoeSaved<T>& s, const MoeWeights<T
 
 }  // namespace
 
+namespace {
+
+// The shared expert writes out = swiglu(in·S1, in·S3)·S2 (or zeros without one); the routed
+// experts' weighted outputs are added to it afterwards.
+template <class T> void shared_expert_forward(T* out, MoeSaved<T>& s, const T* in,
+                                              const MoeWeights<T>& w, const MoeDims& d, int N) {
+  if (d.Fs == 0) {
+    std::fill(out, out + static_cast<size_t>(N) * d.D, T(0));
+    return;
+  }
+  const size_t NFs = static_cast<size_t>(N) * d.Fs;
+  s.sg.resize(NFs);
+  s.sv.resize(NFs);
+  s.sh.resize(NFs);
+  linear_forward(s.sg.data(), in, w.shared_w1, N, d.D, d.Fs);
+  linear_forward(s.sv.data(), in, w.shared_w3, N, d.D, d.Fs);
+  swiglu_forward(s.sh.data(), s.sg.data(), s.sv.data(), static_cast<int64_t>(NFs), 0.0f);
+  linear_forward(out, s.sh.data(), w.shared_w2, N, d.Fs, d.D);
+}
+
+}  // namespace
+
 template <class T>
 void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
                  const MoeRouting& routing, const MoeDims& d, const ExpertPlacement& placement,
                  EpExchange& ex, int N) {
   const size_t D = d.D;
   s.N = N;
-  s.logits.resize(static_cast<size_t>(N) * d.E);
-  s.scores.resize(s.logits.size());
-  s.expert_idx.resize(static_cast<size_t>(N) * d.K);
-  s.weights.resize(s.expert_idx.size());
-
-  // Router in a fixed-order loop: routing is bitwise independent of N and of BLAS threading.
-  router_logits_forward(s.logits.data(), in, w.router, N, d.D, d.E);
-  score_forward(s.scores.data(), s.logits.data(), N, d.E, d.score);
-  select_experts(s, routing, d, N);
-  route_weights_forward(s.weights.data(), s.scores.data(), s.expert_idx.data(), N, d.E, d.K,
-                        d.route_scale);
-  s.balance_loss = 0.0;
-  if (routing.mode == RoutingMode::kTopK && routing.balance_weight > 0) {
-    if (routing.seq_len <= 0 || N % routing.seq_len != 0) {
-      throw std::invalid_argument("moe_forward: the balance loss needs whole sequences");
+  {
+    ScopedPhase timer(s.times, Phase::kRouter);
+    s.logits.resize(static_cast<size_t>(N) * d.E);
+    s.scores.resize(s.logits.size());
+    s.expert_idx.resize(static_cast<size_t>(N) * d.K);
+    s.weights.resize(s.expert_idx.size());
+    // Router in a fixed-order loop: routing is bitwise independent of N and of BLAS threading.
+    router_logits_forward(s.logits.data(), in, w.router, N, d.D, d.E);
+    score_forward(s.scores.data(), s.logits.data(), N, d.E, d.score);
+    select_experts(s, routing, d, N);
+    route_weights_forward(s.weights.data(), s.scores.data(), s.expert_idx.data(), N, d.E, d.K,
+                          d.route_scale);
+    balance_loss_forward(s, routing, d, N);
+    dispatch_plan_build(s.plan, s.expert_idx, N, d.K, placement, ex.comm().rank());
+  }
+  const int NK = s.plan.num_send();
+  {
+    ScopedPhase timer(s.times, Phase::kDispatch);
+    ex.exchange_counts(s.plan);
+    s.send_rows.resize(NK * D);
+    for (int p = 0; p < NK; ++p) {
+      const T* src = in + static_cast<size_t>(s.plan.send_assignment[p] / d.K) * D;
+      std::copy_n(src, D, &s.send_rows[p * D]);
     }
-    s.d_scores_balance.resize(s.scores.size());
-    s.topk_scratch.resize(s.expert_idx.size());
-    s.balance_loss = balance_loss_forward_backward(
-        s.d_scores_balance.data(), s.topk_scratch.data(), s.balance_scratch, s.scores.data(),
-        s.expert_idx.data(), routing.bias, N / routing.seq_len, routing.seq_len, d.E, d.K,
-        routing.balance_weight, routing.balance_form);
-  } else {
-    s.d_scores_balance.clear();
+    s.staging.resize(static_cast<size_t>(s.plan.num_recv) * D);
+    s.x.resize(static_cast<size_t>(s.plan.num_recv) * D);
+    ex.dispatch_begin(std::span<T>(s.staging), std::span<const T>(s.send_rows), s.plan, d.D);
+    if (!d.overlap_shared) {
+      ex.dispatch_end(std::span<T>(s.x), std::span<const T>(s.staging), s.plan, d.D);
+    }
   }
-
-  // Plan, counts, then the rows.
-  dispatch_plan_build(s.plan, s.expert_idx, N, d.K, placement, ex.comm().rank());
-  ex.exchange_counts(s.plan);
-  const int NK = s.plan.num_send(), R = s.plan.num_recv;
-  s.send_rows.resize(NK * D);
-  for (int p = 0; p < NK; ++p) {
-    const T* src = in + static_cast<size_t>(s.plan.send_assignment[p] / d.K) * D;
-    std::copy_n(src, D, &s.send_rows[p * D]);
+  {
+    // The shared expert needs no routed rows: it runs while the dispatch all-to-all is in flight.
+    ScopedPhase timer(s.times, Phase::kExperts);
+    shared_expert_forward(out, s, in, w, d, N);
   }
-  s.x.resize(R * D);
-  s.staging.resize(R * D);
-  ex.dispatch(std::span<T>(s.x), std::span<T>(s.staging), std::span<const T>(s.send_rows), s.plan,
-              d.D);
-
-  s.g.resize(static_cast<size_t>(R) * d.F);
-  s.v.resize(s.g.size());
-  s.h.resize(s.g.size());
-  s.y.resize(R * D);
-  local_experts_forward(s, w, d);
-
+  const int R = s.plan.num_recv;
+  if (d.overlap_shared) {
+    ScopedPhase timer(s.times, Phase::kDispatch);
+    ex.dispatch_end(std::span<T>(s.x), std::span<const T>(s.staging), s.plan, d.D);
+  }
+  {
+    ScopedPhase timer(s.times, Phase::kExperts);
+    s.g.resize(static_cast<size_t>(R) * d.F);
+    s.v.resize(s.g.size());
+    s.h.resize(s.g.size());
+    s.y.resize(R * D);
+    local_experts_forward(s, w, d);
+  }
+  ScopedPhase timer(s.times, Phase::kCombine);
   s.y_rows.resize(NK * D);
   ex.combine(std::span<T>(s.y_rows), std::span<T>(s.staging), std::span<const T>(s.y), s.plan,
              d.D);
-
-  // out[t] = Σ_j w[t,j]·y[t,j] + shared(in[t]).
-  std::fill(out, out + N * D, T(0));
-  if (d.Fs > 0) {
-    const size_t NFs = static_cast<size_t>(N) * d.Fs;
-    s.sg.resize(NFs);
-    s.sv.resize(NFs);
-    s.sh.resize(NFs);
-    linear_forward(s.sg.data(), in, w.shared_w1, N, d.D, d.Fs);
-    linear_forward(s.sv.data(), in, w.shared_w3, N, d.D, d.Fs);
-    swiglu_forward(s.sh.data(), s.sg.data(), s.sv.data(), static_cast<int64_t>(NFs), 0.0f);
-    linear_forward(out, s.sh.data(), w.shared_w2, N, d.Fs, d.D);
-  }
+  // out[t] += Σ_j w[t,j]·y[t,j]
   for (int t = 0; t < N; ++t) {
     T* o = out + t * D;
     for (int j = 0; j < d.K; ++j) {
@@ -208,9 +242,32 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
                   const MoeWeights<T>& w, const MoeDims& d, EpExchange& ex) {
   const int N = s.N, NK = s.plan.num_send(), R = s.plan.num_recv;
   const size_t D = d.D;
-
-  // Shared expert: out += swiglu(in·S1, in·S3)·S2.
+  {
+    // out[t] += w[t,j]·y[t,j]: d_w[t,j] = <d_out[t], y[t,j]>, d_y[t,j] = w[t,j]·d_out[t]; then
+    // combine's backward is a dispatch: output gradients travel to the experts' owners.
+    ScopedPhase timer(s.times, Phase::kCombineBackward);
+    s.d_weights.resize(static_cast<size_t>(NK));
+    s.d_rows.resize(NK * D);
+    for (int a = 0; a < NK; ++a) {
+      const int t = a / d.K;
+      const size_t row = static_cast<size_t>(s.plan.send_position[a]) * D;
+      const T* g = d_out + t * D;
+      const T* y = &s.y_rows[row];
+      T dot = 0;
+      for (size_t c = 0; c < D; ++c) dot += g[c] * y[c];
+      s.d_weights[a] = dot;
+      const T wt = s.weights[a];
+      for (size_t c = 0; c < D; ++c) s.d_rows[row + c] = wt * g[c];
+    }
+    s.d_y.resize(R * D);
+    ex.dispatch_begin(std::span<T>(s.staging), std::span<const T>(s.d_rows), s.plan, d.D);
+    if (!d.overlap_shared) {
+      ex.dispatch_end(std::span<T>(s.d_y), std::span<const T>(s.staging), s.plan, d.D);
+    }
+  }
   if (d.Fs > 0) {
+    // Shared expert, while the gradients are in flight: out = swiglu(in·S1, in·S3)·S2.
+    ScopedPhase timer(s.times, Phase::kExpertsBackward);
     const size_t NFs = static_cast<size_t>(N) * d.Fs;
     s.d_h.assign(NFs, T(0));
     s.d_g.resize(NFs);
@@ -221,59 +278,47 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     linear_backward(d_in, gr.shared_w1, s.d_g.data(), in, w.shared_w1, N, d.D, d.Fs);
     linear_backward(d_in, gr.shared_w3, s.d_v.data(), in, w.shared_w3, N, d.D, d.Fs);
   }
-
-  // out[t] += w[t,j]·y[t,j]: d_w[t,j] = <d_out[t], y[t,j]>, d_y[t,j] = w[t,j]·d_out[t].
-  s.d_weights.resize(static_cast<size_t>(NK));
-  s.d_rows.resize(NK * D);
-  for (int a = 0; a < NK; ++a) {
-    const int t = a / d.K;
-    const size_t row = static_cast<size_t>(s.plan.send_position[a]) * D;
-    const T* g = d_out + t * D;
-    const T* y = &s.y_rows[row];
-    T dot = 0;
-    for (size_t c = 0; c < D; ++c) dot += g[c] * y[c];
-    s.d_weights[a] = dot;
-    const T wt = s.weights[a];
-    for (size_t c = 0; c < D; ++c) s.d_rows[row + c] = wt * g[c];
+  if (d.overlap_shared) {
+    ScopedPhase timer(s.times, Phase::kCombineBackward);
+    ex.dispatch_end(std::span<T>(s.d_y), std::span<const T>(s.staging), s.plan, d.D);
   }
-
-  // Combine's backward is a dispatch: output gradients travel to the experts' owners.
-  s.d_y.resize(R * D);
-  ex.dispatch(std::span<T>(s.d_y), std::span<T>(s.staging), std::span<const T>(s.d_rows), s.plan,
-              d.D);
-
-  // Local experts, reversed: y = h·W2, h = swiglu(g, v), g = x·W1, v = x·W3.
-  const size_t DF = static_cast<size_t>(d.D) * d.F;
-  s.d_x.assign(R * D, T(0));
-  s.d_h.assign(static_cast<size_t>(R) * d.F, T(0));
-  s.d_g.resize(s.d_h.size());
-  s.d_v.resize(s.d_h.size());
-  const std::vector<int>& off = s.plan.expert_offsets;
-  for (int i = 0; i + 1 < static_cast<int>(off.size()); ++i) {
-    const int rows = off[i + 1] - off[i];
-    if (rows == 0) continue;
-    const size_t rd = static_cast<size_t>(off[i]) * D, rf = static_cast<size_t>(off[i]) * d.F;
-    linear_backward(&s.d_h[rf], gr.w2 + i * DF, &s.d_y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F,
-                    d.D);
-    swiglu_backward(&s.d_g[rf], &s.d_v[rf], &s.d_h[rf], &s.g[rf], &s.v[rf],
-                    static_cast<int64_t>(rows) * d.F, d.swiglu_limit);
-    linear_backward(&s.d_x[rd], gr.w1 + i * DF, &s.d_g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D,
-                    d.F);
-    linear_backward(&s.d_x[rd], gr.w3 + i * DF, &s.d_v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D,
-                    d.F);
+  {
+    // Local experts, reversed: y = h·W2, h = swiglu(g, v), g = x·W1, v = x·W3.
+    ScopedPhase timer(s.times, Phase::kExpertsBackward);
+    const size_t DF = static_cast<size_t>(d.D) * d.F;
+    s.d_x.assign(R * D, T(0));
+    s.d_h.assign(static_cast<size_t>(R) * d.F, T(0));
+    s.d_g.resize(s.d_h.size());
+    s.d_v.resize(s.d_h.size());
+    const std::vector<int>& off = s.plan.expert_offsets;
+    for (int i = 0; i + 1 < static_cast<int>(off.size()); ++i) {
+      const int rows = off[i + 1] - off[i];
+      if (rows == 0) continue;
+      const size_t rd = static_cast<size_t>(off[i]) * D, rf = static_cast<size_t>(off[i]) * d.F;
+      linear_backward(&s.d_h[rf], gr.w2 + i * DF, &s.d_y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F,
+                      d.D);
+      swiglu_backward(&s.d_g[rf], &s.d_v[rf], &s.d_h[rf], &s.g[rf], &s.v[rf],
+                      static_cast<int64_t>(rows) * d.F, d.swiglu_limit);
+      linear_backward(&s.d_x[rd], gr.w1 + i * DF, &s.d_g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D,
+                      d.F);
+      linear_backward(&s.d_x[rd], gr.w3 + i * DF, &s.d_v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D,
+                      d.F);
+    }
   }
-
-  // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.
-  ex.combine(std::span<T>(s.d_rows), std::span<T>(s.staging), std::span<const T>(s.d_x), s.plan,
-             d.D);
-  for (int a = 0; a < NK; ++a) {
-    T* di = d_in + static_cast<size_t>(a / d.K) * D;
-    const T* r = &s.d_rows[static_cast<size_t>(s.plan.send_position[a]) * D];
-    for (size_t c = 0; c < D; ++c) di[c] += r[c];
+  {
+    // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.
+    ScopedPhase timer(s.times, Phase::kDispatchBackward);
+    ex.combine(std::span<T>(s.d_rows), std::span<T>(s.staging), std::span<const T>(s.d_x), s.plan,
+               d.D);
+    for (int a = 0; a < NK; ++a) {
+      T* di = d_in + static_cast<size_t>(a / d.K) * D;
+      const T* r = &s.d_rows[static_cast<size_t>(s.plan.send_position[a]) * D];
+      for (size_t c = 0; c < D; ++c) di[c] += r[c];
+    }
   }
-
   // Router: w = normalise(s[sel])·scale, s = f(logits), logits = in·W_g; the balance loss
   // contributes its own ∂/∂s, computed in forward.
+  ScopedPhase timer(s.times, Phase::kRouterBackward);
   if (s.d_scores_balance.empty()) {
     s.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
   } else {

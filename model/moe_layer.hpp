@@ -22,6 +22,7 @@
 #include "model/balance.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
+#include "model/phase_timer.hpp"
 
 namespace moe {
 
@@ -30,6 +31,7 @@ struct MoeDims {
   ScoreFunc score = ScoreFunc::kSqrtSoftplus;
   float route_scale = 1.0f;
   float swiglu_limit = 0.0f;  // routed experts only; the shared expert is never clamped
+  bool overlap_shared = true;  // run the shared expert while the dispatch all-to-all is in flight
 };
 MoeDims moe_dims_from(const ModelConfig& cfg);
 
@@ -80,6 +82,7 @@ struct MoeRouting {
 // moe_saved_reserve; per-step sizes (R) resize within the reserved capacity, so a step allocates
 // nothing unless its routing needs more rows than any earlier step did.
 template <class T> struct MoeSaved {
+  PhaseTimes* times = nullptr;      // where forward and backward add their phase times, or none
   int N = 0;                        // tokens of the last forward
   std::vector<T> logits, scores;    // [N, E]
   std::vector<int32_t> expert_idx;  // [N, K] selected experts (global ids)

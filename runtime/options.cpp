@@ -159,7 +159,7 @@ const std::vector<OptionField>& option_fields() {
   static const std::vector<OptionField> fields = {
       field("model", "NAME", "preset the other options start from: deepseek4-tiny, micro",
             [](auto& c) -> auto& { return c.model_name; }),
-      field("steps", "N", "training steps (60: a short run of the tiny model)",
+      field("steps", "N", "training steps (200: about 1.5 minutes of deepseek4-tiny on 8 ranks, 2 cores)",
             [](auto& c) -> auto& { return c.steps; }),
       field("seed", "N", "seed of weights, hash tables and synthetic data",
             [](auto& c) -> auto& { return c.seed; }),

@@ -19,7 +19,7 @@ inline constexpr const char* kDefaultStatsPath = "moe_rt_stats.h5";
 struct RunConfig {
   ModelConfig model;                             // the preset, then any overrides
   std::string model_name = kDefaultModelName;    // --model
-  int steps = 60;                                // --steps
+  int steps = 200;                               // --steps: ~1.5 min at 8 ranks on 2 cores
   uint64_t seed = 1234;                          // --seed: weights, hash tables, synthetic data
   std::string data = "synthetic";                // --data: synthetic, tokens:PATH, text:PATH
   std::string stats_path;                        // --stats: "" = kDefaultStatsPath

@@ -144,7 +144,7 @@ TEST(Options, DefaultsAreThePreset) {
   const RunConfig cfg = parse({});
   expect_model_eq(cfg.model, options_preset("deepseek4-tiny"));
   EXPECT_EQ(cfg.model_name, "deepseek4-tiny");
-  EXPECT_EQ(cfg.steps, 60);
+  EXPECT_EQ(cfg.steps, 200);
   EXPECT_EQ(cfg.seed, 1234u);
   EXPECT_EQ(cfg.data, "synthetic");
   EXPECT_EQ(cfg.bias_update_rate, 0.001);
@@ -199,7 +199,7 @@ TEST(Options, CommandLineOverridesFileOverridesPreset) {
   EXPECT_EQ(cfg.lr, 0.01);           // file
   EXPECT_EQ(cfg.data, "text:corpus.txt");
   EXPECT_EQ(cfg.model.d_model, 16);  // the file's preset
-  EXPECT_EQ(cfg.steps, 60);          // default
+  EXPECT_EQ(cfg.steps, 200);          // default
   // --model on the command line picks the preset under the file's other values.
   const RunConfig tiny = parse({"--model", "deepseek4-tiny", "--config", path});
   EXPECT_EQ(tiny.model_name, "deepseek4-tiny");
@@ -278,7 +278,7 @@ TEST(Options, HelpIsFlaggedAndListsEveryOption) {
         "--rope-theta", "--norm-eps"}) {
     EXPECT_NE(help.find(option), std::string::npos) << option;
   }
-  EXPECT_NE(help.find("(=60)"), std::string::npos) << help;  // defaults are shown
+  EXPECT_NE(help.find("(=200)"), std::string::npos) << help;  // defaults are shown
   EXPECT_NE(help.find("(=2048)"), std::string::npos) << help;
   EXPECT_NE(help.find("micro"), std::string::npos) << help;
 }
