@@ -153,18 +153,70 @@ void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias,
 }
 
 void route_random(int32_t* expert_idx, uint64_t stream, int64_t first_global_token, int N, int E,
-                  int K) {
-  std::vector<int32_t> pool(E);
+                  int K, const RandomRouting& skew) {
+  std::vector<double> base(E), weight(E);
+  for (int e = 0; e < E; ++e) base[e] = std::pow(e + 1.0, -skew.zipf_alpha);
+  const uint64_t draws = static_cast<uint64_t>(K) + 1;  // K picks and the hot coin per token
   for (int t = 0; t < N; ++t) {
     const uint64_t token = static_cast<uint64_t>(first_global_token + t);
-    std::iota(pool.begin(), pool.end(), 0);
-    // Partial Fisher-Yates: slot j takes a uniform pick among the E − j experts not yet taken.
-    for (int j = 0; j < K; ++j) {
-      const uint64_t r = rng_below(stream, token * static_cast<uint64_t>(K) + j, E - j);
-      std::swap(pool[j], pool[j + r]);
-      expert_idx[static_cast<size_t>(t) * K + j] = pool[j];
+    int32_t* sel = expert_idx + static_cast<size_t>(t) * K;
+    weight = base;
+    int j = 0;
+    if (skew.hot_fraction > 0 && rng_uniform(stream, token * draws + K) < skew.hot_fraction) {
+      sel[j++] = 0;
+      weight[0] = 0.0;
+    }
+    // Sequential sampling without replacement: each slot draws among the experts not yet taken.
+    for (; j < K; ++j) {
+      double total = 0;
+      for (int e = 0; e < E; ++e) total += weight[e];
+      double u = rng_uniform(stream, token * draws + j) * total;
+      int pick = E - 1;
+      for (int e = 0; e < E; ++e) {
+        if (weight[e] > 0 && (u -= weight[e]) < 0) {
+          pick = e;
+          break;
+        }
+      }
+      while (weight[pick] == 0) --pick;  // rounding at the top end: the last expert still free
+      sel[j] = pick;
+      weight[pick] = 0.0;
     }
   }
+}
+
+ForcedRouting forced_routing_from_name(std::string_view spec) {
+  ForcedRouting f;
+  auto number_after = [&](std::string_view prefix, double lo, double hi) {
+    const std::string text(spec.substr(prefix.size()));
+    size_t used = 0;
+    double v = -1;
+    try {
+      v = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || text.empty() || !(v >= lo && v <= hi)) {
+      throw ConfigError("--force-balance: '" + std::string(spec) + "' needs a number in [" +
+                        std::to_string(lo) + ", " + std::to_string(hi) + "] after '" +
+                        std::string(prefix) + "'");
+    }
+    return v;
+  };
+  if (spec == "none") return f;
+  f.forced = true;
+  if (spec == "round-robin") {
+    f.round_robin = true;
+  } else if (spec == "random") {
+  } else if (spec.starts_with("zipf:")) {
+    f.skew.zipf_alpha = number_after("zipf:", 0.0, 10.0);
+  } else if (spec.starts_with("hot:")) {
+    f.skew.hot_fraction = number_after("hot:", 0.0, 1.0);
+  } else {
+    throw ConfigError("--force-balance: unknown mode '" + std::string(spec) +
+                      "' (valid: none, round-robin, random, zipf:ALPHA, hot:FRACTION)");
+  }
+  return f;
 }
 
 BalanceMetrics balance_metrics(std::span<const int64_t> load) {

@@ -57,10 +57,27 @@ void route_topk_grouped(int32_t* expert_idx,  // [N, K]
                         const float* bias,    // [E] or nullptr
                         int N, int E, int K, int groups, int group_topk);
 
-// Forced random routing: K distinct uniformly random experts per token, a pure function of
+// Forced random routing for throughput runs: K distinct experts per token, a pure function of
 // (stream, global token index), so any rank count draws the same experts for the same token.
+// Expert e is drawn with weight (e + 1)^-zipf_alpha among those not yet taken (alpha 0: uniform);
+// with probability hot_fraction a token's first slot is expert 0 (a "hot" expert). Skew makes
+// imbalance a controlled variable: plot step time against it.
+struct RandomRouting {
+  double zipf_alpha = 0.0;
+  double hot_fraction = 0.0;
+};
 void route_random(int32_t* expert_idx,  // [N, K]
-                  uint64_t stream, int64_t first_global_token, int N, int E, int K);
+                  uint64_t stream, int64_t first_global_token, int N, int E, int K,
+                  const RandomRouting& skew);
+
+// Parses --force-balance: "none", "round-robin", "random", "zipf:ALPHA" (ALPHA >= 0) or
+// "hot:FRACTION" (0..1). Throws ConfigError naming the option otherwise.
+struct ForcedRouting {
+  bool forced = false;       // false: natural routing
+  bool round_robin = false;  // else random with `skew`
+  RandomRouting skew;
+};
+ForcedRouting forced_routing_from_name(std::string_view spec);
 
 // Balance metrics of one layer from its global loads.
 struct BalanceMetrics {

@@ -103,6 +103,7 @@ template <class T> MoeRouting layer_routing(const RoutingState& r, const ModelBa
   m.first_global_token = b.first_global_token;
   m.random_stream = rng_mix64(rng_stream(r.random_seed, "forced_random") ^
                               rng_mix64(static_cast<uint64_t>(b.step) * 4096 + l));
+  m.random_skew = r.random_skew;
   m.groups = r.groups;
   m.group_topk = r.group_topk;
   if (r.balance_alpha > 0) {

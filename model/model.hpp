@@ -45,6 +45,7 @@ struct RoutingState {
   std::vector<float> bias;           // [L, E]; zero and unused outside top-k layers
   std::vector<int32_t> hash_tables;  // [L_h, V, K]
   uint64_t random_seed = 0;          // forced random routing
+  RandomRouting random_skew;         // its zipf / hot skew
   int groups = 1, group_topk = 1;    // group-limited top-k when groups > 1
   double balance_alpha = 0.0;        // α of the sequence-wise balance loss, 0 = off
   BalanceLossForm balance_form = BalanceLossForm::kDeepSeek;

@@ -102,7 +102,8 @@ template <class T> void select_experts(MoeSaved<T>& s, const MoeRouting& r, cons
       route_round_robin(s.expert_idx.data(), r.first_global_token, N, d.E, d.K);
       break;
     case RoutingMode::kRandom:
-      route_random(s.expert_idx.data(), r.random_stream, r.first_global_token, N, d.E, d.K);
+      route_random(s.expert_idx.data(), r.random_stream, r.first_global_token, N, d.E, d.K,
+                   r.random_skew);
       break;
   }
 }

@@ -70,6 +70,7 @@ struct MoeRouting {
   const int32_t* token_ids = nullptr;    // [N]    hash
   int64_t first_global_token = 0;        //        forced: global index of local token 0
   uint64_t random_stream = 0;            //        forced random: the step's RNG stream
+  RandomRouting random_skew;             //        forced random: zipf / hot skew
   int groups = 1, group_topk = 1;        //        top-k: group-limited routing when groups > 1
   // Sequence-wise balance loss (top-k layers; see balance.hpp): weight = α / global sequences
   // (and / top-k layers for the MaxText form); 0 turns it off.

@@ -217,7 +217,7 @@ const std::vector<OptionField>& option_fields() {
       field("hash-table", "PATH", "hash-routing tables file (docs/load-balancing.md); default seeded",
             [](auto& c) -> auto& { return c.hash_table_path; }),
       field("force-balance", "MODE",
-            "none; round-robin (exactly balanced) or random (uniform): forced routing",
+            "none; forced: round-robin (exactly balanced), random, zipf:ALPHA, hot:FRACTION",
             [](auto& c) -> auto& { return c.force_balance; }),
       field("check-bias", "BOOL", "verify every step that all ranks hold the same bias",
             [](auto& c) -> auto& { return c.check_bias; }),
@@ -397,11 +397,7 @@ void run_config_validate(const RunConfig& cfg) {
   require_nonnegative(cfg.grad_clip, "--grad-clip");
   require_nonnegative(cfg.bias_update_rate, "--bias-update-rate");
   require_nonnegative(cfg.seq_aux_loss_weight, "--seq-aux-loss-weight");
-  if (cfg.force_balance != "none" && cfg.force_balance != "round-robin" &&
-      cfg.force_balance != "random") {
-    throw ConfigError("--force-balance: unknown mode '" + cfg.force_balance +
-                      "' (valid: none, round-robin, random)");
-  }
+  forced_routing_from_name(cfg.force_balance);  // names --force-balance and the valid modes
   balance_loss_form_from_name(cfg.balance_loss_form);  // names --balance-loss-form
   const ModelConfig& m = cfg.model;
   if (cfg.routing_groups < 1 || m.experts % cfg.routing_groups != 0) {

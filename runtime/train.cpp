@@ -30,15 +30,14 @@ int resolve_threads(const RunConfig& cfg, const Comm& world) {
   return std::max(1, cores / node.size());
 }
 
-RoutingMode forced_mode(const std::string& force_balance) {
-  if (force_balance == "round-robin") return RoutingMode::kRoundRobin;
-  if (force_balance == "random") return RoutingMode::kRandom;
-  return RoutingMode::kTopK;  // natural routing
-}
-
 RoutingState make_routing(const RunConfig& cfg) {
   const ModelConfig& mc = cfg.model;
-  RoutingState r = routing_state_make(mc, forced_mode(cfg.force_balance), cfg.seed);
+  const ForcedRouting forced = forced_routing_from_name(cfg.force_balance);
+  const RoutingMode mode = !forced.forced ? RoutingMode::kTopK  // natural routing
+                           : forced.round_robin ? RoutingMode::kRoundRobin
+                                                : RoutingMode::kRandom;
+  RoutingState r = routing_state_make(mc, mode, cfg.seed);
+  r.random_skew = forced.skew;
   if (!cfg.hash_table_path.empty() && mc.hash_layers > 0) {
     r.hash_tables = hash_table_file_read(cfg.hash_table_path, mc.hash_layers, mc.vocab, mc.top_k);
     const size_t table = static_cast<size_t>(mc.vocab) * mc.top_k;

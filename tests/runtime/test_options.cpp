@@ -221,7 +221,9 @@ TEST(Options, BadCommandLinesNameTheOption) {
   expect_config_error({"--score-func", "relu"},
                       {"--score-func", "relu", "sqrtsoftplus, sigmoid, softmax"});
   expect_config_error({"--force-balance", "sometimes"},
-                      {"--force-balance", "sometimes", "none, round-robin, random"});
+                      {"--force-balance", "sometimes", "none, round-robin, random, zipf:ALPHA"});
+  expect_config_error({"--force-balance", "hot:1.5"}, {"--force-balance", "hot:1.5"});
+  expect_config_error({"--force-balance", "zipf:x"}, {"--force-balance", "zipf:x"});
   expect_config_error({"--balance-loss-form", "switch"},
                       {"--balance-loss-form", "switch", "deepseek, maxtext"});
   expect_config_error({"--check-bias", "maybe"}, {"--check-bias", "true or false"});

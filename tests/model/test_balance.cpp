@@ -1,0 +1,192 @@
+// Load-balancing formulas against hand-computed values and their definitions; the balance loss
+// gradient against finite differences; the extra routing policies.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "model/balance.hpp"
+#include "model/config.hpp"
+#include "model/rng.hpp"
+
+namespace moe {
+namespace {
+
+// S = 2 tokens, E = 3, K = 1. Scores: t0 = (3, 1, 0) -> top-1 expert 0; t1 = (1, 1, 2) -> 2.
+// f = E/(K·S)·count = 1.5·(1, 0, 1); P = mean of normalised rows = ((3/4 + 1/4)/2,
+// (1/4 + 1/4)/2, (0 + 1/2)/2) = (0.5, 0.25, 0.25); Σ f·P = 1.5·0.5 + 1.5·0.25 = 1.125.
+TEST(BalanceLoss, DeepSeekFormHandValue) {
+  const std::vector<double> s = {3, 1, 0, 1, 1, 2};
+  const std::vector<int32_t> sel = {0, 2};
+  const std::vector<float> bias = {0, 0, 0};
+  std::vector<double> d(6), scratch;
+  std::vector<int32_t> topk(2);
+  const double loss = balance_loss_forward_backward(d.data(), topk.data(), scratch, s.data(),
+                                                    sel.data(), bias.data(), 1, 2, 3, 1, 0.1,
+                                                    BalanceLossForm::kDeepSeek);
+  EXPECT_NEAR(loss, 0.1 * 1.125, 1e-15);
+}
+
+// The DeepSeek form counts the top-k of UNBIASED scores, not the actual (biased) selection.
+TEST(BalanceLoss, DeepSeekFormIgnoresBiasAndSelection) {
+  const std::vector<double> s = {3, 1, 0, 1, 1, 2};
+  const std::vector<int32_t> sel_a = {0, 2}, sel_b = {1, 1};
+  const std::vector<float> bias_a = {0, 0, 0}, bias_b = {0, 5, 0};
+  std::vector<double> d(6), scratch;
+  std::vector<int32_t> topk(2);
+  const double a = balance_loss_forward_backward(d.data(), topk.data(), scratch, s.data(),
+                                                 sel_a.data(), bias_a.data(), 1, 2, 3, 1, 1.0,
+                                                 BalanceLossForm::kDeepSeek);
+  const double b = balance_loss_forward_backward(d.data(), topk.data(), scratch, s.data(),
+                                                 sel_b.data(), bias_b.data(), 1, 2, 3, 1, 1.0,
+                                                 BalanceLossForm::kDeepSeek);
+  EXPECT_EQ(a, b);
+}
+
+// MaxText: L = α·E·Σ_e d_e·p_e with d from the actual selection and p from softmax(s + b).
+TEST(BalanceLoss, MaxTextFormMatchesItsDefinition) {
+  const int S = 3, E = 4, K = 2;
+  const std::vector<double> s = {0.3, 1.2, 0.1, 0.7, 0.9, 0.2, 0.4, 0.5, 0.1, 0.1, 1.5, 0.6};
+  const std::vector<int32_t> sel = {1, 3, 0, 3, 2, 3};
+  const std::vector<float> bias = {0.1f, -0.2f, 0.0f, 0.3f};
+  double d[4] = {0}, p[4] = {0};
+  for (int i = 0; i < S * K; ++i) d[sel[i]] += 1.0 / S;
+  for (int t = 0; t < S; ++t) {
+    double z = 0;
+    for (int e = 0; e < E; ++e) z += std::exp(s[t * E + e] + bias[e]);
+    for (int e = 0; e < E; ++e) p[e] += std::exp(s[t * E + e] + bias[e]) / z / S;
+  }
+  double expect = 0;
+  for (int e = 0; e < E; ++e) expect += 0.01 * E * d[e] * p[e];
+  std::vector<double> grad(S * E), scratch;
+  std::vector<int32_t> topk(S * K);
+  const double got = balance_loss_forward_backward(grad.data(), topk.data(), scratch, s.data(),
+                                                   sel.data(), bias.data(), 1, S, E, K, 0.01,
+                                                   BalanceLossForm::kMaxText);
+  EXPECT_NEAR(got, expect, 1e-15);
+}
+
+// Central differences in double, h = 1e-6, tolerance 1e-8 absolute on gradients of size ~1e-2.
+TEST(BalanceLoss, GradientMatchesFiniteDifferences) {
+  const int B = 2, S = 5, E = 6, K = 2;
+  std::vector<double> s(B * S * E);
+  const uint64_t stream = rng_stream(1, "balance");
+  for (size_t i = 0; i < s.size(); ++i) s[i] = 0.2 + rng_uniform(stream, i);
+  std::vector<int32_t> sel(B * S * K), topk(B * S * K);
+  for (size_t i = 0; i < sel.size(); ++i) sel[i] = static_cast<int32_t>((i * 7 + i / K) % E);
+  const std::vector<float> bias = {0.1f, 0, -0.1f, 0.2f, 0, 0};
+  for (BalanceLossForm form : {BalanceLossForm::kDeepSeek, BalanceLossForm::kMaxText}) {
+    std::vector<double> grad(s.size()), scratch, unused(s.size());
+    balance_loss_forward_backward(grad.data(), topk.data(), scratch, s.data(), sel.data(),
+                                  bias.data(), B, S, E, K, 0.3, form);
+    for (size_t i = 0; i < s.size(); ++i) {
+      const double keep = s[i];
+      s[i] = keep + 1e-6;
+      const double lp = balance_loss_forward_backward(unused.data(), topk.data(), scratch,
+                                                      s.data(), sel.data(), bias.data(), B, S, E,
+                                                      K, 0.3, form);
+      s[i] = keep - 1e-6;
+      const double lm = balance_loss_forward_backward(unused.data(), topk.data(), scratch,
+                                                      s.data(), sel.data(), bias.data(), B, S, E,
+                                                      K, 0.3, form);
+      s[i] = keep;
+      EXPECT_NEAR(grad[i], (lp - lm) / 2e-6, 1e-8) << balance_loss_form_name(form) << " " << i;
+    }
+  }
+}
+
+TEST(BiasUpdate, SignOfDeficitAndCentring) {
+  std::vector<float> b = {0, 0, 0, 0};
+  const std::vector<int64_t> load = {10, 2, 4, 4};  // mean 5
+  bias_update(b, load, 0.5, false);
+  EXPECT_EQ(b, (std::vector<float>{-0.5f, 0.5f, 0.5f, 0.5f}));
+  std::vector<float> c = {1, 1, 1, 1};
+  bias_update(c, load, 0.5, true);  // steps (-0.5, 0.5, 0.5, 0.5) minus their mean 0.25
+  EXPECT_EQ(c, (std::vector<float>{0.25f, 1.25f, 1.25f, 1.25f}));
+  std::vector<float> even = {0.1f, 0.2f};
+  bias_update(even, std::vector<int64_t>{3, 3}, 1.0, false);  // at the mean: no change
+  EXPECT_EQ(even, (std::vector<float>{0.1f, 0.2f}));
+}
+
+TEST(GroupedTopK, OnlyExpertsOfTheBestGroupsAreSelected) {
+  // E = 6 in G = 3 groups {0,1}, {2,3}, {4,5}; K = 2, M = 1 group, top K/M = 2 per group score.
+  // Group sums: (0.9 + 0.1), (0.6 + 0.6), (0.95 + 0.0): group 1 wins although expert 4 is best.
+  const std::vector<double> s = {0.9, 0.1, 0.6, 0.6, 0.95, 0.0};
+  std::vector<int32_t> idx(2);
+  route_topk_grouped(idx.data(), s.data(), nullptr, 1, 6, 2, 3, 1);
+  EXPECT_EQ(idx, (std::vector<int32_t>{2, 3}));
+  // With M = 2 groups of top-1 each: groups 2 (0.95) and 0 (0.9) -> experts 4, 0.
+  route_topk_grouped(idx.data(), s.data(), nullptr, 1, 6, 2, 3, 2);
+  EXPECT_EQ(idx, (std::vector<int32_t>{4, 0}));
+  // A bias moves the choice of groups.
+  const std::vector<float> bias = {0, 0, 0, 0, 0, 1.0f};
+  route_topk_grouped(idx.data(), s.data(), bias.data(), 1, 6, 2, 3, 1);
+  EXPECT_EQ(idx, (std::vector<int32_t>{5, 4}));
+  EXPECT_THROW(route_topk_grouped(idx.data(), s.data(), nullptr, 1, 6, 2, 4, 1),
+               std::invalid_argument);
+}
+
+std::vector<int64_t> random_loads(const RandomRouting& skew, int N, int E, int K) {
+  std::vector<int32_t> idx(static_cast<size_t>(N) * K);
+  route_random(idx.data(), 77, 0, N, E, K, skew);
+  std::vector<int64_t> load(E, 0);
+  for (int t = 0; t < N; ++t) {
+    for (int j = 0; j < K; ++j) {
+      for (int i = 0; i < j; ++i) EXPECT_NE(idx[t * K + i], idx[t * K + j]) << "token " << t;
+      ++load[idx[t * K + j]];
+    }
+  }
+  return load;
+}
+
+TEST(RandomRouting, DistinctDeterministicAndIndependentOfTheSplit) {
+  const int N = 40, E = 8, K = 3;
+  std::vector<int32_t> whole(N * K), halves(N * K);
+  route_random(whole.data(), 5, 100, N, E, K, {});
+  route_random(halves.data(), 5, 100, N / 2, E, K, {});
+  route_random(halves.data() + N / 2 * K, 5, 100 + N / 2, N / 2, E, K, {});
+  EXPECT_EQ(whole, halves);
+  const std::vector<int64_t> load = random_loads({}, 20000, E, K);
+  for (int64_t c : load) EXPECT_NEAR(c, 20000.0 * K / E, 20000.0 * K / E * 0.05);
+}
+
+TEST(RandomRouting, SkewIsControlled) {
+  const int N = 20000, E = 8, K = 3;
+  const std::vector<int64_t> zipf = random_loads({1.5, 0.0}, N, E, K);
+  EXPECT_GT(zipf[0], zipf[E - 1] * 2);
+  // hot:0.5 -> expert 0 is first for half the tokens, and drawn uniformly for the other half:
+  // expected load N·(0.5 + 0.5·K/E).
+  const std::vector<int64_t> hot = random_loads({0.0, 0.5}, N, E, K);
+  EXPECT_NEAR(hot[0], N * (0.5 + 0.5 * K / E), N * 0.02);
+}
+
+TEST(ForcedRouting, ParsesEveryMode) {
+  EXPECT_FALSE(forced_routing_from_name("none").forced);
+  EXPECT_TRUE(forced_routing_from_name("round-robin").round_robin);
+  const ForcedRouting r = forced_routing_from_name("random");
+  EXPECT_TRUE(r.forced);
+  EXPECT_FALSE(r.round_robin);
+  EXPECT_EQ(forced_routing_from_name("zipf:1.2").skew.zipf_alpha, 1.2);
+  EXPECT_EQ(forced_routing_from_name("hot:0.25").skew.hot_fraction, 0.25);
+  EXPECT_THROW(forced_routing_from_name("hot:2"), ConfigError);
+  EXPECT_THROW(forced_routing_from_name("zipf:"), ConfigError);
+  EXPECT_THROW(forced_routing_from_name("balanced"), ConfigError);
+}
+
+TEST(BalanceMetrics, HandValues) {
+  // Loads (6, 2, 2, 2): mean 3, variance (9 + 1 + 1 + 1)/4 = 3, violation (6 − 3)/3 = 1,
+  // cv sqrt(3)/3.
+  const BalanceMetrics m = balance_metrics(std::vector<int64_t>{6, 2, 2, 2});
+  EXPECT_DOUBLE_EQ(m.variance, 3.0);
+  EXPECT_DOUBLE_EQ(m.max_violation, 1.0);
+  EXPECT_DOUBLE_EQ(m.cv, std::sqrt(3.0) / 3.0);
+  const BalanceMetrics even = balance_metrics(std::vector<int64_t>{4, 4});
+  EXPECT_EQ(even.variance, 0.0);
+  EXPECT_EQ(even.max_violation, 0.0);
+  EXPECT_DOUBLE_EQ(overload_factor(std::vector<int64_t>{30, 10, 20}), 1.5);
+  EXPECT_DOUBLE_EQ(overload_factor(std::vector<int64_t>{0, 0}), 1.0);
+}
+
+}  // namespace
+}  // namespace moe
