@@ -151,6 +151,14 @@ template <class T> void Comm::allgather(std::span<const T> send, std::span<T> re
                               recv.data(), static_cast<int>(send.size()), mpi_type<T>(), comm_));
 }
 
+template <class T> void Comm::gather(std::span<const T> send, std::span<T> recv, int root) const {
+  if (rank_ == root && recv.size() != send.size() * size_) {
+    throw std::invalid_argument("Comm::gather: recv must hold size() times send on the root");
+  }
+  MOE_MPI_CHECK(MPI_Gather(send.data(), static_cast<int>(send.size()), mpi_type<T>(), recv.data(),
+                           static_cast<int>(send.size()), mpi_type<T>(), root, comm_));
+}
+
 template <class T> void Comm::broadcast(std::span<T> data, int root) const {
   MOE_MPI_CHECK(MPI_Bcast(data.data(), static_cast<int>(data.size()), mpi_type<T>(), root, comm_));
 }
@@ -168,6 +176,7 @@ void Comm::barrier() const { MOE_MPI_CHECK(MPI_Barrier(comm_)); }
                                            std::span<const int>, std::span<T>,                 \
                                            std::span<const int>, std::span<const int>) const;  \
   template void Comm::allgather<T>(std::span<const T>, std::span<T>) const;                    \
+  template void Comm::gather<T>(std::span<const T>, std::span<T>, int) const;                 \
   template void Comm::broadcast<T>(std::span<T>, int) const;
 MOE_COMM_INSTANTIATE(float)
 MOE_COMM_INSTANTIATE(double)

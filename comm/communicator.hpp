@@ -71,6 +71,8 @@ class Comm {
   void wait(MPI_Request& request) const;
   // Gathers `send` (the same size on every rank) from every rank into recv, rank-major.
   template <class T> void allgather(std::span<const T> send, std::span<T> recv) const;
+  // Gathers `send` (the same size on every rank) to `root`, rank-major; recv is used on root only.
+  template <class T> void gather(std::span<const T> send, std::span<T> recv, int root) const;
   template <class T> void broadcast(std::span<T> data, int root) const;
   void barrier() const;
 

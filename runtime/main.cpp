@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const moe::TrainSummary summary = moe::train_run(cfg, world);
-    if (world.rank() == 0) moe::report_summary(summary, "");
+    if (world.rank() == 0) moe::report_summary(summary, summary.stats_path);
     return 0;
   } catch (const moe::SetupError& e) {
     if (e.report()) std::fprintf(stderr, "moe_rt: error: %s\n", e.what());

@@ -223,7 +223,7 @@ const std::vector<OptionField>& option_fields() {
             [](auto& c) -> auto& { return c.check_bias; }),
       field("data", "SPEC", "synthetic, tokens:PATH (llm.c .bin shard), text:PATH (bytes)",
             [](auto& c) -> auto& { return c.data; }),
-      field("stats", "PATH", "HDF5 statistics file (default: a new runs/<model>-<time>.h5)",
+      field("stats", "PATH", "HDF5 statistics file (default: a new runs/<model>-<time>.h5; none: no file)",
             [](auto& c) -> auto& { return c.stats_path; }),
       field("overwrite", "BOOL", "replace an existing --stats file instead of failing",
             [](auto& c) -> auto& { return c.overwrite; }),
@@ -437,10 +437,6 @@ std::string run_config_to_text(const RunConfig& cfg) {
     text += std::string(f.name) + " = " + f.get(cfg) + "\n";
   }
   return text;
-}
-
-std::string run_config_stats_path(const RunConfig& cfg) {
-  return cfg.stats_path.empty() ? kDefaultStatsPath : cfg.stats_path;
 }
 
 }  // namespace moe

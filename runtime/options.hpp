@@ -14,7 +14,7 @@
 namespace moe {
 
 inline constexpr const char* kDefaultModelName = "deepseek4-tiny";
-inline constexpr const char* kDefaultStatsPath = "moe_rt_stats.h5";
+inline constexpr const char* kNoStats = "none";  // --stats none: write no statistics file
 
 struct RunConfig {
   ModelConfig model;                             // the preset, then any overrides
@@ -22,7 +22,7 @@ struct RunConfig {
   int steps = 200;                               // --steps: ~1.5 min at 8 ranks on 2 cores
   uint64_t seed = 1234;                          // --seed: weights, hash tables, synthetic data
   std::string data = "synthetic";                // --data: synthetic, tokens:PATH, text:PATH
-  std::string stats_path;                        // --stats: "" = kDefaultStatsPath
+  std::string stats_path;                        // --stats: "" = runs/<model>-<time>.h5
   double lr = 3e-3;                              // --lr: AdamW learning rate after warmup
   int warmup_steps = 10;                         // --warmup-steps: linear warmup to --lr
   double weight_decay = 0.1;                     // --weight-decay: AdamW's decoupled decay
@@ -71,7 +71,5 @@ void run_config_validate(const RunConfig& cfg);
 // shortest exact form). The "full resolved config as text" of --print-config and the stats file.
 std::string run_config_to_text(const RunConfig& cfg);
 
-// The statistics file to write: --stats, or kDefaultStatsPath when it is empty.
-std::string run_config_stats_path(const RunConfig& cfg);
 
 }  // namespace moe

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "comm/ep_exchange.hpp"
@@ -17,6 +18,7 @@
 #include "model/optimizer.hpp"
 #include "model/router.hpp"
 #include "runtime/report.hpp"
+#include "runtime/run_stats.hpp"
 
 namespace moe {
 namespace {
@@ -115,23 +117,28 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
   // Everything that can fail on bad input, before the first collective; then all ranks agree.
   std::unique_ptr<TokenSource> data;
   RoutingState routing;
+  std::unique_ptr<RunStats> stats;
+  TrainSummary summary;
   std::string error;
   try {
     parallel_config_validate(mc, W, P);
     data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed);
+    summary.data_description = data->describe();
+    if (const auto* synth = dynamic_cast<const SyntheticSource*>(data.get())) {
+      summary.entropy_floor = synth->entropy_floor_nats();
+    }
     routing = make_routing(cfg);
+    if (cfg.stats_path != kNoStats) {
+      stats = std::make_unique<RunStats>(cfg, rank, W, P, routing, summary.data_description,
+                                         summary.entropy_floor);
+      summary.stats_path = stats->path();
+    }
   } catch (const std::exception& e) {
     error = e.what();
   }
   setup_agree(world, error);
   const int threads = resolve_threads(cfg, world);
   blas_set_threads(threads);
-
-  TrainSummary summary;
-  summary.data_description = data->describe();
-  if (const auto* synth = dynamic_cast<const SyntheticSource*>(data.get())) {
-    summary.entropy_floor = synth->entropy_floor_nats();
-  }
 
   // Parameters, gradients and optimizer state: two arenas each.
   const ParallelGroups groups = parallel_groups_make(world, P);
@@ -160,7 +167,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
   if (rank == 0 && !quiet) {
     RunShape shape{W, P, threads, dense.size(),
                    static_cast<size_t>(L) * E * 3 * mc.d_model * mc.ffn_dim,
-                   summary.data_description, ""};
+                   summary.data_description, summary.stats_path};
     report_config(cfg, shape);
   }
 
@@ -171,14 +178,24 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
   batch.loss_scale = 1.0 / static_cast<double>(T);
   batch.num_global_sequences = static_cast<int64_t>(W) * B;
 
+  PhaseTimes times;
+  acts.times = stats ? &times : nullptr;  // timers only feed the statistics file
+  PhaseTimes* timing = acts.times;
+  double stats_seconds = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
   for (int step = 0; step < cfg.steps; ++step) {
     const double t0 = MPI_Wtime();
-    // Global sample i of this step goes to rank ⌊i/B⌋.
-    for (int b = 0; b < B; ++b) {
-      const int64_t global = static_cast<int64_t>(step) * W * B + static_cast<int64_t>(rank) * B + b;
-      data->sample(global, S, sample.data());
-      std::copy_n(sample.begin(), S, tokens.begin() + b * S);
-      std::copy_n(sample.begin() + 1, S, targets.begin() + b * S);
+    times.reset();
+    times[Phase::kStats] = stats_seconds;
+    {
+      // Global sample i of this step goes to rank ⌊i/B⌋.
+      ScopedPhase timer(timing, Phase::kOther);
+      for (int b = 0; b < B; ++b) {
+        const int64_t global =
+            static_cast<int64_t>(step) * W * B + static_cast<int64_t>(rank) * B + b;
+        data->sample(global, S, sample.data());
+        std::copy_n(sample.begin(), S, tokens.begin() + b * S);
+        std::copy_n(sample.begin() + 1, S, targets.begin() + b * S);
+      }
     }
     batch.step = step;
     StepRecord rec;
@@ -194,6 +211,8 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
                    batch, mc, ex);
 
     // Gradients: replicated over all ranks, experts over their replicas.
+    std::optional<ScopedPhase> phase;
+    phase.emplace(timing, Phase::kAllReduce);
     world.allreduce_sum(std::span<float>(d_dense));
     if (groups.num_replicas > 1) groups.replica.allreduce_sum(std::span<float>(d_experts));
     world.allreduce_sum(std::span<double>(sums));
@@ -218,6 +237,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
     // counted once by summing over one EP group, whose members own disjoint experts.
     std::vector<double> expert_sq = {sum_squares(d_experts)};
     groups.ep.allreduce_sum(std::span<double>(expert_sq));
+    phase.emplace(timing, Phase::kOptimizer);
     rec.grad_norm = std::sqrt(sum_squares(d_dense) + expert_sq[0]);
     const float clip_scale = cfg.grad_clip > 0 && rec.grad_norm > cfg.grad_clip
                                  ? static_cast<float>(cfg.grad_clip / rec.grad_norm)
@@ -239,11 +259,19 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
     }
     if (cfg.check_bias) check_bias_consistent(world, routing.bias, step);
 
+    phase.emplace(timing, Phase::kStats);
     fill_metrics(rec, routing, L, E, W);
+    if (stats && stats->is_trace_step(step)) stats->record_trace(world, step, acts, tokens, S);
+    phase.reset();
     std::vector<double> slowest = {MPI_Wtime() - t0};
     world.allreduce_max(std::span<double>(slowest));
     rec.seconds = slowest[0];
     rec.tokens_per_s = static_cast<double>(T) / rec.seconds;
+    if (stats) {
+      const double s0 = MPI_Wtime();
+      stats->record_step(world, rec, times);
+      stats_seconds = MPI_Wtime() - s0;
+    }
     if (rank == 0 && !quiet) report_step(rec);
     summary.steps.push_back(std::move(rec));
   }

@@ -36,6 +36,7 @@ struct StepRecord {
 
 struct TrainSummary {
   std::vector<StepRecord> steps;
+  std::string stats_path;       // the statistics file written, empty for --stats none
   double entropy_floor = -1.0;  // nats; < 0 when the data has no known floor
   std::string data_description;
 };

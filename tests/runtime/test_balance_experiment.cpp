@@ -25,6 +25,7 @@ RunConfig seed_regime(double bias_rate, double aux_weight) {
   cfg.bias_update_rate = bias_rate;
   cfg.seq_aux_loss_weight = aux_weight;
   cfg.threads = 1;
+  cfg.stats_path = kNoStats;
   return cfg;
 }
 

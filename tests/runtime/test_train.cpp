@@ -24,6 +24,7 @@ RunConfig micro_run(int steps, int global_batch, int world_size) {
   cfg.lr = 3e-3;
   cfg.warmup_steps = 2;
   cfg.threads = 1;
+  cfg.stats_path = kNoStats;
   return cfg;
 }
 

@@ -1,0 +1,207 @@
+// Out-of-line part of MOE_H5_CHECK (HDF5's error stack as one line of text), H5Id, and the small
+// write and copy helpers of io/hdf5_check.hpp.
+#include "io/hdf5_check.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace moe {
+namespace {
+
+// The text HDF5 registered for a major or minor error number, e.g. "Dataset", "Write failed".
+std::string h5_message_text(hid_t msg_id) {
+  char text[256] = {0};
+  if (H5Eget_msg(msg_id, nullptr, text, sizeof text) < 0) return "?";
+  return text;
+}
+
+// H5Ewalk2 callback: appends one stack entry, "func: desc (major: X, minor: Y)".
+herr_t h5_collect_entry(unsigned depth, const H5E_error2_t* entry, void* client) {
+  auto* text = static_cast<std::string*>(client);
+  if (depth > 0) text->append("; ");
+  text->append(entry->func_name ? entry->func_name : "?");
+  text->append(": ");
+  // Some descriptions embed a ctime() string and its newline; the message stays one line.
+  std::string desc = entry->desc ? entry->desc : "";
+  std::replace(desc.begin(), desc.end(), '\n', ' ');
+  text->append(desc);
+  text->append(" (major: " + h5_message_text(entry->maj_num) +
+               ", minor: " + h5_message_text(entry->min_num) + ")");
+  return 0;
+}
+
+}  // namespace
+
+std::string h5_error_stack_text() {
+  // Walk a copy: H5Eget_msg is itself an API call and would clear the live stack under the walk.
+  // H5Eget_current_stack also clears the current stack, ready for the next call.
+  const hid_t stack = H5Eget_current_stack();
+  if (stack < 0) return "the HDF5 error stack could not be read";
+  std::string text;
+  if (H5Eget_num(stack) <= 0) {
+    text = "no HDF5 error stack";
+  } else if (H5Ewalk2(stack, H5E_WALK_DOWNWARD, h5_collect_entry, &text) < 0) {
+    text += " [error stack walk failed]";
+  }
+  H5Eclose_stack(stack);
+  return text;
+}
+
+void h5_silence_auto_print() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+void h5_fail(const char* call, const char* file, int line) {
+  throw Hdf5Error("HDF5 call failed: " + std::string(call) + " -> " + h5_error_stack_text() + " (" +
+                  file + ":" + std::to_string(line) + ")");
+}
+
+H5Id& H5Id::operator=(H5Id&& other) noexcept {
+  if (this != &other) {
+    close_quietly();
+    id_ = std::exchange(other.id_, H5I_INVALID_HID);
+    closer_ = other.closer_;
+  }
+  return *this;
+}
+
+void H5Id::close() {
+  if (id_ < 0) return;
+  const hid_t id = std::exchange(id_, H5I_INVALID_HID);
+  // Named after the closer's role rather than its spelling: the pointer hides which H5*close.
+  h5_check(closer_(id), "H5*close(handle)", __FILE__, __LINE__);
+}
+
+void H5Id::close_quietly() noexcept {
+  if (id_ < 0) return;
+  const hid_t id = std::exchange(id_, H5I_INVALID_HID);
+  if (closer_(id) < 0) H5Eclear2(H5E_DEFAULT);
+}
+
+H5Id h5_untimed_plist(hid_t plist_class) {
+  H5Id plist(MOE_H5_CHECK(H5Pcreate(plist_class)), H5Pclose);
+  MOE_H5_CHECK(H5Pset_obj_track_times(plist.get(), 0));
+  return plist;
+}
+
+H5Id h5_string_type() {
+  H5Id type(MOE_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  MOE_H5_CHECK(H5Tset_size(type.get(), H5T_VARIABLE));
+  MOE_H5_CHECK(H5Tset_cset(type.get(), H5T_CSET_UTF8));
+  return type;
+}
+
+void h5_write_attr(hid_t loc, const char* name, hid_t file_type, hid_t mem_type,
+                   const void* value) {
+  H5Id space(MOE_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Id attr(MOE_H5_CHECK(H5Acreate2(loc, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT)),
+            H5Aclose);
+  MOE_H5_CHECK(H5Awrite(attr.get(), mem_type, value));
+}
+
+void h5_write_string_attr(hid_t loc, const char* name, const std::string& value) {
+  const H5Id type = h5_string_type();
+  const char* text = value.c_str();
+  h5_write_attr(loc, name, type.get(), type.get(), &text);
+}
+
+void h5_write_int_attr(hid_t loc, const char* name, int32_t value) {
+  h5_write_attr(loc, name, H5T_STD_I32LE, H5T_NATIVE_INT32, &value);
+}
+
+void h5_write_fixed_dataset(hid_t loc, const char* name, hid_t file_type, hid_t mem_type,
+                            const std::vector<hsize_t>& dims, const void* values) {
+  H5Id space(MOE_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)),
+             H5Sclose);
+  H5Id dcpl = h5_untimed_plist(H5P_DATASET_CREATE);
+  H5Id dset(MOE_H5_CHECK(H5Dcreate2(loc, name, file_type, space.get(), H5P_DEFAULT, dcpl.get(),
+                                    H5P_DEFAULT)),
+            H5Dclose);
+  if (MOE_H5_CHECK(H5Sget_simple_extent_npoints(space.get())) > 0) {
+    MOE_H5_CHECK(H5Dwrite(dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values));
+  }
+}
+
+void h5_write_string_dataset(hid_t loc, const char* name, const std::vector<std::string>& values) {
+  std::vector<const char*> texts;
+  for (const std::string& v : values) texts.push_back(v.c_str());
+  const H5Id type = h5_string_type();
+  h5_write_fixed_dataset(loc, name, type.get(), type.get(), {values.size()}, texts.data());
+}
+
+H5RowDataset h5_row_dataset_create(hid_t loc, const char* name, hid_t file_type, hid_t mem_type,
+                                   const std::vector<hsize_t>& row_dims, hid_t dcpl, hid_t dapl) {
+  H5RowDataset d;
+  d.mem_type = mem_type;
+  d.dims = row_dims;
+  d.dims.insert(d.dims.begin(), 0);
+  std::vector<hsize_t> max_dims = d.dims;
+  max_dims[0] = H5S_UNLIMITED;
+  H5Id space(MOE_H5_CHECK(
+                 H5Screate_simple(static_cast<int>(d.dims.size()), d.dims.data(), max_dims.data())),
+             H5Sclose);
+  d.dset =
+      H5Id(MOE_H5_CHECK(H5Dcreate2(loc, name, file_type, space.get(), H5P_DEFAULT, dcpl, dapl)),
+           H5Dclose);
+  return d;
+}
+
+void h5_row_dataset_append(H5RowDataset& d, const void* values) {
+  std::vector<hsize_t> grown = d.dims, start(d.dims.size(), 0), count = d.dims;
+  grown[0] += 1;
+  start[0] = d.dims[0];
+  count[0] = 1;
+  MOE_H5_CHECK(H5Dset_extent(d.dset.get(), grown.data()));
+  d.dims = grown;
+  H5Id file_space(MOE_H5_CHECK(H5Dget_space(d.dset.get())), H5Sclose);
+  MOE_H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                   count.data(), nullptr));
+  H5Id mem_space(
+      MOE_H5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr)),
+      H5Sclose);
+  MOE_H5_CHECK(
+      H5Dwrite(d.dset.get(), d.mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, values));
+}
+
+void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hid_t fapl) {
+  H5Id in(MOE_H5_CHECK(H5Fopen(src.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)), H5Fclose);
+  H5Id out(MOE_H5_CHECK(H5Fcreate(dst.c_str(), H5F_ACC_TRUNC, fcpl, fapl)), H5Fclose);
+  H5O_info_t root{};
+  MOE_H5_CHECK(H5Oget_info2(in.get(), &root, H5O_INFO_NUM_ATTRS));
+  for (hsize_t i = 0; i < root.num_attrs; ++i) {
+    // Read with the attribute's own type (a variable-length string reads as char*) and write
+    // the same bytes back; then free what HDF5 allocated for variable-length values.
+    H5Id attr(MOE_H5_CHECK(H5Aopen_by_idx(in.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT,
+                                          H5P_DEFAULT)),
+              H5Aclose);
+    std::string name(MOE_H5_CHECK(H5Aget_name(attr.get(), 0, nullptr)) + 1, '\0');
+    MOE_H5_CHECK(H5Aget_name(attr.get(), name.size(), name.data()));
+    H5Id type(MOE_H5_CHECK(H5Aget_type(attr.get())), H5Tclose);
+    H5Id space(MOE_H5_CHECK(H5Aget_space(attr.get())), H5Sclose);
+    const hssize_t num_values = MOE_H5_CHECK(H5Sget_simple_extent_npoints(space.get()));
+    std::vector<unsigned char> bytes(MOE_H5_CHECK(H5Tget_size(type.get())) * num_values);
+    MOE_H5_CHECK(H5Aread(attr.get(), type.get(), bytes.data()));
+    H5Id copy(MOE_H5_CHECK(H5Acreate2(out.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
+                                      H5P_DEFAULT)),
+              H5Aclose);
+    const herr_t written = H5Awrite(copy.get(), type.get(), bytes.data());
+    if (MOE_H5_CHECK(H5Tdetect_class(type.get(), H5T_VLEN)) > 0 ||
+        MOE_H5_CHECK(H5Tis_variable_str(type.get())) > 0) {
+      MOE_H5_CHECK(H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, bytes.data()));
+    }
+    MOE_H5_CHECK(written);
+  }
+  H5G_info_t links{};
+  MOE_H5_CHECK(H5Gget_info(in.get(), &links));
+  for (hsize_t i = 0; i < links.nlinks; ++i) {
+    const ssize_t length = MOE_H5_CHECK(
+        H5Lget_name_by_idx(in.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT));
+    std::string name(length + 1, '\0');
+    MOE_H5_CHECK(H5Lget_name_by_idx(in.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
+                                    name.size(), H5P_DEFAULT));
+    MOE_H5_CHECK(
+        H5Ocopy(in.get(), name.c_str(), out.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
+  }
+  out.close();
+  in.close();
+}
+
+}  // namespace moe

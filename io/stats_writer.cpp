@@ -1,0 +1,390 @@
+// StatsWriter: creates the statistics file of SPEC §6 with every dataset up front (SWMR write mode
+// allows no new objects or attributes), then appends one row per step. Also the output-path
+// checks and the default file name. Layout, guarantees and chunk measurements:
+// docs/hdf5-schema.md. Legend: N steps, L layers, E experts, W ranks, T traced tokens,
+// num_phases timed phases.
+#include "io/stats_writer.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <utility>
+
+namespace moe {
+namespace {
+
+namespace fs = std::filesystem;
+
+StatsPathError path_error(const std::string& path, const std::string& problem) {
+  return StatsPathError("statistics file '" + path + "': " + problem);
+}
+
+// Local time formatted by strftime.
+std::string local_time_text(const char* format) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[64] = {0};
+  std::strftime(text, sizeof text, format, &local);
+  return text;
+}
+
+// Rows per chunk: the largest power of two whose uncompressed chunk stays within chunk_bytes,
+// at least 1 and at most max_chunk_rows.
+hsize_t chunk_rows(hsize_t row_bytes, const StatsStorage& storage) {
+  hsize_t rows = 1;
+  while (rows * 2 * row_bytes <= static_cast<hsize_t>(storage.chunk_bytes) &&
+         rows * 2 <= static_cast<hsize_t>(storage.max_chunk_rows)) {
+    rows *= 2;
+  }
+  return rows;
+}
+
+// Dataset `name` of shape [0, row_dims...], unlimited along the first dimension, chunked as
+// [chunk_rows, row_dims...], shuffled and deflated; `fill` (may be null) marks unwritten rows.
+H5RowDataset column_create(hid_t file, const char* name, hid_t file_type, hid_t mem_type,
+                           const std::vector<hsize_t>& row_dims, const StatsStorage& storage,
+                           const void* fill) {
+  hsize_t row_bytes = MOE_H5_CHECK(H5Tget_size(file_type));
+  for (hsize_t d : row_dims) row_bytes *= d;
+  std::vector<hsize_t> chunk = row_dims;
+  chunk.insert(chunk.begin(), chunk_rows(row_bytes, storage));
+  H5Id dcpl = h5_untimed_plist(H5P_DATASET_CREATE);
+  MOE_H5_CHECK(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()));
+  if (storage.defer_edge_filter) {
+    MOE_H5_CHECK(H5Pset_chunk_opts(dcpl.get(), H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS));
+  }
+  if (storage.shuffle) MOE_H5_CHECK(H5Pset_shuffle(dcpl.get()));
+  if (storage.deflate_level > 0) {
+    MOE_H5_CHECK(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(storage.deflate_level)));
+  }
+  if (fill != nullptr) MOE_H5_CHECK(H5Pset_fill_value(dcpl.get(), mem_type, fill));
+
+  // The chunk being appended to must stay in the chunk cache, or every append would read back
+  // and decompress it: room for a few chunks, at least HDF5's default 1 MiB.
+  const size_t chunk_bytes = static_cast<size_t>(chunk[0] * row_bytes);
+  H5Id dapl(MOE_H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS)), H5Pclose);
+  MOE_H5_CHECK(H5Pset_chunk_cache(dapl.get(), 521, std::max<size_t>(1 << 20, 4 * chunk_bytes),
+                                  H5D_CHUNK_CACHE_W0_DEFAULT));
+  return h5_row_dataset_create(file, name, file_type, mem_type, row_dims, dcpl.get(), dapl.get());
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("StatsWriter: " + what);
+}
+
+// Span sizes of one appended row against the header's dimensions.
+template <typename T>
+void require_size(const char* call, const char* field, std::span<const T> values, size_t expected,
+                  const char* shape) {
+  require(values.size() == expected, std::string(call) + ": " + field + " has " +
+                                         std::to_string(values.size()) + " values, expected " +
+                                         shape + " = " + std::to_string(expected));
+}
+
+void validate_header(const StatsHeader& h) {
+  require(h.num_layers >= 1 && h.num_experts >= 1 && h.top_k >= 1 && h.vocab >= 1 &&
+              h.world_size >= 1 && h.ep_size >= 1,
+          "num_layers, num_experts, top_k, vocab, world_size and ep_size must be >= 1");
+  require(h.hash_layers >= 0 && h.hash_layers <= h.num_layers,
+          "hash_layers must be in [0, num_layers]");
+  require(h.trace_tokens >= 0, "trace_tokens must be >= 0");
+  require(!h.phase_names.empty(), "phase_names must name at least one phase");
+  require(h.layer_routing.size() == static_cast<size_t>(h.num_layers),
+          "layer_routing needs num_layers entries");
+  for (const std::string& kind : h.layer_routing) {
+    require(kind == "hash" || kind == "topk" || kind == "forced",
+            "layer_routing entry '" + kind + "' is not hash, topk or forced");
+  }
+  require(h.hash_tables.size() == static_cast<size_t>(h.hash_layers) * h.vocab * h.top_k,
+          "hash_tables needs hash_layers * vocab * top_k entries");
+}
+
+void write_root_attributes(hid_t file, const StatsHeader& h) {
+  h5_write_string_attr(file, "format", kStatsFormat);
+  h5_write_int_attr(file, "format_version", kStatsFormatVersion);
+  h5_write_string_attr(file, "program_version", h.program_version);
+  h5_write_string_attr(file, "model", h.model);
+  h5_write_string_attr(file, "config", h.config_text);
+  h5_write_string_attr(file, "created", h.created);
+  h5_write_string_attr(file, "data", h.data_description);
+  h5_write_attr(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &h.seed);
+  h5_write_attr(file, "entropy_floor", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &h.entropy_floor);
+  const std::pair<const char*, int> ints[] = {
+      {"world_size", h.world_size},   {"ep_size", h.ep_size}, {"num_layers", h.num_layers},
+      {"num_experts", h.num_experts}, {"top_k", h.top_k},     {"vocab", h.vocab},
+      {"hash_layers", h.hash_layers}, {"seq_len", h.seq_len}, {"batch_per_rank", h.batch_per_rank}};
+  for (const auto& [name, value] : ints) h5_write_int_attr(file, name, value);
+}
+
+// Latest format: checksummed metadata and the extensible-array chunk index that SWMR needs. Locks
+// the file, but carries on where the file system has no locks (some NFS and Lustre mounts).
+H5Id stats_fapl() {
+  H5Id fapl(MOE_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  MOE_H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
+  MOE_H5_CHECK(H5Pset_file_locking(fapl.get(), 1, 1));
+  return fapl;
+}
+
+// In SWMR write mode HDF5 1.10 never reuses freed file space (a reader may still be reading it),
+// so every chunk's unfiltered first home stays behind as a hole: a live file holds each chunk
+// uncompressed and compressed. A copy holds it once. The rename is atomic: <path> is always a
+// complete file.
+void stats_compact(const std::string& path) {
+  const std::string tmp = path + ".compact";
+  try {
+    h5_copy_file(path, tmp, h5_untimed_plist(H5P_FILE_CREATE).get(), stats_fapl().get());
+    fs::rename(tmp, path);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    std::fprintf(stderr, "warning: statistics file '%s' is complete but was not compacted: %s\n",
+                 path.c_str(), e.what());
+  }
+}
+
+}  // namespace
+
+struct StatsWriter::Impl {
+  std::string path;
+  H5Id file;
+  std::vector<H5RowDataset> steps;  // append order of StepRow's fields, /steps/step last
+  std::vector<H5RowDataset> trace;  // append order of TraceRow's fields, /trace/step last
+  size_t L = 0, E = 0, W = 0, T = 0, K = 0, num_phases = 0;
+  bool compact_on_close = true;
+  bool failed = false;  // an append threw Hdf5Error: the datasets may differ in length
+
+  // Root attributes, /layers, /perf/phases, every per-step dataset; then SWMR write mode.
+  void create_objects(const StatsHeader& h, const StatsStorage& storage);
+
+  // Writes one row per column, flushing before the last column (the step index) and after it:
+  // a step index on disk means the rest of its row is on disk too.
+  void append_row(std::vector<H5RowDataset>& columns, const std::vector<const void*>& values) {
+    require(file.valid(), "append after close()");
+    require(!failed, "append after an earlier append failed; the file is incomplete");
+    h5_silence_auto_print();
+    failed = true;
+    for (size_t i = 0; i + 1 < columns.size(); ++i) h5_row_dataset_append(columns[i], values[i]);
+    MOE_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
+    h5_row_dataset_append(columns.back(), values.back());
+    MOE_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
+    failed = false;
+  }
+};
+
+void StatsWriter::check_path(const std::string& path, bool overwrite) {
+  if (path.empty()) throw path_error(path, "the path is empty");
+  const fs::path file(path);
+  const fs::path dir = file.parent_path().empty() ? fs::path(".") : file.parent_path();
+  std::error_code ec;
+  const fs::file_status dir_status = fs::status(dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    throw path_error(path, "directory '" + dir.string() + "' cannot be inspected: " + ec.message());
+  }
+  if (!fs::exists(dir_status)) {
+    throw path_error(path, "directory '" + dir.string() + "' does not exist");
+  }
+  if (!fs::is_directory(dir_status)) {
+    throw path_error(path, "'" + dir.string() + "' is not a directory");
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw path_error(
+        path, "directory '" + dir.string() + "' is not writable (" + std::strerror(errno) + ")");
+  }
+  const fs::file_status status = fs::status(file, ec);
+  if (fs::is_directory(status)) throw path_error(path, "is a directory");
+  if (!fs::exists(status)) return;
+  if (!fs::is_regular_file(status)) throw path_error(path, "exists and is not a regular file");
+  if (!overwrite && fs::file_size(file, ec) != 0) {
+    throw path_error(path, "already exists; pass --overwrite to replace it");
+  }
+  if (::access(path.c_str(), W_OK) != 0) {
+    throw path_error(path,
+                     "exists and is not writable (" + std::string(std::strerror(errno)) + ")");
+  }
+}
+
+StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHeader& h,
+                         const StatsStorage& storage)
+    : impl_(std::make_unique<Impl>()) {
+  check_path(path, overwrite);
+  validate_header(h);
+  h5_silence_auto_print();
+  Impl& m = *impl_;
+  m.path = path;
+  m.L = h.num_layers, m.E = h.num_experts, m.W = h.world_size;
+  m.num_phases = h.phase_names.size(), m.T = h.trace_tokens, m.K = h.top_k;
+  m.compact_on_close = storage.compact_on_close;
+  const H5Id fapl = stats_fapl();
+  const H5Id fcpl = h5_untimed_plist(H5P_FILE_CREATE);  // untimed root group
+  const unsigned flags = fs::exists(path) ? H5F_ACC_TRUNC : H5F_ACC_EXCL;
+  m.file = H5Id(MOE_H5_CHECK(H5Fcreate(path.c_str(), flags, fcpl.get(), fapl.get())), H5Fclose);
+  try {
+    m.create_objects(h, storage);
+  } catch (...) {
+    // Leave no half-made file behind: close what is open and remove the file this call created.
+    m.steps.clear(), m.trace.clear();
+    m.file.close_quietly();
+    std::error_code ec;
+    fs::remove(path, ec);
+    throw;
+  }
+}
+
+void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage& storage) {
+  Impl& m = *this;
+  const hid_t f = m.file.get();
+
+  write_root_attributes(f, h);
+  H5Id gcpl = h5_untimed_plist(H5P_GROUP_CREATE);
+  for (const char* group : {"/layers", "/steps", "/routing", "/perf", "/trace"}) {
+    if (std::string(group) == "/trace" && h.trace_tokens == 0) continue;
+    H5Id(MOE_H5_CHECK(H5Gcreate2(f, group, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT)), H5Gclose)
+        .close();
+  }
+  h5_write_string_dataset(f, "/layers/routing", h.layer_routing);
+  h5_write_fixed_dataset(f, "/layers/hash_table", H5T_STD_I32LE, H5T_NATIVE_INT32,
+                         {hsize_t(h.hash_layers), hsize_t(h.vocab), hsize_t(h.top_k)},
+                         h.hash_tables.data());
+  h5_write_string_dataset(f, "/perf/phases", h.phase_names);
+
+  const int64_t no_step = -1;  // fill value of the step columns: "row not written"
+  const hid_t i64 = H5T_STD_I64LE, f64 = H5T_IEEE_F64LE, f32 = H5T_IEEE_F32LE;
+  const hid_t n_i64 = H5T_NATIVE_INT64, n_f64 = H5T_NATIVE_DOUBLE, n_f32 = H5T_NATIVE_FLOAT;
+  const hid_t i32 = H5T_STD_I32LE, n_i32 = H5T_NATIVE_INT32;
+  auto add = [&](std::vector<H5RowDataset>& to, const char* name, hid_t type, hid_t mem,
+                 std::vector<hsize_t> row, const void* fill = nullptr) {
+    to.push_back(column_create(f, name, type, mem, row, storage, fill));
+  };
+  for (const char* name : {"/steps/loss", "/steps/balance_loss", "/steps/grad_norm", "/steps/lr",
+                           "/steps/tokens_per_s", "/steps/step_time_s"}) {
+    add(m.steps, name, f64, n_f64, {});
+  }
+  add(m.steps, "/routing/expert_load", i64, n_i64, {m.L, m.E});
+  add(m.steps, "/routing/rank_load", i64, n_i64, {m.L, m.W});
+  add(m.steps, "/routing/bias", f32, n_f32, {m.L, m.E});
+  for (const char* name : {"/routing/load_variance", "/routing/max_violation", "/routing/load_cv",
+                           "/routing/rank_overload", "/routing/balance_loss"}) {
+    add(m.steps, name, f64, n_f64, {m.L});
+  }
+  add(m.steps, "/perf/phase_time", f64, n_f64, {m.W, m.num_phases});
+  add(m.steps, "/steps/step", i64, n_i64, {}, &no_step);
+  if (m.T > 0) {
+    for (const char* name : {"/trace/token_id", "/trace/position", "/trace/rank"}) {
+      add(m.trace, name, i32, n_i32, {m.T});
+    }
+    add(m.trace, "/trace/experts", i32, n_i32, {m.L, m.T, m.K});
+    add(m.trace, "/trace/weights", f32, n_f32, {m.L, m.T, m.K});
+    add(m.trace, "/trace/step", i64, n_i64, {}, &no_step);
+  }
+  // From here on no object or attribute can be created; readers may open with SWMR.
+  MOE_H5_CHECK(H5Fstart_swmr_write(f));
+}
+
+StatsWriter::StatsWriter(StatsWriter&&) noexcept = default;
+StatsWriter& StatsWriter::operator=(StatsWriter&&) noexcept = default;
+
+StatsWriter::~StatsWriter() {
+  if (!impl_) return;
+  try {
+    close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "warning: closing statistics file '%s' failed: %s\n", impl_->path.c_str(),
+                 e.what());
+  }
+}
+
+void StatsWriter::append(const StepRow& r) {
+  const Impl& m = *impl_;
+  const char* call = "append";
+  require_size(call, "expert_load", r.expert_load, m.L * m.E, "L*E");
+  require_size(call, "rank_load", r.rank_load, m.L * m.W, "L*W");
+  require_size(call, "bias", r.bias, m.L * m.E, "L*E");
+  for (const auto& [name, values] : {std::pair{"load_variance", r.load_variance},
+                                     {"max_violation", r.max_violation},
+                                     {"load_cv", r.load_cv},
+                                     {"rank_overload", r.rank_overload},
+                                     {"layer_balance_loss", r.layer_balance_loss}}) {
+    require_size(call, name, values, m.L, "L");
+  }
+  require_size(call, "phase_times", r.phase_times, m.W * m.num_phases, "W*num_phases");
+  impl_->append_row(impl_->steps, {&r.loss, &r.balance_loss, &r.grad_norm, &r.lr, &r.tokens_per_s,
+                                   &r.step_time_s, r.expert_load.data(), r.rank_load.data(),
+                                   r.bias.data(), r.load_variance.data(), r.max_violation.data(),
+                                   r.load_cv.data(), r.rank_overload.data(),
+                                   r.layer_balance_loss.data(), r.phase_times.data(), &r.step});
+}
+
+void StatsWriter::append_trace(const TraceRow& r) {
+  const Impl& m = *impl_;
+  const char* call = "append_trace";
+  require(m.T > 0, "append_trace: the header has trace_tokens = 0, so the file has no /trace");
+  require_size(call, "token_id", r.token_id, m.T, "T");
+  require_size(call, "position", r.position, m.T, "T");
+  require_size(call, "rank", r.rank, m.T, "T");
+  require_size(call, "experts", r.experts, m.L * m.T * m.K, "L*T*K");
+  require_size(call, "weights", r.weights, m.L * m.T * m.K, "L*T*K");
+  impl_->append_row(impl_->trace, {r.token_id.data(), r.position.data(), r.rank.data(),
+                                   r.experts.data(), r.weights.data(), &r.step});
+}
+
+int64_t StatsWriter::num_rows() const {
+  return impl_->steps.empty() ? 0 : static_cast<int64_t>(impl_->steps.back().dims[0]);
+}
+
+int64_t StatsWriter::num_trace_rows() const {
+  return impl_->trace.empty() ? 0 : static_cast<int64_t>(impl_->trace.back().dims[0]);
+}
+
+const std::string& StatsWriter::path() const { return impl_->path; }
+
+void StatsWriter::close() {
+  if (!impl_ || !impl_->file.valid()) return;
+  h5_silence_auto_print();
+  // Datasets first: the file closes only when its last object does. Closing the file ends SWMR
+  // write mode and clears the superblock's "open for writing" flags.
+  for (H5RowDataset& c : impl_->steps) c.dset.close();
+  for (H5RowDataset& c : impl_->trace) c.dset.close();
+  impl_->file.close();
+  if (impl_->compact_on_close) stats_compact(impl_->path);
+}
+
+std::string stats_default_path(const std::string& runs_dir, const std::string& model) {
+  const fs::path dir = runs_dir.empty() ? fs::path(".") : fs::path(runs_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    throw StatsPathError("runs directory '" + dir.string() +
+                         "': cannot create it: " + ec.message());
+  }
+  std::string name = model;
+  std::replace(name.begin(), name.end(), '/', '_');
+  const std::string stem = (dir / (name + "-" + local_time_text("%Y%m%d-%H%M%S"))).string();
+  for (int n = 1;; ++n) {
+    std::string candidate = stem;
+    if (n > 1) candidate.append("-").append(std::to_string(n));
+    candidate.append(".h5");
+    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      return candidate;
+    }
+    if (errno != EEXIST)
+      throw path_error(candidate, std::string("cannot create: ") + std::strerror(errno));
+  }
+}
+
+std::string stats_now_iso8601() {
+  const std::string text = local_time_text("%Y-%m-%dT%H:%M:%S%z");  // offset as +hhmm
+  if (text.size() < 5) return text;
+  const size_t split = text.size() - 2;  // ISO-8601 extended offset: +hh:mm
+  return text.substr(0, split).append(":").append(text.substr(split));
+}
+
+}  // namespace moe

@@ -1,0 +1,142 @@
+// The HDF5 statistics file of SPEC §6 ("moe_rt.stats", format version 1), written by rank 0 only:
+// a header (root attributes, routing kinds, hash tables, phase names) created once, then one row
+// per step appended to chunked, extendible, compressed datasets and flushed, so that every
+// completed step survives a crash and a SWMR reader sees rows appear while the run goes on.
+// The layout, the guarantees and the measured chunk choice are documented in docs/hdf5-schema.md.
+// Dimension legend: N steps written, M traced steps, L layers, L_h hash layers, E experts,
+// K top-k, V vocabulary, W ranks, T traced tokens per traced step, num_phases timed phases.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "io/hdf5_check.hpp"
+
+namespace moe {
+
+inline constexpr const char* kStatsFormat = "moe_rt.stats";
+inline constexpr int32_t kStatsFormatVersion = 1;
+
+// An unusable output path. The message names the path and the problem.
+class StatsPathError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Everything known before the first step; becomes root attributes and the /layers, /perf/phases
+// datasets. Invalid sizes throw std::invalid_argument naming the field.
+struct StatsHeader {
+  std::string model;             // preset name
+  std::string config_text;       // full resolved configuration, as --print-config prints it
+  std::string program_version;   // e.g. "moe_rt 0.1.0"
+  std::string data_description;  // TokenSource::describe()
+  std::string created;           // ISO-8601 local time with offset, see stats_now_iso8601()
+  int world_size = 1;            // W
+  int ep_size = 1;               // P of SPEC §4 (EP group size)
+  int num_layers = 0;            // L
+  int num_experts = 0;           // E
+  int top_k = 0;                 // K
+  int vocab = 0;                 // V
+  int hash_layers = 0;           // L_h
+  int seq_len = 0;               // S
+  int batch_per_rank = 0;        // B
+  uint64_t seed = 0;             // --seed
+  double entropy_floor = std::numeric_limits<double>::quiet_NaN();  // nats/token; NaN: unknown
+  std::vector<std::string> layer_routing;  // [L] "hash" | "topk" | "forced"
+  std::vector<int32_t> hash_tables;        // [L_h, V, K] expert ids
+  std::vector<std::string> phase_names;    // [num_phases], at least one
+  int trace_tokens = 0;                    // T; 0 = no /trace group
+};
+
+// One step, global values (already reduced over ranks).
+struct StepRow {
+  int64_t step = 0;
+  double loss = 0, balance_loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, step_time_s = 0;
+  std::span<const int64_t> expert_load;        // [L, E]
+  std::span<const int64_t> rank_load;          // [L, W] assignments received by each rank
+  std::span<const float> bias;                 // [L, E] bias used for the step's routing
+  std::span<const double> load_variance;       // [L]
+  std::span<const double> max_violation;       // [L]
+  std::span<const double> load_cv;             // [L]
+  std::span<const double> rank_overload;       // [L]
+  std::span<const double> layer_balance_loss;  // [L]
+  std::span<const double> phase_times;         // [W, num_phases] seconds, per rank
+};
+
+// The routing of T traced tokens at one step.
+struct TraceRow {
+  int64_t step = 0;
+  std::span<const int32_t> token_id;  // [T]
+  std::span<const int32_t> position;  // [T] position within the sequence
+  std::span<const int32_t> rank;      // [T] rank holding the token
+  std::span<const int32_t> experts;   // [L, T, K] selected expert ids
+  std::span<const float> weights;     // [L, T, K] combine weights
+};
+
+// Storage of the per-step datasets. The defaults are the measured choice (docs/hdf5-schema.md);
+// tests and benchmarks may change them, the file layout stays the same.
+struct StatsStorage {
+  int64_t chunk_bytes = 32 * 1024;  // target uncompressed bytes per chunk (rows: a power of two)
+  int64_t max_chunk_rows = 1024;    // cap on rows per chunk
+  int deflate_level = 4;            // 1..9; 0 = no deflate
+  bool shuffle = true;              // byte-shuffle filter before deflate
+  bool defer_edge_filter = true;    // store the growing last chunk unfiltered until it is full
+  bool compact_on_close = true;     // rewrite the file without the holes SWMR leaves (close())
+};
+
+class StatsWriter {
+ public:
+  // Checks the output path, creating nothing: missing or non-directory parent, parent not
+  // writable, path is a directory or not a regular file, or an existing non-empty file without
+  // `overwrite` (the message then names --overwrite). An existing empty file (a name reserved by
+  // stats_default_path) is replaced without `overwrite`. Throws StatsPathError.
+  static void check_path(const std::string& path, bool overwrite);
+
+  // check_path, then creates the file, every dataset and the root attributes, and starts SWMR
+  // write mode. Throws StatsPathError, std::invalid_argument (bad header) or Hdf5Error.
+  StatsWriter(const std::string& path, bool overwrite, const StatsHeader& header,
+              const StatsStorage& storage = {});
+  StatsWriter(StatsWriter&&) noexcept;
+  StatsWriter& operator=(StatsWriter&&) noexcept;
+  StatsWriter(const StatsWriter&) = delete;
+  StatsWriter& operator=(const StatsWriter&) = delete;
+  ~StatsWriter();  // close(), reporting a failure on stderr instead of throwing
+
+  // Appends one row to every /steps, /routing and /perf dataset, /steps/step last, flushing
+  // before and after /steps/step (docs/hdf5-schema.md, "Crash safety"). Wrong span sizes throw
+  // std::invalid_argument before anything is written; after an Hdf5Error the writer refuses
+  // further appends.
+  void append(const StepRow& row);
+  // Appends one row to every /trace dataset, /trace/step last. Needs trace_tokens > 0.
+  void append_trace(const TraceRow& row);
+
+  int64_t num_rows() const;        // N: rows of /steps/step
+  int64_t num_trace_rows() const;  // M: rows of /trace/step
+  const std::string& path() const;
+
+  // Closes the file (ending SWMR write mode), then, with compact_on_close, rewrites it without
+  // the unreclaimed space SWMR writing leaves behind: copied to "<path>.compact", renamed over
+  // <path>. A failed compaction leaves the complete, uncompacted file and warns on stderr.
+  // Throws Hdf5Error if closing fails. Later calls do nothing; append then throws.
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "<runs_dir>/<model>-YYYYmmdd-HHMMSS.h5" in local time, or with "-2", "-3", ... before ".h5"
+// when that name exists. Creates runs_dir (and parents) if missing, and reserves the name by
+// creating it empty with O_EXCL, so two calls (or two runs) in the same second get two names.
+// Throws StatsPathError if runs_dir cannot be created or is not writable.
+std::string stats_default_path(const std::string& runs_dir, const std::string& model);
+
+// Now, as ISO-8601 local time with the UTC offset: "2026-05-09T07:35:25+02:00".
+std::string stats_now_iso8601();
+
+}  // namespace moe

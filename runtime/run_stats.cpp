@@ -1,0 +1,126 @@
+// RunStats: the statistics file and the gathers that feed it.
+#include "runtime/run_stats.hpp"
+
+#include <algorithm>
+
+#include "model/config.hpp"
+
+namespace moe {
+
+RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
+                   const RoutingState& routing, const std::string& data_description,
+                   double entropy_floor)
+    : rank_(rank), world_size_(world_size), layers_(cfg.model.layers), top_k_(cfg.model.top_k),
+      trace_every_(cfg.trace_every) {
+  if (rank != 0) return;
+  const ModelConfig& m = cfg.model;
+  bool overwrite = cfg.overwrite;
+  if (cfg.stats_path.empty()) {
+    path_ = stats_default_path("runs", cfg.model_name);  // reserves a fresh name
+    overwrite = true;
+  } else {
+    path_ = cfg.stats_path;
+    StatsWriter::check_path(path_, overwrite);
+  }
+  StatsHeader h;
+  h.model = cfg.model_name;
+  RunConfig resolved = cfg;
+  resolved.stats_path = path_;
+  h.config_text = run_config_to_text(resolved);
+  h.program_version = std::string("moe_rt ") + MOE_RT_VERSION;
+  h.data_description = data_description;
+  h.created = stats_now_iso8601();
+  h.world_size = world_size;
+  h.ep_size = ep_size;
+  h.num_layers = m.layers;
+  h.num_experts = m.experts;
+  h.top_k = m.top_k;
+  h.vocab = m.vocab;
+  h.hash_layers = m.hash_layers;
+  h.seq_len = m.seq_len;
+  h.batch_per_rank = m.batch_per_rank;
+  h.seed = cfg.seed;
+  if (entropy_floor >= 0) h.entropy_floor = entropy_floor;
+  for (RoutingMode mode : routing.modes) h.layer_routing.emplace_back(routing_mode_name(mode));
+  h.hash_tables = routing.hash_tables;
+  h.phase_names.assign(kPhaseNames.begin(), kPhaseNames.end());
+  h.trace_tokens = cfg.trace_every > 0 ? world_size * m.batch_per_rank * m.seq_len : 0;
+  writer_ = std::make_unique<StatsWriter>(path_, overwrite, h);
+  phase_all_.resize(static_cast<size_t>(world_size) * kNumPhases);
+}
+
+void RunStats::record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times) {
+  world.gather(std::span<const double>(times.seconds), std::span<double>(phase_all_), 0);
+  if (rank_ != 0) return;
+  StepRow row;
+  row.step = rec.step;
+  row.loss = rec.loss;
+  row.balance_loss = rec.balance_loss;
+  row.grad_norm = rec.grad_norm;
+  row.lr = rec.lr;
+  row.tokens_per_s = rec.tokens_per_s;
+  row.step_time_s = rec.seconds;
+  row.expert_load = rec.expert_load;
+  row.rank_load = rec.rank_load;
+  row.bias = rec.bias;
+  row.load_variance = rec.layer_variance;
+  row.max_violation = rec.layer_violation;
+  row.load_cv = rec.layer_cv;
+  row.rank_overload = rec.layer_overload;
+  row.layer_balance_loss = rec.layer_balance_loss;
+  row.phase_times = phase_all_;
+  writer_->append(row);
+}
+
+void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<float>& acts,
+                            const std::vector<int32_t>& tokens, int seq_len) {
+  // Per rank, packed: token ids [N], positions [N], experts [L, N, K]; weights [L, N, K].
+  const int N = static_cast<int>(tokens.size()), L = layers_, K = top_k_, W = world_size_;
+  const size_t NK = static_cast<size_t>(N) * K;
+  trace_local_.resize(2 * static_cast<size_t>(N) + L * NK);
+  weights_local_.resize(L * NK);
+  std::copy(tokens.begin(), tokens.end(), trace_local_.begin());
+  for (int t = 0; t < N; ++t) trace_local_[N + t] = t % seq_len;
+  for (int l = 0; l < L; ++l) {
+    std::copy_n(acts.moe[l].expert_idx.begin(), NK, trace_local_.begin() + 2 * N + l * NK);
+    std::copy_n(acts.moe[l].weights.begin(), NK, weights_local_.begin() + l * NK);
+  }
+  if (rank_ == 0) {
+    trace_all_.resize(trace_local_.size() * W);
+    weights_all_.resize(weights_local_.size() * W);
+  }
+  world.gather(std::span<const int32_t>(trace_local_), std::span<int32_t>(trace_all_), 0);
+  world.gather(std::span<const float>(weights_local_), std::span<float>(weights_all_), 0);
+  if (rank_ != 0) return;
+  // Rank-major blocks to the file's token-major layout: global token r·N + t.
+  const size_t T = static_cast<size_t>(W) * N;
+  t_ids_.resize(T);
+  t_pos_.resize(T);
+  t_rank_.resize(T);
+  t_experts_.resize(L * T * K);
+  t_weights_.resize(L * T * K);
+  for (int r = 0; r < W; ++r) {
+    const int32_t* block = &trace_all_[r * trace_local_.size()];
+    const float* wblock = &weights_all_[r * weights_local_.size()];
+    for (int t = 0; t < N; ++t) {
+      const size_t g = static_cast<size_t>(r) * N + t;
+      t_ids_[g] = block[t];
+      t_pos_[g] = block[N + t];
+      t_rank_[g] = r;
+    }
+    for (int l = 0; l < L; ++l) {
+      std::copy_n(block + 2 * N + l * NK, NK, &t_experts_[(l * T + static_cast<size_t>(r) * N) * K]);
+      std::copy_n(wblock + l * NK, NK, &t_weights_[(l * T + static_cast<size_t>(r) * N) * K]);
+    }
+  }
+  TraceRow row;
+  row.step = step;
+  row.token_id = t_ids_;
+  row.position = t_pos_;
+  row.rank = t_rank_;
+  row.experts = t_experts_;
+  row.weights = t_weights_;
+  writer_->append_trace(row);
+}
+
+}  // namespace moe

@@ -1,0 +1,50 @@
+// The run's statistics file (SPEC §6): rank 0 owns the HDF5 writer; every rank takes part in the
+// small gathers that feed it (per-rank phase times, routing traces). Legend: W ranks, L layers,
+// E experts, K experts per token, N local tokens, T = W·N tokens per step.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "io/stats_writer.hpp"
+#include "model/model.hpp"
+#include "model/phase_timer.hpp"
+#include "runtime/options.hpp"
+#include "runtime/train.hpp"
+
+namespace moe {
+
+class RunStats {
+ public:
+  // Not collective. On rank 0: resolves the path (--stats, else a new runs/<model>-<time>.h5),
+  // checks it and creates the file; throws StatsPathError or Hdf5Error on a bad path. Other
+  // ranks only remember the shape.
+  RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
+           const RoutingState& routing, const std::string& data_description,
+           double entropy_floor);
+
+  const std::string& path() const { return path_; }  // rank 0; empty elsewhere
+
+  // Collective over world: gathers every rank's phase times; rank 0 appends the step's row.
+  void record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times);
+
+  // Collective over world when `step` is a trace step (--trace-every): gathers each token's id,
+  // position, rank and per-layer experts and weights; rank 0 appends them.
+  void record_trace(const Comm& world, int64_t step, const ModelActs<float>& acts,
+                    const std::vector<int32_t>& tokens, int seq_len);
+  bool is_trace_step(int64_t step) const { return trace_every_ > 0 && step % trace_every_ == 0; }
+
+ private:
+  int rank_ = 0, world_size_ = 1, layers_ = 0, top_k_ = 0, trace_every_ = 0;
+  std::string path_;
+  std::unique_ptr<StatsWriter> writer_;        // rank 0 only
+  std::vector<double> phase_all_;              // [W, phases] on rank 0
+  std::vector<int32_t> trace_local_, trace_all_;  // [3·N + L·N·K] per rank, gathered [W, ...]
+  std::vector<float> weights_local_, weights_all_;
+  std::vector<int32_t> t_ids_, t_pos_, t_rank_, t_experts_;  // rank 0: [T], [T], [T], [L, T, K]
+  std::vector<float> t_weights_;                            // rank 0: [L, T, K]
+};
+
+}  // namespace moe

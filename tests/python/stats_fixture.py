@@ -1,0 +1,210 @@
+"""Small moe_rt statistics files (format "moe_rt.stats", version 1) for the tests of
+scripts/moe_stats.py and the worked example of docs/analysis.md, following SPEC §6 exactly.
+
+Two runs of one tiny model, steps 0..20: L=6 layers (2 hash, then 4 top-k), E=4 experts, K=2,
+W=2 ranks (EP group 2: rank 0 owns experts 0-1, rank 1 owns 2-3), B=2 sequences of S=16 tokens
+per rank, so T=64 tokens and T·K=128 assignments per layer per step, a mean load of 32.
+Run A has the bias update off, run B on; both start from the same step-0 loads and their hash
+layers have identical loads at every step. Loads at steps 0 and 20 are chosen so that the
+variance table can be checked by hand (EXPECTED_VARIANCE below); other steps interpolate.
+
+Also a command line: `python3 stats_fixture.py example DIR` writes DIR/run_a.h5 and
+DIR/run_b.h5; `python3 stats_fixture.py swmr-writer PATH ROWS` keeps a file open for SWMR writing
+(used to test reading a file that is being written).
+"""
+import sys
+
+import h5py
+import numpy as np
+
+NUM_STEPS = 21
+NUM_LAYERS, NUM_HASH, NUM_EXPERTS, TOP_K, WORLD = 6, 2, 4, 2, 2
+VOCAB, SEQ_LEN, BATCH_PER_RANK = 64, 16, 2
+TOKENS = WORLD * BATCH_PER_RANK * SEQ_LEN                      # T = 64
+MEAN_LOAD = TOKENS * TOP_K // NUM_EXPERTS                      # 32
+ENTROPY_FLOOR = 1.6316
+BIAS_RATE = 0.001
+# The file-format versions of HDF5 1.10, the oldest with SWMR: what the C++ writer gets from the
+# system library, and readable by its h5dump (h5py may bundle a newer HDF5 whose "latest" is not).
+LIBVER = ("v110", "v110")
+PHASES = ("attention", "router", "dispatch", "experts", "combine", "backward", "optimizer",
+          "allreduce")
+
+# Per layer: deviation of the load from the mean at (step 0, step 20 in A, step 20 in B).
+# Antisymmetric (d[e] = -d[E-1-e]), so every row sums to T·K even after rounding.
+DEVIATIONS = {
+    0: ([8, 4, -4, -8], [8, 4, -4, -8], [8, 4, -4, -8]),         # hash
+    1: ([6, 2, -2, -6], [6, 2, -2, -6], [6, 2, -2, -6]),         # hash
+    2: ([12, 4, -4, -12], [10, 6, -6, -10], [4, 2, -2, -4]),     # B much better
+    3: ([2, 0, 0, -2], [0, 0, 0, 0], [0, 0, 0, 0]),              # A == B == 0
+    4: ([3, 1, -1, -3], [0, 0, 0, 0], [1, 1, -1, -1]),           # A == 0 != B
+    5: ([2, -2, 2, -2], [2, -2, 2, -2], [4, -4, 4, -4]),         # B worse
+}
+# Hand-computed: population variance of MEAN_LOAD + deviation, and (A - B)/A at step 20.
+EXPECTED_VARIANCE = {
+    0: (40.0, 40.0, 40.0, "0.00%"),
+    1: (20.0, 20.0, 20.0, "0.00%"),
+    2: (80.0, 68.0, 10.0, "85.29%"),
+    3: (2.0, 0.0, 0.0, "0.00%"),
+    4: (5.0, 0.0, 1.0, "n/a"),
+    5: (4.0, 4.0, 16.0, "-300.00%"),
+}
+EXPECTED_TOTAL = (91.0, 72.0, 27.0, "62.50%")   # top-k layers 2..5 only
+
+
+def routing_kinds():
+    return ["hash"] * NUM_HASH + ["topk"] * (NUM_LAYERS - NUM_HASH)
+
+
+def config_text(bias_rate):
+    lines = ["# moe_rt configuration: re-read with --config FILE", "model = micro",
+             f"steps = {NUM_STEPS}", "seed = 1234", f"batch-per-rank = {BATCH_PER_RANK}",
+             f"seq-len = {SEQ_LEN}", f"layers = {NUM_LAYERS}", f"hash-layers = {NUM_HASH}",
+             f"experts = {NUM_EXPERTS}", f"top-k = {TOP_K}", "score-func = sqrtsoftplus",
+             "route-scale = 1.5", f"bias-update-rate = {bias_rate:g}",
+             "seq-aux-loss-weight = 1e-04", "force-balance = none", "data = synthetic",
+             "lr = 0.003", "warmup-steps = 10", "grad-clip = 1"]
+    return "\n".join(lines) + "\n"
+
+
+def expert_load(variant):
+    """[N, L, E] int64: MEAN_LOAD + deviation, linear from step 0 to step 20, rounded."""
+    column = 1 if variant == "A" else 2
+    t = (np.arange(NUM_STEPS) / (NUM_STEPS - 1))[:, None, None]
+    start = np.array([DEVIATIONS[l][0] for l in range(NUM_LAYERS)], dtype=np.float64)
+    end = np.array([DEVIATIONS[l][column] for l in range(NUM_LAYERS)], dtype=np.float64)
+    return (MEAN_LOAD + np.round(start + (end - start) * t)).astype(np.int64)
+
+
+def bias_trajectory(load, rate):
+    """[N, L, E] float32: the bias used at each step, updated after it (SPEC §3), top-k only."""
+    bias = np.zeros(load.shape, dtype=np.float32)
+    for n in range(1, load.shape[0]):
+        step = rate * np.sign(load[n - 1].mean(axis=1, keepdims=True) - load[n - 1])
+        step[:NUM_HASH] = 0.0
+        bias[n] = bias[n - 1] + step.astype(np.float32)
+    return bias
+
+
+def step_series(variant):
+    s = np.arange(NUM_STEPS, dtype=np.float64)
+    start = np.log(VOCAB)
+    loss = ENTROPY_FLOOR + (start - ENTROPY_FLOOR) * np.exp(-s / (7.0 if variant == "A" else 7.2))
+    tokens_per_s = np.where(s == 0, 7500.0, 150000.0 + 1000.0 * np.cos(s))
+    lr = np.where(s < 10, 0.003 * (s + 1) / 10, 0.0015 * (1 + np.cos(np.pi * (s - 10) / 11)))
+    return {"steps/step": np.arange(NUM_STEPS, dtype=np.int64), "steps/loss": loss,
+            "steps/grad_norm": 0.3 + 1.2 * np.exp(-s / 10), "steps/lr": lr,
+            "steps/tokens_per_s": tokens_per_s, "steps/step_time_s": TOKENS / tokens_per_s}
+
+
+def routing_series(load, bias):
+    lf = load.astype(np.float64)
+    mean = lf.mean(axis=2)
+    rank_load = lf.reshape(NUM_STEPS, NUM_LAYERS, WORLD, NUM_EXPERTS // WORLD).sum(axis=3)
+    balance = 1e-4 * (1.0 + lf.std(axis=2) / mean)
+    balance[:, :NUM_HASH] = 0.0
+    return {"routing/expert_load": load, "routing/rank_load": rank_load.astype(np.int64),
+            "routing/bias": bias, "routing/load_variance": lf.var(axis=2),
+            "routing/max_violation": (lf.max(axis=2) - mean) / mean,
+            "routing/load_cv": lf.std(axis=2) / mean,
+            "routing/rank_overload": rank_load.max(axis=2) / rank_load.mean(axis=2),
+            "routing/balance_loss": balance}
+
+
+def build_run(variant):
+    """{'attrs': {...}, 'strings': {...}, 'datasets': {...}} of run "A" or "B"."""
+    rate = 0.0 if variant == "A" else BIAS_RATE
+    load = expert_load(variant)
+    datasets = {**step_series(variant), **routing_series(load, bias_trajectory(load, rate))}
+    datasets["steps/balance_loss"] = datasets["routing/balance_loss"].sum(axis=1)
+    s = np.arange(NUM_STEPS, dtype=np.float64)[:, None, None]
+    datasets["perf/phase_time"] = 1e-4 * (1 + np.arange(len(PHASES)))[None, None, :] * (
+        1.0 + 0.01 * np.arange(WORLD)[None, :, None] + 0.001 * np.cos(s))
+    rng = np.random.default_rng(7)
+    hash_table = np.stack([[rng.permutation(NUM_EXPERTS)[:TOP_K] for _ in range(VOCAB)]
+                           for _ in range(NUM_HASH)]).astype(np.int32)    # [L_h, V, K]
+    attrs = {"format": "moe_rt.stats", "format_version": 1, "program_version": "moe_rt 0.1.0",
+             "model": "micro", "world_size": WORLD, "ep_size": WORLD, "seed": 1234,
+             "config": config_text(rate), "created": "2026-01-01T00:00:00Z",
+             "data": "synthetic", "entropy_floor": ENTROPY_FLOOR, "num_layers": NUM_LAYERS,
+             "num_experts": NUM_EXPERTS, "top_k": TOP_K, "vocab": VOCAB,
+             "hash_layers": NUM_HASH, "seq_len": SEQ_LEN, "batch_per_rank": BATCH_PER_RANK}
+    strings = {"layers/routing": routing_kinds(), "perf/phases": list(PHASES)}
+    return {"attrs": attrs, "strings": strings, "datasets": datasets, "hash_table": hash_table}
+
+
+def as_attr(value, bytes_strings):
+    if isinstance(value, str) and bytes_strings:
+        return np.bytes_(value.encode())
+    return value
+
+
+def write_string_dataset(f, name, values, bytes_strings):
+    if bytes_strings:  # fixed-length ASCII, read back as numpy.bytes_
+        f.create_dataset(name, data=np.array([v.encode() for v in values], dtype="S"))
+    else:              # variable-length UTF-8, read back as bytes by h5py 3
+        f.create_dataset(name, data=values, dtype=h5py.string_dtype())
+
+
+def write_row_dataset(f, name, data, rows):
+    """Chunked, extendible, compressed, like the C++ writer; `rows` rows of `data` written."""
+    f.create_dataset(name, data=data[:rows], maxshape=(None,) + data.shape[1:],
+                     chunks=(max(1, min(rows, 64)),) + data.shape[1:], compression="gzip")
+
+
+def write_stats(path, run, *, libver=LIBVER, bytes_strings=False, rows=None, lengths=None,
+                drop=(), attrs=None):
+    """Writes `run` (from build_run) to path. rows: rows of every per-step dataset (default all);
+    lengths: {dataset: rows} for individual datasets (a writer caught mid-step); drop: datasets
+    or attributes to leave out; attrs: attribute overrides."""
+    rows = NUM_STEPS if rows is None else rows
+    lengths = lengths or {}
+    with h5py.File(path, "w", libver=libver) as f:
+        for key, value in {**run["attrs"], **(attrs or {})}.items():
+            if key not in drop:
+                f.attrs[key] = as_attr(value, bytes_strings)
+        for name, values in run["strings"].items():
+            write_string_dataset(f, name, values, bytes_strings)
+        f.create_dataset("layers/hash_table", data=run["hash_table"])
+        for name, data in run["datasets"].items():
+            if name not in drop:
+                write_row_dataset(f, name, data, lengths.get(name, rows))
+    return path
+
+
+def write_example(folder):
+    """run_a.h5 (variable-length strings) and run_b.h5 (fixed-length byte strings)."""
+    a = write_stats(f"{folder}/run_a.h5", build_run("A"))
+    b = write_stats(f"{folder}/run_b.h5", build_run("B"), bytes_strings=True)
+    return a, b
+
+
+def swmr_writer(path, rows):
+    """Appends `rows` complete rows in SWMR mode, then one row of /steps/* only, then waits for
+    a line on stdin before closing: a reader meanwhile must see exactly `rows` steps."""
+    run = build_run("A")
+    with h5py.File(path, "w", libver=LIBVER) as f:
+        for key, value in run["attrs"].items():
+            f.attrs[key] = value
+        for name, values in run["strings"].items():
+            write_string_dataset(f, name, values, False)
+        for name, data in run["datasets"].items():
+            write_row_dataset(f, name, data, 0)
+        f.swmr_mode = True
+        for n in range(rows + 1):
+            for name, data in run["datasets"].items():
+                if n < rows or name.startswith("steps/"):
+                    f[name].resize(n + 1, axis=0)
+                    f[name][n] = data[n]
+            f.flush()
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "example":
+        print("\n".join(write_example(sys.argv[2])))
+    elif len(sys.argv) == 4 and sys.argv[1] == "swmr-writer":
+        swmr_writer(sys.argv[2], int(sys.argv[3]))
+    else:
+        sys.exit("usage: stats_fixture.py example DIR | swmr-writer PATH ROWS")

@@ -1,0 +1,62 @@
+"""moe_stats.py on a statistics file written by the real program: 3 steps of the micro model on
+2 ranks. Needs MOE_RT_BIN (the built moe_rt binary); skipped without it."""
+import os
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+RANKS = 2
+
+
+def mpiexec_command(binary, stats_path):
+    cmd = ["mpiexec", "-n", str(RANKS)]
+    if RANKS > (os.cpu_count() or 1):
+        cmd.append("--oversubscribe")
+    return cmd + [binary, "--model", "micro", "--steps", "3", "--stats", stats_path]
+
+
+def mpi_env():
+    env = dict(os.environ)
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    binary = os.environ.get("MOE_RT_BIN")
+    if not binary:
+        pytest.skip("MOE_RT_BIN is not set: point it at the built moe_rt to test a real run")
+    path = str(tmp_path_factory.mktemp("real") / "run.h5")
+    try:
+        proc = subprocess.run(mpiexec_command(binary, path), env=mpi_env(), capture_output=True,
+                              text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail("moe_rt --model micro --steps 3 hung for more than 300 s")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert os.path.exists(path), f"moe_rt did not write {path}\n{proc.stdout}"
+    return path
+
+
+def test_summary_and_variance_of_a_real_run(cli, real_run):
+    code, out, err = cli("summary", real_run)
+    assert code == 0, err
+    assert "micro" in out and "3 (step 0 .. 2)" in out
+    code, out, err = cli("variance", real_run, "--steps", "0,2", "--csv")
+    assert code == 0, err
+    assert "warning" not in err, err   # stored load_variance agrees with expert_load
+    rows = out.splitlines()
+    with h5py.File(real_run, "r") as f:
+        load = f["routing/expert_load"][:].astype(np.float64)
+        routing = f["layers/routing"][:]
+    assert len(rows) == 1 + len(routing) + 1   # header, one per layer, TOTAL
+    for layer, row in enumerate(rows[1:-1]):
+        cells = row.split(",")
+        assert float(cells[2]) == pytest.approx(load[0, layer].var())
+        assert float(cells[3]) == pytest.approx(load[2, layer].var())
+    code, out, err = cli("variance", real_run, real_run, "--steps", "0,2")
+    assert code == 0, err
+    assert out.splitlines()[-1].split()[-1] == "0.00%"   # a run against itself
