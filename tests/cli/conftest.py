@@ -5,14 +5,14 @@ import subprocess
 import pytest
 
 
-def _launcher(np_):
+def launcher(np_):
     cmd = ["mpiexec", "-n", str(np_)]
     if np_ > (os.cpu_count() or 1):
         cmd.append("--oversubscribe")
     return cmd
 
 
-def _env():
+def run_env():
     env = dict(os.environ)
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -34,8 +34,8 @@ def run_moe(moe_rt_bin):
 
     def run(args, np_=2, timeout=120, cwd=None):
         try:
-            return subprocess.run(_launcher(np_) + [moe_rt_bin] + list(args), cwd=cwd,
-                                  env=_env(), capture_output=True, text=True, timeout=timeout)
+            return subprocess.run(launcher(np_) + [moe_rt_bin] + list(args), cwd=cwd,
+                                  env=run_env(), capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             pytest.fail(f"moe_rt {' '.join(args)} hung for more than {timeout} s")
 

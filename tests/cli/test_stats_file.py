@@ -1,0 +1,156 @@
+"""The statistics file of a real run: contents consistent with what the run computed and printed,
+bitwise identical for the same command apart from timings and dates, readable while the run goes
+on (SWMR) and after the run is killed with SIGKILL, and clear errors for bad output paths."""
+import os
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import launcher, run_env
+
+MICRO = ["--model", "micro"]
+TIMING_DATASETS = {"/steps/tokens_per_s", "/steps/step_time_s", "/perf/phase_time"}
+
+
+def open_stats(path):
+    return h5py.File(path, "r", libver="latest", swmr=True)
+
+
+def complete_rows(f):
+    steps = f["/steps/step"][...]
+    n = len(steps)
+    while n and steps[n - 1] < 0:
+        n -= 1
+    return n
+
+
+def step_lines(stdout):
+    """(step, loss) of rank 0's step lines."""
+    rows = []
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 8 and parts[0].isdigit():
+            rows.append((int(parts[0]), float(parts[1])))
+    return rows
+
+
+def test_contents_match_what_the_run_printed_and_counted(run_moe, tmp_path):
+    path = tmp_path / "run.h5"
+    proc = run_moe(MICRO + ["--steps", "6", "--stats", str(path), "--trace-every", "2"], np_=2)
+    assert proc.returncode == 0, proc.stderr
+    assert str(path) in proc.stdout
+    with open_stats(path) as f:
+        a = f.attrs
+        assert a["format"] == "moe_rt.stats" and a["format_version"] == 1
+        assert a["world_size"] == 2 and a["model"] == "micro"
+        L, E, K = int(a["num_layers"]), int(a["num_experts"]), int(a["top_k"])
+        T = 2 * int(a["batch_per_rank"]) * int(a["seq_len"])
+        assert complete_rows(f) == 6
+        assert list(f["/steps/step"][...]) == list(range(6))
+        load = f["/routing/expert_load"][...]
+        assert load.shape == (6, L, E)
+        # Every token makes K assignments in every layer, and every assignment lands on a rank.
+        assert (load.sum(axis=2) == T * K).all()
+        assert (f["/routing/rank_load"][...].sum(axis=2) == T * K).all()
+        np.testing.assert_allclose(f["/routing/load_variance"][...], load.var(axis=2), rtol=1e-12)
+        mean = load.mean(axis=2)
+        np.testing.assert_allclose(f["/routing/max_violation"][...],
+                                   (load.max(axis=2) - mean) / mean, rtol=1e-12)
+        routing = [s.decode() if isinstance(s, bytes) else s for s in f["/layers/routing"][...]]
+        assert routing == ["hash"] + ["topk"] * (L - 1)
+        # The printed loss is the stored loss rounded to 4 decimals.
+        for step, loss in step_lines(proc.stdout):
+            assert abs(f["/steps/loss"][step] - loss) <= 5e-5
+        # Traces at steps 0, 2, 4: selected experts agree with the counted loads.
+        assert list(f["/trace/step"][...]) == [0, 2, 4]
+        experts = f["/trace/experts"][...]
+        for m, step in enumerate([0, 2, 4]):
+            counts = np.stack([np.bincount(experts[m, l].ravel(), minlength=E) for l in range(L)])
+            assert (counts == load[step]).all()
+        assert sorted(set(f["/trace/rank"][0])) == [0, 1]
+
+
+def test_same_command_gives_identical_statistics(run_moe, tmp_path):
+    path = tmp_path / "same.h5"
+    args = MICRO + ["--steps", "4", "--stats", str(path), "--overwrite", "--trace-every", "3"]
+    snapshots = []
+    for _ in range(2):
+        proc = run_moe(args, np_=2)
+        assert proc.returncode == 0, proc.stderr
+        items = {}
+        with open_stats(path) as f:
+            items.update({f"@{k}": v for k, v in f.attrs.items() if k != "created"})
+            f.visititems(lambda name, obj: items.__setitem__(
+                "/" + name, obj[...]) if isinstance(obj, h5py.Dataset) else None)
+        snapshots.append(items)
+    a, b = snapshots
+    assert a.keys() == b.keys()
+    for key in a:
+        if key in TIMING_DATASETS:
+            continue
+        assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
+
+
+def test_live_reader_sees_steps_appear_and_sigkill_keeps_completed_steps(moe_rt_bin, tmp_path):
+    path = tmp_path / "killed.h5"
+    proc = subprocess.Popen(launcher(2) + [moe_rt_bin] + MICRO +
+                            ["--steps", "1000000", "--stats", str(path)],
+                            env=run_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        seen = []
+        deadline = time.time() + 120
+        while time.time() < deadline and (len(seen) < 3 or seen[-1] < 10):
+            time.sleep(0.2)
+            if not path.exists():
+                continue
+            try:
+                with open_stats(path) as f:
+                    seen.append(complete_rows(f))
+            except OSError:
+                continue  # the file is being created
+        assert len(seen) >= 3 and seen[-1] >= 10, f"rows seen by the live reader: {seen}"
+        assert seen == sorted(seen) and seen[-1] > seen[0], seen
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    with open_stats(path) as f:
+        n = complete_rows(f)
+        assert n >= seen[-1]
+        assert list(f["/steps/step"][:n]) == list(range(n))
+        assert np.isfinite(f["/steps/loss"][:n]).all()
+        load = f["/routing/expert_load"][:n]
+        assert (load.sum(axis=2) == load.sum(axis=2)[0, 0]).all()  # every row complete
+
+
+def test_default_path_is_new_for_each_run(run_moe, tmp_path):
+    names = []
+    for _ in range(2):
+        proc = run_moe(MICRO + ["--steps", "1"], np_=2, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        names = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert len(names) == 2 and all(n.startswith("micro-") and n.endswith(".h5") for n in names)
+
+
+@pytest.mark.parametrize("make,words", [
+    (lambda d: d / "missing" / "x.h5", ["missing", "director"]),
+    (lambda d: d, ["directory"]),
+])
+def test_bad_output_path(run_moe, tmp_path, make, words):
+    from test_bad_input import assert_one_clear_error
+    path = make(tmp_path)
+    assert_one_clear_error(run_moe(MICRO + ["--steps", "1", "--stats", str(path)]), str(path),
+                           *words)
+
+
+def test_existing_file_needs_overwrite(run_moe, tmp_path):
+    from test_bad_input import assert_one_clear_error
+    path = tmp_path / "exists.h5"
+    assert run_moe(MICRO + ["--steps", "1", "--stats", str(path)]).returncode == 0
+    assert_one_clear_error(run_moe(MICRO + ["--steps", "1", "--stats", str(path)]), str(path),
+                           "--overwrite")
+    assert run_moe(MICRO + ["--steps", "1", "--stats", str(path), "--overwrite"]).returncode == 0
