@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The seed document's A/B experiment on deepseek4-tiny: run A without balancing against run B with
+# the loss-free bias update and the sequence-wise balance loss, then the per-layer variance table.
+#
+#   scripts/balance_ab.sh seed      # the seed's regime: --lr 3e-5 --warmup-steps 2, 21 steps
+#   scripts/balance_ab.sh preset    # the preset's own learning rate over STEPS (default 400)
+#
+# Environment: NP (ranks, default 8), STEPS, OUT (output folder, default runs/balance-ab-<regime>),
+# EXTRA (more moe_rt options for both runs). Prints the table for the first and last step and, for
+# the preset regime, the variance of both runs every 50 steps: when the bias wins.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+regime=${1:-seed}
+case "$regime" in
+  seed) steps=${STEPS:-21}; train=(--lr 3e-5 --warmup-steps 2) ;;
+  preset) steps=${STEPS:-400}; train=() ;;
+  *) echo "usage: scripts/balance_ab.sh seed|preset" >&2; exit 2 ;;
+esac
+out=${OUT:-runs/balance-ab-$regime}
+mkdir -p "$out"
+
+bash scripts/setup.sh
+build=${MOE_RT_BUILD_DIR:-$root/build}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j"$(nproc)" --target moe_rt >/dev/null
+
+np=${NP:-8}
+launch=(mpirun -np "$np")
+if ((np > $(nproc))); then launch+=(--oversubscribe); fi
+if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+
+common=(--model deepseek4-tiny --steps "$steps" "${train[@]}" --overwrite ${EXTRA:-})
+echo "run A: no balancing ($out/A.h5)"
+"${launch[@]}" "$build/moe_rt" "${common[@]}" --bias-update-rate 0 --seq-aux-loss-weight 0 \
+  --stats "$out/A.h5" > "$out/A.log"
+echo "run B: --bias-update-rate 0.001 --seq-aux-loss-weight 0.0001 ($out/B.h5)"
+"${launch[@]}" "$build/moe_rt" "${common[@]}" --bias-update-rate 0.001 \
+  --seq-aux-loss-weight 0.0001 --stats "$out/B.h5" > "$out/B.log"
+
+last=$((steps - 1))
+python3 scripts/moe_stats.py variance "$out/A.h5" "$out/B.h5" --steps "0,$last" --markdown
+if [[ $regime == preset ]]; then
+  echo
+  echo "summed top-k load variance every 50 steps (A | B | improvement):"
+  for ((s = 0; s < steps; s += 50)); do
+    python3 scripts/moe_stats.py variance "$out/A.h5" "$out/B.h5" --steps "0,$s" --csv |
+      awk -F, -v s="$s" '$1 == "TOTAL/AVG" { printf "  step %4d  %14.2f %14.2f %8s%%\n", s, $4, $5, $6 }'
+  done
+fi
