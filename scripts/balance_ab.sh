@@ -45,6 +45,6 @@ if [[ $regime == preset ]]; then
   echo "summed top-k load variance every 50 steps (A | B | improvement):"
   for ((s = 0; s < steps; s += 50)); do
     python3 scripts/moe_stats.py variance "$out/A.h5" "$out/B.h5" --steps "0,$s" --csv |
-      awk -F, -v s="$s" '$1 == "TOTAL/AVG" { printf "  step %4d  %14.2f %14.2f %8s%%\n", s, $4, $5, $6 }'
+      awk -F, -v s="$s" '$1 == "TOTAL/AVG" { printf "  step %4d  %14.2f %14.2f %7.2f%%\n", s, $4, $5, $6 }'
   done
 fi
