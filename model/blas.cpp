@@ -5,9 +5,11 @@
 
 #include <cblas.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "comm/mpi_check.hpp"
 
@@ -101,6 +103,24 @@ std::string blas_info() {
   // The configuration string already starts with "OpenBLAS <version>".
   return std::string(config ? config : "OpenBLAS (unknown configuration)") + " core " +
          (core ? core : "(unknown)");
+}
+
+double blas_sgemm_gflops(int M, int K, int N, double seconds) {
+  std::vector<float> a(static_cast<size_t>(M) * K, 0.5f), b(static_cast<size_t>(K) * N, 0.25f),
+      c(static_cast<size_t>(M) * N, 0.0f);
+  const int threads = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  gemm(false, false, M, N, K, 1.0f, a.data(), b.data(), 0.0f, c.data());  // warm-up
+  const auto start = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  int64_t calls = 0;
+  while (elapsed < seconds) {
+    gemm(false, false, M, N, K, 1.0f, a.data(), b.data(), 0.0f, c.data());
+    ++calls;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  openblas_set_num_threads(threads);
+  return 2.0 * M * K * N * static_cast<double>(calls) / elapsed * 1e-9;
 }
 
 }  // namespace moe

@@ -40,4 +40,8 @@ void blas_set_threads(int n);
 // SkylakeX", for the configuration table printed at start.
 std::string blas_info();
 
+// This process's sgemm rate in GFLOP/s on one thread, measured for about `seconds` on one GEMM
+// shape (M rows, K inner, N outer): the "peak" of model FLOP utilisation.
+double blas_sgemm_gflops(int M, int K, int N, double seconds);
+
 }  // namespace moe

@@ -211,6 +211,20 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
   embedding_backward(dd + m.embed, d_resid, b.tokens, N, D);
 }
 
+double model_forward_flops_per_token(const ModelConfig& c) {
+  const double D = c.d_model, Hd = static_cast<double>(c.heads) * c.head_dim,
+               KVd = static_cast<double>(c.kv_heads) * c.head_dim, F = c.ffn_dim,
+               Fs = static_cast<double>(c.shared_experts) * c.ffn_dim;
+  double keys = 0;  // mean keys a query sees: min(s + 1, window) over positions s
+  for (int s = 0; s < c.seq_len; ++s) {
+    keys += c.sliding_window > 0 ? std::min(s + 1, c.sliding_window) : s + 1;
+  }
+  keys /= c.seq_len;
+  const double attention = 2 * D * (2 * Hd + 2 * KVd) + 2 * 2 * Hd * keys;
+  const double moe = 2 * D * c.experts + c.top_k * 6 * D * F + 6 * D * Fs;
+  return c.layers * (attention + moe) + 2 * D * c.vocab;
+}
+
 #define MOE_MODEL_INSTANTIATE(T)                                                                \
   template void model_acts_reserve<T>(ModelActs<T>&, const ModelConfig&, int, int, int);       \
   template double model_forward<T>(ModelActs<T>&, T*, T*, const ModelLayout&,                   \

@@ -104,4 +104,9 @@ template <class T>
 void model_backward(T* d_dense, T* d_experts, ModelActs<T>& acts, T* dense, T* experts, const ModelLayout& layout, const ModelBatch& batch,
                     const ModelConfig& cfg, EpExchange& ex);
 
+// Forward FLOPs per token of the matrix work (multiply-adds count 2): attention projections and
+// core (with the sliding window's mean visible keys), router, K routed experts, shared expert, LM
+// head. A training step costs about 3× this per token (backward is twice forward).
+double model_forward_flops_per_token(const ModelConfig& cfg);
+
 }  // namespace moe

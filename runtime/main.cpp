@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
-    const moe::TrainSummary summary = moe::train_run(cfg, world);
+    const moe::TrainSummary summary = moe::train_run(cfg, world, /*quiet=*/false,
+                                                      /*measure_peak=*/true);
     if (world.rank() == 0) moe::report_summary(summary, summary.stats_path);
     return 0;
   } catch (const moe::SetupError& e) {

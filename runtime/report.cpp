@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/blas.hpp"
+#include "model/phase_timer.hpp"
 
 namespace moe {
 
@@ -43,6 +44,27 @@ void report_step(const StepRecord& r) {
   std::fflush(stdout);
 }
 
+namespace {
+
+// Phase, mean ms, slowest rank's ms, share of the step, straggler factor (slowest / mean).
+void report_phases(const PhaseSummary& p) {
+  if (p.mean_ms.empty() || p.step_ms <= 0) return;
+  std::printf("\n  %-14s %9s %11s %7s %10s\n", "phase", "mean ms", "slowest ms", "share",
+              "straggler");
+  double accounted = 0;
+  for (int i = 0; i < kNumPhases; ++i) {
+    accounted += p.mean_ms[i];
+    std::printf("  %-14s %9.2f %11.2f %6.1f%% %10.2f\n", kPhaseNames[i], p.mean_ms[i],
+                p.max_ms[i], 100.0 * p.mean_ms[i] / p.step_ms,
+                p.mean_ms[i] > 0 ? p.max_ms[i] / p.mean_ms[i] : 1.0);
+  }
+  std::printf("  %-14s %9.2f %11s %6.1f%%   (waiting: collectives, slower ranks, CPU sharing)\n",
+              "unaccounted", p.step_ms - accounted, "", 100.0 * (p.step_ms - accounted) / p.step_ms);
+  std::printf("  %-14s %9.2f\n", "step", p.step_ms);
+}
+
+}  // namespace
+
 void report_summary(const TrainSummary& s, const std::string& stats_path) {
   if (s.steps.empty()) return;
   const StepRecord& first = s.steps.front();
@@ -57,6 +79,12 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   for (const StepRecord& r : s.steps) seconds += r.seconds;
   std::printf("\nsummary: %zu steps in %.1f s, median %.0f tokens/s\n", s.steps.size(), seconds,
               tps[tps.size() / 2]);
+  if (s.peak_gflops > 0) {
+    std::printf("  model %.1f GFLOP/s = %.1f%% MFU of the measured sgemm peak (%.1f GFLOP/s on %d "
+                "core%s)\n",
+                s.model_gflops, 100.0 * s.model_gflops / s.peak_gflops, s.peak_gflops,
+                s.peak_cores, s.peak_cores == 1 ? "" : "s");
+  }
   std::printf("  loss %.4f -> %.4f", first.loss, last.loss);
   if (s.entropy_floor >= 0) {
     std::printf(" (data floor %.4f nats: %.4f above it)", s.entropy_floor,
@@ -65,6 +93,7 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   std::printf("\n  worst load violation: %.3f at step 0, %.3f at the last step\n",
               first.max_violation, last.max_violation);
   if (!stats_path.empty()) std::printf("  statistics written to %s\n", stats_path.c_str());
+  report_phases(s.phases);
   std::fflush(stdout);
 }
 

@@ -94,6 +94,53 @@ void check_bias_consistent(const Comm& world, const std::vector<float>& bias, in
   }
 }
 
+// Gathers every rank's phase sums to rank 0 as per-step means and slowest-rank figures.
+void summarize_phases(TrainSummary& summary, const Comm& world, const std::vector<double>& sums) {
+  const size_t n = summary.steps.size() > 1 ? summary.steps.size() - 1 : summary.steps.size();
+  if (n == 0) return;
+  std::vector<double> all(world.rank() == 0 ? sums.size() * world.size() : 0);
+  world.gather(std::span<const double>(sums), std::span<double>(all), 0);
+  if (world.rank() != 0) return;
+  PhaseSummary& ps = summary.phases;
+  ps.mean_ms.assign(kNumPhases, 0.0);
+  ps.max_ms.assign(kNumPhases, 0.0);
+  for (int r = 0; r < world.size(); ++r) {
+    for (int p = 0; p < kNumPhases; ++p) {
+      const double ms = all[static_cast<size_t>(r) * kNumPhases + p] * 1e3 / n;
+      ps.mean_ms[p] += ms / world.size();
+      ps.max_ms[p] = std::max(ps.max_ms[p], ms);
+    }
+  }
+  for (size_t i = summary.steps.size() - n; i < summary.steps.size(); ++i) {
+    ps.step_ms += summary.steps[i].seconds * 1e3 / n;
+  }
+}
+
+double median_tokens_per_s(const TrainSummary& s) {
+  std::vector<double> tps;
+  for (size_t i = s.steps.size() > 1 ? 1 : 0; i < s.steps.size(); ++i) {
+    tps.push_back(s.steps[i].tokens_per_s);
+  }
+  if (tps.empty()) return 0.0;
+  std::sort(tps.begin(), tps.end());
+  return tps[tps.size() / 2];
+}
+
+// The MFU denominator: one core's sgemm rate on the model's LM-head shape, times the cores the
+// job uses on its node(s). Rank 0 measures while the others wait in a barrier (Open MPI yields
+// the core when oversubscribed).
+void measure_sgemm_peak(TrainSummary& s, const RunConfig& cfg, const Comm& world, int threads) {
+  const Comm node = world.split_shared();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int nodes = std::max(1, world.size() / node.size());
+  s.peak_cores = std::min(cores, node.size() * threads) * nodes;
+  if (world.rank() == 0) {
+    const ModelConfig& m = cfg.model;
+    s.peak_gflops = blas_sgemm_gflops(m.seq_len, m.d_model, m.vocab, 0.3) * s.peak_cores;
+  }
+  world.barrier();
+}
+
 }  // namespace
 
 void setup_agree(const Comm& world, const std::string& local_error) {
@@ -109,7 +156,7 @@ void setup_agree(const Comm& world, const std::string& local_error) {
   throw SetupError(local_error, world.rank() == reporter);
 }
 
-TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
+TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool measure_peak) {
   const ModelConfig& mc = cfg.model;
   const int W = world.size(), rank = world.rank(), L = mc.layers, E = mc.experts;
   const int P = cfg.ep > 0 ? cfg.ep : default_ep_size(W, E);
@@ -178,9 +225,11 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
   batch.loss_scale = 1.0 / static_cast<double>(T);
   batch.num_global_sequences = static_cast<int64_t>(W) * B;
 
+  // Phase timers are always on: ~100 clock reads per step (measured in docs/performance.md).
   PhaseTimes times;
-  acts.times = stats ? &times : nullptr;  // timers only feed the statistics file
+  acts.times = &times;
   PhaseTimes* timing = acts.times;
+  std::vector<double> phase_sum(kNumPhases, 0.0);  // over steps after the first
   double stats_seconds = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
   for (int step = 0; step < cfg.steps; ++step) {
     const double t0 = MPI_Wtime();
@@ -273,8 +322,15 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet) {
       stats_seconds = MPI_Wtime() - s0;
     }
     if (rank == 0 && !quiet) report_step(rec);
+    if (step > 0 || cfg.steps == 1) {
+      for (int p = 0; p < kNumPhases; ++p) phase_sum[p] += times.seconds[p];
+    }
     summary.steps.push_back(std::move(rec));
   }
+  summarize_phases(summary, world, phase_sum);
+  summary.model_gflops = 3.0 * model_forward_flops_per_token(mc) * median_tokens_per_s(summary) *
+                         1e-9;
+  if (measure_peak) measure_sgemm_peak(summary, cfg, world, threads);
   return summary;
 }
 

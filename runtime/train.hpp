@@ -34,9 +34,20 @@ struct StepRecord {
   std::vector<double> layer_balance_loss;  // [L]
 };
 
+// Where the time of the steps after the first went, per phase (model/phase_timer.hpp).
+struct PhaseSummary {
+  std::vector<double> mean_ms;  // [phases] per step, averaged over steps and ranks
+  std::vector<double> max_ms;   // [phases] per step, the slowest rank's average
+  double step_ms = 0;           // mean step time (the slowest rank's wall time)
+};
+
 struct TrainSummary {
   std::vector<StepRecord> steps;
   std::string stats_path;       // the statistics file written, empty for --stats none
+  PhaseSummary phases;
+  double model_gflops = 0;      // training FLOPs per second: 3 · forward FLOPs/token · tokens/s
+  double peak_gflops = 0;       // measured sgemm rate of one core × cores in use (0: not measured)
+  int peak_cores = 0;
   double entropy_floor = -1.0;  // nats; < 0 when the data has no known floor
   std::string data_description;
 };
@@ -60,6 +71,8 @@ void setup_agree(const Comm& world, const std::string& local_error);
 
 // Runs cfg.steps training steps over `world`. Throws on bad configuration or data (identically on
 // every rank, before the first step, wherever possible). `quiet` silences rank 0's log.
-TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet = false);
+// With `measure_peak`, rank 0 measures the sgemm peak after training for the MFU figure.
+TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet = false,
+                       bool measure_peak = false);
 
 }  // namespace moe
