@@ -1,45 +1,24 @@
 // Tests of the file-backed token sources: llm.c shard round trip and sampling rule, every error
 // case of SPEC §5 (the DataError names the file and the problem), raw text, the `--data` factory.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "io/synthetic_data.hpp"
 #include "io/token_data.hpp"
+#include "test_tempdir.hpp"
 
 namespace moe {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp path, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const std::string name = "moe_io_test_" + std::to_string(::getpid()) + "_" +
-                             std::to_string(counter++) + "_" +
-                             std::to_string(std::random_device{}());
-    path_ = fs::temp_directory_path() / name;
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing_util::TempDir;
 
 // A shard with an arbitrary header and payload, for the malformed cases.
 void write_raw_shard(const std::string& path, int32_t magic, int32_t version, int32_t count,

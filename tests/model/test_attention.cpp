@@ -10,24 +10,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "fd_check.hpp"
 #include "model/attention.hpp"
-#include "model/rng.hpp"
 
 namespace moe {
 namespace {
 
-using Vec = std::vector<double>;
+using fd_check::dot;
+using fd_check::numeric_grad;
+using fd_check::Vec;
 
-// Central differences with h = 1e-6 in double: truncation O(h²) ~ 1e-12 and round-off
-// ~ 1e-16·|L|/h ~ 1e-9 for the O(10) losses here, so the analytic gradient must agree to
-// kFdTol = 1e-6 relative to max(1, |analytic|, |numeric|); a wrong term is off by O(1e-2..1).
-constexpr double kFdStep = 1e-6;
-constexpr double kFdTol = 1e-6;
 // Against the plain-loop reference, relative to max(1, |ref|): both sum the same O(10..100)
 // products in different orders, so they differ by a few hundred double ulps at most.
 constexpr double kRefTol = 1e-12;
@@ -36,19 +33,10 @@ constexpr double kRefTol = 1e-12;
 constexpr double kFloatTol = 1e-4;
 
 Vec random_normal(size_t n, uint64_t seed, double scale = 1.0) {
-  const uint64_t stream = rng_stream(seed, "tests.model.attention");
-  Vec v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = scale * rng_normal(stream, i);
-  return v;
+  return fd_check::normal_vector("tests.model.attention", n, seed, scale);
 }
 
 template <class T> std::vector<T> cast(const Vec& v) { return std::vector<T>(v.begin(), v.end()); }
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
 
 // A layer's weights, its RoPE table and saved activations, in precision T, from double values.
 template <class T> struct Layer {
@@ -164,30 +152,11 @@ const Shape kShapes[] = {
 
 // ---- gradients ---------------------------------------------------------------------------------
 
-// ∂loss/∂x by central differences; x is restored afterwards.
-Vec numeric_grad(std::vector<double>& x, const std::function<double()>& loss) {
-  Vec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + kFdStep;
-    const double up = loss();
-    x[i] = saved - kFdStep;
-    const double down = loss();
-    x[i] = saved;
-    g[i] = (up - down) / (2.0 * kFdStep);
-  }
-  return g;
-}
-
-// The backward adds into gradients that start at `prior`: subtracting it checks the accumulation.
+// The backward adds into gradients that start at `prior`: fd_check subtracts it, which checks the
+// accumulation. A mismatch names the shape and the gradient, "gqa d_wq[3]".
 void expect_grad_near(const Vec& total, const Vec& prior, const Vec& numeric, const char* shape,
                       const char* what) {
-  ASSERT_EQ(total.size(), numeric.size());
-  for (size_t i = 0; i < total.size(); ++i) {
-    const double analytic = total[i] - prior[i];
-    const double scale = std::max({1.0, std::abs(analytic), std::abs(numeric[i])});
-    EXPECT_NEAR(analytic, numeric[i], kFdTol * scale) << shape << " " << what << "[" << i << "]";
-  }
+  fd_check::expect_grad_near(total, prior, numeric, std::string(shape) + " " + what);
 }
 
 TEST(AttentionGrad, MatchesFiniteDifferences) {

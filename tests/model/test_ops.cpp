@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "fd_check.hpp"
 #include "model/blas.hpp"
 #include "model/linear.hpp"
 #include "model/rmsnorm.hpp"
@@ -21,22 +22,17 @@
 namespace moe {
 namespace {
 
-using Vec = std::vector<double>;
+using fd_check::dot;
+using fd_check::expect_grad_near;
+using fd_check::numeric_grad;
+using fd_check::Vec;
 
-// Central differences with h = 1e-6 in double: truncation error O(h²·L''') ~ 1e-12 and round-off
-// ~ 1e-16·|L|/h ~ 1e-10 for the O(1)..O(10) losses here, so an analytic gradient must agree to
-// kFdTol = 1e-6 relative to max(1, |analytic|, |numeric|): a wrong term shows up as O(1e-2..1).
-constexpr double kFdStep = 1e-6;
-constexpr double kFdTol = 1e-6;
 // Float forward vs double forward, relative to max(1, |double|): about 100 float ulps, enough for
 // sums of a few dozen terms and for exp/log/sqrt, far below any real error.
 constexpr double kFloatTol = 1e-5;
 
 Vec random_normal(size_t n, uint64_t seed, double scale = 1.0) {
-  const uint64_t stream = rng_stream(seed, "tests.model.ops");
-  Vec v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = scale * rng_normal(stream, i);
-  return v;
+  return fd_check::normal_vector("tests.model.ops", n, seed, scale);
 }
 
 Vec random_uniform(size_t n, uint64_t seed, double lo, double hi) {
@@ -50,38 +46,6 @@ Vec random_uniform(size_t n, uint64_t seed, double lo, double hi) {
 template <class T>
 std::vector<T> as(const Vec& v) {
   return std::vector<T>(v.begin(), v.end());
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// ∂loss/∂x by central differences; x is restored afterwards.
-Vec numeric_grad(Vec& x, const std::function<double()>& loss) {
-  Vec g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + kFdStep;
-    const double up = loss();
-    x[i] = saved - kFdStep;
-    const double down = loss();
-    x[i] = saved;
-    g[i] = (up - down) / (2.0 * kFdStep);
-  }
-  return g;
-}
-
-// Backward functions add into gradients: the tests start them at `prior` and compare
-// grad − prior, which checks the accumulation as well as the value. Empty prior: zero.
-void expect_grad_near(const Vec& grad, const Vec& prior, const Vec& numeric, const char* what) {
-  ASSERT_EQ(grad.size(), numeric.size());
-  for (size_t i = 0; i < grad.size(); ++i) {
-    const double analytic = grad[i] - (prior.empty() ? 0.0 : prior[i]);
-    const double scale = std::max({1.0, std::abs(analytic), std::abs(numeric[i])});
-    EXPECT_NEAR(analytic, numeric[i], kFdTol * scale) << what << "[" << i << "]";
-  }
 }
 
 // Runs `forward`, a lambda templated on the element type T (called with a T value) that returns

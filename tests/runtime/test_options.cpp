@@ -2,47 +2,26 @@
 // every error naming its option, --help, and run_config_to_text read back through --config.
 // Plain functions of argv: every rank runs them, each with its own temporary files.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <filesystem>
 #include <fstream>
 #include <initializer_list>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "runtime/options.hpp"
+#include "test_tempdir.hpp"
 
 namespace moe {
 namespace {
 
-namespace fs = std::filesystem;
+using testing_util::TempDir;
 
-// A fresh directory under the system temp path, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const std::string name = "moe_options_test_" + std::to_string(::getpid()) + "_" +
-                             std::to_string(counter++) + "_" +
-                             std::to_string(std::random_device{}());
-    path_ = fs::temp_directory_path() / name;
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string path = (path_ / name).string();
-    std::ofstream(path) << text;
-    return path;
-  }
-
- private:
-  fs::path path_;
-};
+// Writes `text` to the file `name` in `dir`; returns its path.
+std::string write_file(const TempDir& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir.file(name);
+  std::ofstream(path) << text;
+  return path;
+}
 
 RunConfig parse(const std::vector<std::string>& args) {
   std::vector<const char*> argv = {"moe_rt"};
@@ -188,9 +167,9 @@ TEST(Options, FlagsAloneMeanTrueAndTakeExplicitValues) {
 
 TEST(Options, CommandLineOverridesFileOverridesPreset) {
   TempDir dir;
-  const std::string path = dir.write("run.cfg",
-                                     "# a comment\nmodel = micro\nlayers = 5\ntop-k = 1\n"
-                                     "lr = 0.01\ndata = text:corpus.txt\n");
+  const std::string path = write_file(dir, "run.cfg",
+                                      "# a comment\nmodel = micro\nlayers = 5\ntop-k = 1\n"
+                                      "lr = 0.01\ndata = text:corpus.txt\n");
   const RunConfig cfg = parse({"--config", path, "--layers", "4"});
   EXPECT_EQ(cfg.config_path, path);
   EXPECT_EQ(cfg.model_name, "micro");
@@ -250,17 +229,17 @@ TEST(Options, ImpossibleValuesNameTheOption) {
 
 TEST(Options, BadConfigFilesNameTheFileAndKey) {
   TempDir dir;
-  const std::string missing = dir.write("present.cfg", "") + ".absent";
+  const std::string missing = write_file(dir, "present.cfg", "") + ".absent";
   expect_config_error({"--config", missing}, {"--config", missing});
-  const std::string unknown = dir.write("unknown.cfg", "layers = 4\nbogus-key = 1\n");
+  const std::string unknown = write_file(dir, "unknown.cfg", "layers = 4\nbogus-key = 1\n");
   expect_config_error({"--config", unknown}, {"bogus-key", unknown});
-  const std::string nested = dir.write("nested.cfg", "config = other.cfg\n");
+  const std::string nested = write_file(dir, "nested.cfg", "config = other.cfg\n");
   expect_config_error({"--config", nested}, {"config", nested});
-  const std::string bad_value = dir.write("bad_value.cfg", "top-k = abc\n");
+  const std::string bad_value = write_file(dir, "bad_value.cfg", "top-k = abc\n");
   expect_config_error({"--config", bad_value}, {"--top-k", "abc"});
-  const std::string bad_line = dir.write("bad_line.cfg", "layers 4\n");
+  const std::string bad_line = write_file(dir, "bad_line.cfg", "layers 4\n");
   expect_config_error({"--config", bad_line}, {bad_line, "layers 4"});
-  const std::string bad_model = dir.write("bad_model.cfg", "model = gpt5\n");
+  const std::string bad_model = write_file(dir, "bad_model.cfg", "model = gpt5\n");
   expect_config_error({"--config", bad_model}, {"--model", "gpt5", "deepseek4-tiny"});
 }
 
@@ -300,7 +279,7 @@ TEST(Options, TextRoundTripsThroughConfigFile) {
   TempDir dir;
   for (const RunConfig& original : {changed, parse({})}) {
     const std::string text = run_config_to_text(original);
-    const std::string path = dir.write("resolved.cfg", text);
+    const std::string path = write_file(dir, "resolved.cfg", text);
     const RunConfig reread = parse({"--config", path});
     expect_run_eq(reread, original);
     EXPECT_EQ(run_config_to_text(reread), text);
