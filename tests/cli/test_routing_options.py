@@ -1,0 +1,84 @@
+"""Routing options end to end: hash tables from a file, forced round-robin and skewed routing,
+group-limited top-k and the run-time bias check, read back from the statistics file."""
+import struct
+
+import h5py
+import numpy as np
+
+from test_bad_input import assert_one_clear_error
+
+MICRO = ["--model", "micro", "--steps", "3"]  # V=64, L=3 (1 hash layer), E=4, K=2
+
+
+def write_hash_table(path, tables, magic=20261202):
+    layers, vocab, k = tables.shape
+    header = [magic, 1, layers, vocab, k] + [0] * 251
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(tables.astype("<i4").tobytes())
+
+
+def stats(path):
+    return h5py.File(path, "r", libver="latest", swmr=True)
+
+
+def test_hash_table_from_file_routes_as_written(run_moe, tmp_path):
+    vocab, k = 64, 2
+    table = np.array([[[(v % 4), (v + 1) % 4] for v in range(vocab)]], dtype=np.int32)
+    write_hash_table(tmp_path / "t.bin", table)
+    out = tmp_path / "h.h5"
+    proc = run_moe(MICRO + ["--hash-table", str(tmp_path / "t.bin"), "--stats", str(out),
+                            "--trace-every", "1"])
+    assert proc.returncode == 0, proc.stderr
+    with stats(out) as f:
+        assert (f["/layers/hash_table"][...] == table).all()
+        ids = f["/trace/token_id"][0]
+        experts = f["/trace/experts"][0, 0]  # layer 0 is the hash layer
+        assert (experts == table[0][ids]).all()
+
+
+def test_bad_hash_table_files(run_moe, tmp_path):
+    wrong_shape = np.zeros((1, 32, 2), dtype=np.int32)
+    write_hash_table(tmp_path / "shape.bin", wrong_shape)
+    assert_one_clear_error(run_moe(MICRO + ["--hash-table", str(tmp_path / "shape.bin")]),
+                           "shape.bin", "--vocab")
+    repeated = np.zeros((1, 64, 2), dtype=np.int32)  # expert 0 twice in every row
+    write_hash_table(tmp_path / "rep.bin", repeated)
+    assert_one_clear_error(run_moe(MICRO + ["--hash-table", str(tmp_path / "rep.bin")]),
+                           "rep.bin", "layer 0")
+    write_hash_table(tmp_path / "magic.bin", wrong_shape, magic=7)
+    assert_one_clear_error(run_moe(MICRO + ["--hash-table", str(tmp_path / "magic.bin")]),
+                           "magic.bin", "magic")
+
+
+def test_forced_round_robin_is_exactly_balanced(run_moe, tmp_path):
+    out = tmp_path / "rr.h5"
+    proc = run_moe(MICRO + ["--force-balance", "round-robin", "--stats", str(out)], np_=4)
+    assert proc.returncode == 0, proc.stderr
+    with stats(out) as f:
+        load = f["/routing/expert_load"][...]
+        assert (load == load[:, :, :1]).all()  # T·K = 4·2·16·2 is a multiple of E = 4
+        assert (f["/routing/load_variance"][...] == 0).all()
+        routing = [s.decode() if isinstance(s, bytes) else s for s in f["/layers/routing"][...]]
+        assert routing == ["forced"] * 3
+
+
+def test_skewed_forced_routing_loads_the_hot_expert(run_moe, tmp_path):
+    out = tmp_path / "hot.h5"
+    proc = run_moe(MICRO + ["--force-balance", "hot:0.8", "--batch-per-rank", "8",
+                            "--stats", str(out)])
+    assert proc.returncode == 0, proc.stderr
+    with stats(out) as f:
+        load = f["/routing/expert_load"][...]
+        assert (load[:, :, 0] > 1.5 * load[:, :, 1:].max(axis=2)).all()
+
+
+def test_group_limited_routing_and_bias_check_run(run_moe, tmp_path):
+    out = tmp_path / "g.h5"
+    proc = run_moe(MICRO + ["--routing-groups", "2", "--group-topk", "1", "--check-bias",
+                            "--bias-update-center", "--stats", str(out)], np_=2)
+    assert proc.returncode == 0, proc.stderr
+    with stats(out) as f:
+        bias = f["/routing/bias"][...]
+        assert abs(bias[-1].sum()) < 1e-6  # centred updates keep the biases' mean at zero
+        assert np.abs(bias[-1]).sum() > 0
