@@ -1,0 +1,133 @@
+// Helpers shared by the benchmark programs of bench/: summary statistics of repeated timings (the
+// median and the spread), the machine and BLAS banner every program prints first, the BLAS thread
+// count per rank, and a minimal `--name value` argument reader. Benchmarks are programs, not tests
+// (STYLE.md): nothing here asserts a speed.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "model/blas.hpp"
+
+namespace moe::bench {
+
+// Median, minimum and maximum of repeated timings (seconds or any unit).
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+
+inline Spread spread_of(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return Spread{median, v.front(), v.back()};
+}
+
+// The first line of /proc/cpuinfo's "model name", the logical CPUs and the memory, one line.
+inline std::string machine_description() {
+  std::string model = "unknown CPU";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  long long mem_kib = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    if (line.rfind("MemTotal:", 0) == 0) {
+      mem_kib = std::atoll(line.c_str() + 9);
+      break;
+    }
+  }
+  return model + ", " + std::to_string(std::thread::hardware_concurrency()) + " logical CPUs, " +
+         std::to_string(mem_kib / (1024 * 1024)) + " GiB";
+}
+
+// The OpenBLAS guard variables, as they are in this process's environment (the kernel that ran
+// is in blas_info(); a benchmark run under `env -u OPENBLAS_CORETYPE` shows the detected one).
+inline std::string blas_env_description() {
+  std::string out;
+  for (const char* name : {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS"}) {
+    const char* v = std::getenv(name);
+    out += std::string(out.empty() ? "" : ", ") + name + "=" + (v ? v : "(unset)");
+  }
+  return out;
+}
+
+// BLAS threads per rank: `requested` if > 0, else cores / ranks on this node (at least 1), as the
+// training loop does. Collective over `world` (the node split). Returns the count set.
+inline int set_blas_threads(const Comm& world, int requested) {
+  int n = requested;
+  if (n <= 0) {
+    const Comm node = world.split_shared();
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    n = std::max(1, cores / node.size());
+  }
+  blas_set_threads(n);
+  return n;
+}
+
+// Rank 0 prints the banner: program, what it measures, machine, BLAS library and kernel.
+inline void print_banner(const Comm& world, const char* program, const std::string& what,
+                         int blas_threads) {
+  if (world.rank() != 0) return;
+  std::printf("# %s: %s\n", program, what.c_str());
+  std::printf("# ranks %d, BLAS threads per rank %d\n", world.size(), blas_threads);
+  std::printf("# machine: %s\n", machine_description().c_str());
+  std::printf("# BLAS: %s\n", blas_info().c_str());
+  std::printf("# env: %s\n", blas_env_description().c_str());
+}
+
+// `--name value` (or `--name=value`) from argv, else `fallback`. Unknown names are ignored, so
+// every program reads only what it knows; --help is handled by the caller.
+inline std::string arg_text(int argc, char** argv, const char* name, const std::string& fallback) {
+  const size_t len = std::strlen(name);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], name, len) != 0) continue;
+    if (argv[i][len] == '=') return argv[i] + len + 1;
+    if (argv[i][len] == '\0' && i + 1 < argc) return argv[i + 1];
+  }
+  return fallback;
+}
+
+inline long long arg_int(int argc, char** argv, const char* name, long long fallback) {
+  const std::string v = arg_text(argc, argv, name, "");
+  return v.empty() ? fallback : std::atoll(v.c_str());
+}
+
+inline bool arg_flag(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return true;
+  }
+  return false;
+}
+
+// The slowest rank's value: a collective's time is the time of its last rank to finish.
+inline double max_over_ranks(const Comm& comm, double v) {
+  double buf[1] = {v};
+  comm.allreduce_max(std::span<double>(buf));
+  return buf[0];
+}
+
+// Keeps a computed value alive so that the optimiser cannot drop the work that produced it.
+inline void benchmark_keep(double v) { asm volatile("" : : "x"(v) : "memory"); }
+
+inline double sum_over_ranks(const Comm& comm, double v) {
+  double buf[1] = {v};
+  comm.allreduce_sum(std::span<double>(buf));
+  return buf[0];
+}
+
+}  // namespace moe::bench

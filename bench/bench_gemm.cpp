@@ -1,0 +1,423 @@
+// bench_gemm: the compute of the MoE layer against plain cblas_sgemm on the same shapes, in
+// GFLOP/s, and this machine's sgemm rate over the model's shapes (Google Benchmark).
+//
+//   sgemm/M/K/N           cblas_sgemm row-major, C[M,N] = A[M,K]·B[K,N]: the grid M = 256..2048,
+//                         K, N in {128, 256, 2048}; the median of the fastest one is printed at the
+//                         end as "sgemm peak over the model's shapes".
+//   gemm_checked/...      moe::gemm (model/blas.hpp: argument checks, then cblas_sgemm).
+//   linear_fwd/...        model/linear.hpp linear_forward, against sgemm_nn/... on the same shape.
+//   linear_bwd/...        linear_backward (d_in += d_out·Wᵀ, d_W += inᵀ·d_out), against
+//                         sgemm_bwd_pair/..., the same two cblas_sgemm calls.
+//   swiglu_fwd/bwd/n      model/swiglu.hpp on n elements (clamp 10), elements per second.
+//   moe_layer/tokens/rr   model/moe_layer.hpp forward + backward on Comm::self() with the
+//                         deepseek4-tiny dimensions (D=128, F=128, E=8, K=3, one shared expert),
+//                         top-k (rr:0) or forced round-robin (rr:1) routing; FLOP/s counts the
+//                         layer's GEMM FLOPs (below), and the phase counters give the share of
+//                         time in each phase (model/phase_timer.hpp).
+//   moe_layer_gemms/...   exactly the GEMMs of that layer (same per-expert row counts) through
+//                         cblas_sgemm, nothing else: the rate the layer would reach if routing,
+//                         permutations, SwiGLU and the weighted sum were free.
+//
+// MoE layer FLOPs per token (forward; backward is twice that):
+//   2·D·E (router) + K·3·2·D·F (routed experts) + 3·2·D·Fs (shared expert).
+// Every benchmark reports the median, mean, stddev and cv of 5 repetitions, in real time (BLAS
+// threads run beside the timed thread).
+//
+// Run: build/bench/bench_gemm [--blas-threads N] [Google Benchmark flags, e.g.
+//      --benchmark_filter=moe_layer]. Default: cores BLAS threads, about 40 s.
+// Legend: M, N, K GEMM dimensions in sgemm/...; rows, in, out of a linear layer; D model width,
+// F expert width, Fs shared width, E experts, K experts per token (model legend elsewhere).
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_common.hpp"
+#include "comm/communicator.hpp"
+#include "comm/ep_exchange.hpp"
+#include "model/blas.hpp"
+#include "model/linear.hpp"
+#include "model/moe_layer.hpp"
+#include "model/rng.hpp"
+#include "model/swiglu.hpp"
+#include "runtime/options.hpp"
+
+namespace moe::bench {
+namespace {
+
+constexpr int kRepetitions = 5;
+constexpr double kMinTime = 0.05;  // seconds per repetition
+
+std::vector<float> random_matrix(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  const uint64_t stream = rng_stream(seed, "bench_gemm");
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rng_normal(stream, i));
+  return v;
+}
+
+void set_flops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["FLOP/s"] =
+      benchmark::Counter(flops_per_iteration, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- plain GEMMs ------------------------------------------------------------------------------
+
+void BM_sgemm(benchmark::State& state) {
+  const int M = static_cast<int>(state.range(0)), K = static_cast<int>(state.range(1)),
+            N = static_cast<int>(state.range(2));
+  const auto A = random_matrix(size_t{1} * M * K, 1), B = random_matrix(size_t{1} * K * N, 2);
+  std::vector<float> C(size_t{1} * M * N);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A.data(), K, B.data(), N,
+                0.0f, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_flops(state, 2.0 * M * N * K);
+}
+
+void BM_gemm_checked(benchmark::State& state) {
+  const int M = static_cast<int>(state.range(0)), K = static_cast<int>(state.range(1)),
+            N = static_cast<int>(state.range(2));
+  const auto A = random_matrix(size_t{1} * M * K, 1), B = random_matrix(size_t{1} * K * N, 2);
+  std::vector<float> C(size_t{1} * M * N);
+  for (auto _ : state) {
+    gemm<float>(false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data());
+    benchmark::DoNotOptimize(C.data());
+  }
+  set_flops(state, 2.0 * M * N * K);
+}
+
+// ---- linear layer against the same cblas calls ------------------------------------------------
+
+void BM_linear_fwd(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
+            O = static_cast<int>(state.range(2));
+  const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
+  std::vector<float> out(size_t{1} * rows * O);
+  for (auto _ : state) {
+    linear_forward(out.data(), in.data(), w.data(), rows, I, O);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_flops(state, 2.0 * rows * I * O);
+}
+
+void BM_sgemm_nn(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
+            O = static_cast<int>(state.range(2));
+  const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
+  std::vector<float> out(size_t{1} * rows * O);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, O, I, 1.0f, in.data(), I, w.data(),
+                O, 0.0f, out.data(), O);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_flops(state, 2.0 * rows * I * O);
+}
+
+void BM_linear_bwd(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
+            O = static_cast<int>(state.range(2));
+  const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
+  const auto d_out = random_matrix(size_t{1} * rows * O, 3);
+  std::vector<float> d_in(size_t{1} * rows * I), d_w(size_t{1} * I * O);
+  for (auto _ : state) {
+    linear_backward(d_in.data(), d_w.data(), d_out.data(), in.data(), w.data(), rows, I, O);
+    benchmark::DoNotOptimize(d_w.data());
+  }
+  set_flops(state, 4.0 * rows * I * O);
+}
+
+void BM_sgemm_bwd_pair(benchmark::State& state) {
+  const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
+            O = static_cast<int>(state.range(2));
+  const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
+  const auto d_out = random_matrix(size_t{1} * rows * O, 3);
+  std::vector<float> d_in(size_t{1} * rows * I), d_w(size_t{1} * I * O);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, I, O, 1.0f, d_out.data(), O,
+                w.data(), O, 1.0f, d_in.data(), I);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, I, O, rows, 1.0f, in.data(), I,
+                d_out.data(), O, 1.0f, d_w.data(), O);
+    benchmark::DoNotOptimize(d_w.data());
+  }
+  set_flops(state, 4.0 * rows * I * O);
+}
+
+// ---- SwiGLU, the elementwise work between the expert GEMMs
+// ---------------------------------------
+
+void BM_swiglu_fwd(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto g = random_matrix(n, 1), v = random_matrix(n, 2);
+  std::vector<float> h(n);
+  for (auto _ : state) {
+    swiglu_forward(h.data(), g.data(), v.data(), n, 10.0f);
+    benchmark::DoNotOptimize(h.data());
+  }
+  state.counters["elem/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_swiglu_bwd(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto g = random_matrix(n, 1), v = random_matrix(n, 2), d_h = random_matrix(n, 3);
+  std::vector<float> d_g(n), d_v(n);
+  for (auto _ : state) {
+    swiglu_backward(d_g.data(), d_v.data(), d_h.data(), g.data(), v.data(), n, 10.0f);
+    benchmark::DoNotOptimize(d_v.data());
+  }
+  state.counters["elem/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- the MoE layer ----------------------------------------------------------------------------
+
+// One deepseek4-tiny MoE layer on one rank (all E experts local), inputs and output gradients
+// drawn once; forward + backward per iteration, as in a training step.
+struct MoeBench {
+  MoeDims dims;
+  ExpertPlacement placement;
+  ParamLayout dense, experts;
+  MoeOffsets off;
+  std::vector<float> params_dense, params_experts, grads_dense, grads_experts, bias, in, d_out, out,
+      d_in;
+  MoeSaved<float> saved;
+  PhaseTimes times;
+  MoeRouting routing;
+  int N = 0;
+
+  MoeBench(int tokens, bool round_robin) : N(tokens) {
+    const ModelConfig cfg = options_preset("deepseek4-tiny");
+    dims = moe_dims_from(cfg);
+    placement = ExpertPlacement{dims.E, 1};
+    off = moe_layout(dense, experts, dims, /*layer=*/3, cfg.layers, placement, 0);
+    params_dense.resize(dense.num_elements);
+    params_experts.resize(experts.num_elements);
+    param_init(std::span<float>(params_dense), dense, 1234);
+    param_init(std::span<float>(params_experts), experts, 1234);
+    grads_dense.assign(dense.num_elements, 0.0f);
+    grads_experts.assign(experts.num_elements, 0.0f);
+    bias.assign(dims.E, 0.0f);
+    in = random_matrix(size_t{1} * N * dims.D, 4);  // RMS-normalised inputs are ~unit scale
+    d_out = random_matrix(size_t{1} * N * dims.D, 5);
+    for (float& g : d_out) g *= 1e-3f;
+    out.resize(in.size());
+    d_in.resize(in.size());
+    moe_saved_reserve(saved, N, dims, 1, placement.max_local());
+    routing.mode = round_robin ? RoutingMode::kRoundRobin : RoutingMode::kTopK;
+    routing.bias = bias.data();
+    routing.seq_len = cfg.seq_len;
+    // The sequence-wise balance loss as training runs it (α = 1e-4 over the step's sequences).
+    routing.balance_weight = round_robin ? 0.0 : 1e-4 / std::max(1, N / cfg.seq_len);
+  }
+
+  void step(EpExchange& ex) {
+    const MoeWeights<float> w =
+        moe_weights_at(params_dense.data(), params_experts.data(), off, dims);
+    const MoeWeights<float> g = moe_weights_at(grads_dense.data(), grads_experts.data(), off, dims);
+    moe_forward(out.data(), saved, in.data(), w, routing, dims, placement, ex, N);
+    std::fill(d_in.begin(), d_in.end(), 0.0f);
+    moe_backward(d_in.data(), g, d_out.data(), saved, in.data(), w, dims, ex);
+  }
+
+  // Forward GEMM FLOPs of the layer (router + routed + shared); forward + backward is 3×.
+  double forward_flops() const {
+    const double D = dims.D, F = dims.F, Fs = dims.Fs, E = dims.E, K = dims.K;
+    return N * (2 * D * E + K * 6 * D * F + 6 * D * Fs);
+  }
+};
+
+const Comm& self_comm() {
+  static const Comm self = Comm::self();
+  return self;
+}
+
+void BM_moe_layer(benchmark::State& state) {
+  MoeBench b(static_cast<int>(state.range(0)), state.range(1) != 0);
+  EpExchange ex(self_comm());
+  b.step(ex);  // warm-up: sizes every buffer
+  b.saved.times = &b.times;
+  b.times.reset();
+  for (auto _ : state) b.step(ex);
+  set_flops(state, 3 * b.forward_flops());
+  double total = 0;
+  for (double s : b.times.seconds) total += s;
+  // Share of the layer's time in each phase (forward and backward together).
+  const std::pair<const char*, std::vector<Phase>> groups[] = {
+      {"router", {Phase::kRouter, Phase::kRouterBackward}},
+      {"experts", {Phase::kExperts, Phase::kExpertsBackward}},
+      {"dispatch_combine",
+       {Phase::kDispatch, Phase::kCombine, Phase::kDispatchBackward, Phase::kCombineBackward}},
+  };
+  for (const auto& [name, phases] : groups) {
+    double s = 0;
+    for (Phase p : phases) s += b.times[p];
+    state.counters[name] = total > 0 ? s / total : 0.0;
+  }
+}
+
+// The same GEMMs as BM_moe_layer (per-expert row counts of its routing), cblas_sgemm only.
+void BM_moe_layer_gemms(benchmark::State& state) {
+  MoeBench b(static_cast<int>(state.range(0)), state.range(1) != 0);
+  EpExchange ex(self_comm());
+  b.step(ex);
+  const int N = b.N, D = b.dims.D, F = b.dims.F, Fs = b.dims.Fs, E = b.dims.E;
+  std::vector<int> rows(E);
+  for (int e = 0; e < E; ++e)
+    rows[e] = b.saved.plan.expert_offsets[e + 1] - b.saved.plan.expert_offsets[e];
+  const int R = b.saved.plan.num_recv;
+  const int width = std::max({D, F, Fs, E});
+  const auto X = random_matrix(size_t{1} * std::max(N, R) * width, 6);
+  const auto Wt = random_matrix(size_t{1} * width * width, 7);
+  std::vector<float> Y(X.size()), G(size_t{1} * width * width);
+  // out[m,n] = A[m,k]·B[k,n] and its two backward GEMMs, as linear_forward / linear_backward.
+  auto fwd = [&](int m, int k, int n) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, X.data(), k, Wt.data(), n,
+                0.0f, Y.data(), n);
+  };
+  auto bwd = [&](int m, int k, int n) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, k, n, 1.0f, X.data(), n, Wt.data(), n,
+                1.0f, Y.data(), k);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, m, 1.0f, X.data(), k, X.data(), n,
+                1.0f, G.data(), n);
+  };
+  for (auto _ : state) {
+    fwd(N, D, E);  // router (a fixed-order loop in the layer, a GEMM here)
+    for (int e = 0; e < E; ++e) {
+      if (rows[e] == 0) continue;
+      fwd(rows[e], D, F);
+      fwd(rows[e], D, F);
+      fwd(rows[e], F, D);
+    }
+    fwd(N, D, Fs);
+    fwd(N, D, Fs);
+    fwd(N, Fs, D);
+    bwd(N, Fs, D);
+    bwd(N, D, Fs);
+    bwd(N, D, Fs);
+    for (int e = 0; e < E; ++e) {
+      if (rows[e] == 0) continue;
+      bwd(rows[e], F, D);
+      bwd(rows[e], D, F);
+      bwd(rows[e], D, F);
+    }
+    bwd(N, D, E);
+    benchmark::DoNotOptimize(Y.data());
+  }
+  set_flops(state, 3 * b.forward_flops());
+}
+
+void register_all() {
+  auto common = [](benchmark::internal::Benchmark* b) {
+    b->UseRealTime()->MinTime(kMinTime)->Repetitions(kRepetitions)->ReportAggregatesOnly(true);
+  };
+  auto* sgemm = benchmark::RegisterBenchmark("sgemm", BM_sgemm);
+  sgemm->ArgNames({"M", "K", "N"})
+      ->ArgsProduct({{256, 512, 1024, 2048}, {128, 256, 2048}, {128, 256, 2048}});
+  common(sgemm);
+  auto* checked = benchmark::RegisterBenchmark("gemm_checked", BM_gemm_checked);
+  checked->ArgNames({"M", "K", "N"})
+      ->Args({256, 128, 128})
+      ->Args({256, 128, 2048})
+      ->Args({2048, 2048, 2048});
+  common(checked);
+  // Expert shapes (rows of one expert at 1 and 8 ranks' worth of tokens), attention/shared (256
+  // rows), and the LM head (128 -> 2048).
+  using Fn = void (*)(benchmark::State&);
+  const std::pair<const char*, Fn> linear[] = {{"linear_fwd", BM_linear_fwd},
+                                               {"sgemm_nn", BM_sgemm_nn},
+                                               {"linear_bwd", BM_linear_bwd},
+                                               {"sgemm_bwd_pair", BM_sgemm_bwd_pair}};
+  for (const auto& [name, fn] : linear) {
+    auto* b = benchmark::RegisterBenchmark(name, fn);
+    b->ArgNames({"rows", "in", "out"})
+        ->Args({96, 128, 128})
+        ->Args({256, 128, 128})
+        ->Args({768, 128, 128})
+        ->Args({2048, 128, 128})
+        ->Args({256, 128, 2048});
+    common(b);
+  }
+  // n = R·F: the routed rows of 256 and 2048 tokens (K = 3, F = 128).
+  for (const auto& [name, fn] : {std::pair<const char*, Fn>{"swiglu_fwd", BM_swiglu_fwd},
+                                 std::pair<const char*, Fn>{"swiglu_bwd", BM_swiglu_bwd}}) {
+    auto* b = benchmark::RegisterBenchmark(name, fn);
+    b->ArgNames({"n"})->Arg(768 * 128)->Arg(6144 * 128);
+    common(b);
+  }
+  const std::pair<const char*, Fn> layer[] = {{"moe_layer", BM_moe_layer},
+                                              {"moe_layer_gemms", BM_moe_layer_gemms}};
+  for (const auto& [name, fn] : layer) {
+    auto* b = benchmark::RegisterBenchmark(name, fn);
+    b->ArgNames({"tokens", "rr"})->ArgsProduct({{256, 2048}, {0, 1}});
+    common(b);
+  }
+}
+
+// The console output, plus the fastest sgemm/ median at the end: this machine's sgemm rate over
+// the model's shapes, the denominator of bench_step's MFU.
+class PeakReporter : public benchmark::ConsoleReporter {
+ public:
+  // Colours only on a terminal, so that a redirected run leaves a plain table.
+  PeakReporter() : ConsoleReporter(isatty(fileno(stdout)) ? OO_ColorTabular : OO_Tabular) {}
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      if (r.run_type != Run::RT_Aggregate || r.aggregate_name != "median") continue;
+      const std::string name = r.benchmark_name();
+      if (name.rfind("sgemm/", 0) != 0) continue;
+      const auto it = r.counters.find("FLOP/s");
+      if (it != r.counters.end() && it->second.value > peak_) {
+        peak_ = it->second.value;
+        peak_name_ = name;
+      }
+    }
+  }
+  void print_peak() const {
+    if (peak_ > 0) {
+      std::printf("\nsgemm peak over the model's shapes: %.1f GFLOP/s (%s, median of %d)\n",
+                  peak_ / 1e9, peak_name_.c_str(), kRepetitions);
+    }
+  }
+
+ private:
+  double peak_ = 0;
+  std::string peak_name_;
+};
+
+}  // namespace
+}  // namespace moe::bench
+
+int main(int argc, char** argv) {
+  moe::MpiSession mpi(&argc, &argv);
+  // --blas-threads N is ours; everything else goes to Google Benchmark.
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--blas-threads") == 0 && i + 1 < argc) {
+      threads = std::atoi(argv[++i]);
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
+  int n = static_cast<int>(args.size());
+  const moe::Comm world = moe::Comm::world();
+  moe::blas_set_threads(threads);
+  moe::bench::print_banner(world, "bench_gemm",
+                           "expert GEMMs, linear, MoE layer fwd+bwd vs cblas_sgemm (GFLOP/s)",
+                           threads);
+  std::fflush(stdout);
+  benchmark::Initialize(&n, args.data());
+  moe::bench::register_all();
+  moe::bench::PeakReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.print_peak();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,140 @@
+// The FLOP accounting of bench_step (documented in docs/performance.md): the model FLOPs per
+// token of a training step, the list of GEMMs one rank issues in one step, and a replay of that
+// list through plain cblas_sgemm (the "sgemm rate for the same shapes").
+//
+// Model FLOPs per token, forward + backward (the usual 6·params rule, counted honestly):
+//   6 · P_gemm + L · 12 · H · hd · n̄
+// where P_gemm = the parameters a token touches through a matrix product:
+//   per layer  D·H·hd + 2·D·KVH·hd + H·hd·D   (attention projections q, k, v, o)
+//            + D·E                            (router)
+//            + K·3·D·F + 3·D·Fs               (the K routed experts it visits, the shared expert)
+//   once       D·V                            (LM head; the embedding is a lookup, no FLOPs)
+// and n̄ = the mean number of keys a query sees, (1/S)·Σ_s min(s+1, W) with the sliding window W
+// (W = S when there is none): attention's scores q·kᵀ and values P·v are 2·H·hd·n̄ FLOPs each
+// forward, twice that backward, hence 12·H·hd·n̄. Norms, softmax, SwiGLU, RoPE, the loss and the
+// optimizer are not counted (they are not matrix products), as in the usual MFU definition.
+//
+// Legend: D model width, H heads, KVH kv heads, hd head dim, E experts, K experts per token,
+// F expert width, Fs shared width, V vocab, L layers, S sequence length, B sequences per rank,
+// N = B·S tokens per rank, W ranks, P EP group size; a GEMM is C[M,N] = op(A)[M,K]·op(B)[K,N].
+#pragma once
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bench/bench_common.hpp"
+#include "model/config.hpp"
+
+namespace moe::bench {
+
+struct ModelFlops {
+  double gemm_params = 0;     // P_gemm
+  double mean_keys = 0;       // n̄
+  double attention_core = 0;  // L·12·H·hd·n̄
+  double per_token = 0;       // 6·P_gemm + attention_core
+};
+
+inline ModelFlops model_flops(const ModelConfig& c) {
+  const double D = c.d_model, Hd = double(c.heads) * c.head_dim,
+               KVd = double(c.kv_heads) * c.head_dim, E = c.experts, K = c.top_k, F = c.ffn_dim,
+               Fs = double(c.shared_experts) * c.ffn_dim, V = c.vocab, L = c.layers;
+  ModelFlops m;
+  m.gemm_params = L * (D * Hd + 2 * D * KVd + Hd * D + D * E + K * 3 * D * F + 3 * D * Fs) + D * V;
+  const int S = c.seq_len;
+  const int window = (c.sliding_window > 0 && c.sliding_window < S) ? c.sliding_window : S;
+  double keys = 0;
+  for (int s = 0; s < S; ++s) keys += std::min(s + 1, window);
+  m.mean_keys = keys / S;
+  m.attention_core = L * 12 * Hd * m.mean_keys;
+  m.per_token = 6 * m.gemm_params + m.attention_core;
+  return m;
+}
+
+struct GemmCall {
+  bool trans_a, trans_b;
+  int M, N, K;
+  int count;  // how many times per step
+};
+
+// linear_forward and linear_backward of out[rows,O] = in[rows,I]·W[I,O], `count` times.
+inline void add_linear(std::vector<GemmCall>& list, int rows, int I, int O, int count) {
+  list.push_back({false, false, rows, O, I, count});  // out = in·W
+  list.push_back({false, true, rows, I, O, count});   // d_in += d_out·Wᵀ
+  list.push_back({true, false, I, O, rows, count});   // d_W += inᵀ·d_out
+}
+
+// The GEMMs one rank issues in one step on W ranks (EP group P), with each expert receiving its
+// balanced share W·N·K/E of the rows. Attention runs per sequence (M = S); the router's forward
+// is a fixed-order loop in the model, listed here as the GEMM it computes.
+inline std::vector<GemmCall> step_gemms(const ModelConfig& c, int W, int P) {
+  const int S = c.seq_len, B = c.batch_per_rank, N = B * S, D = c.d_model;
+  const int Hd = c.heads * c.head_dim, KVd = c.kv_heads * c.head_dim;
+  const int Fs = c.shared_experts * c.ffn_dim, L = c.layers;
+  const int local = (c.experts + P - 1) / P;  // the busiest rank's experts
+  const int rows = static_cast<int>(static_cast<long long>(W) * N * c.top_k / c.experts);
+  std::vector<GemmCall> list;
+  add_linear(list, S, D, Hd, L * B);                    // q
+  add_linear(list, S, D, KVd, 2 * L * B);               // k, v
+  add_linear(list, S, Hd, D, L * B);                    // o
+  add_linear(list, N, D, c.experts, L);                 // router
+  add_linear(list, rows, D, c.ffn_dim, 2 * L * local);  // W1, W3 of each local expert
+  add_linear(list, rows, c.ffn_dim, D, L * local);      // W2
+  if (Fs > 0) {
+    add_linear(list, N, D, Fs, 2 * L);
+    add_linear(list, N, Fs, D, L);
+  }
+  add_linear(list, N, D, c.vocab, 1);  // LM head
+  return list;
+}
+
+inline double gemm_flops(const std::vector<GemmCall>& list) {
+  double f = 0;
+  for (const GemmCall& g : list) f += 2.0 * g.M * g.N * g.K * g.count;
+  return f;
+}
+
+// Median seconds of `reps` replays of `list` through cblas_sgemm (after one warm-up replay).
+inline double gemm_replay_seconds(const std::vector<GemmCall>& list, int reps) {
+  size_t a = 0, b = 0, c = 0;
+  for (const GemmCall& g : list) {
+    a = std::max(a, size_t{1} * g.M * g.K);
+    b = std::max(b, size_t{1} * g.K * g.N);
+    c = std::max(c, size_t{1} * g.M * g.N);
+  }
+  std::vector<float> A(a, 0.5f), Bm(b, 0.25f), C(c, 0.0f);
+  auto replay = [&] {
+    for (const GemmCall& g : list) {
+      const int lda = g.trans_a ? g.M : g.K, ldb = g.trans_b ? g.K : g.N;
+      for (int i = 0; i < g.count; ++i) {
+        cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+                    g.trans_b ? CblasTrans : CblasNoTrans, g.M, g.N, g.K, 1.0f, A.data(), lda,
+                    Bm.data(), ldb, 1.0f, C.data(), g.N);
+      }
+    }
+  };
+  replay();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = MPI_Wtime();
+    replay();
+    t.push_back(MPI_Wtime() - t0);
+  }
+  return spread_of(t).median;
+}
+
+// Median rate (FLOP/s) of C[M,N] = A[M,K]·B[K,N] over `reps` calls after one warm-up.
+inline double sgemm_rate(int M, int K, int N, int reps) {
+  std::vector<float> A(size_t{1} * M * K, 0.5f), Bm(size_t{1} * K * N, 0.25f), C(size_t{1} * M * N);
+  std::vector<double> t;
+  for (int r = 0; r <= reps; ++r) {
+    const double t0 = MPI_Wtime();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A.data(), K, Bm.data(), N,
+                0.0f, C.data(), N);
+    if (r > 0) t.push_back(MPI_Wtime() - t0);
+  }
+  return 2.0 * M * N * K / spread_of(t).median;
+}
+
+}  // namespace moe::bench
