@@ -122,6 +122,10 @@ void dispatch_plan_set_recv(DispatchPlan& plan, std::span<const int> counts_from
       for (int r = 0; r < c; ++r) plan.recv_to_expert[src_row++] = cursor[i]++;
     }
   }
+  plan.recv_identity = true;
+  for (int r = 0; r < plan.num_recv && plan.recv_identity; ++r) {
+    plan.recv_identity = plan.recv_to_expert[r] == r;
+  }
 }
 
 }  // namespace moe

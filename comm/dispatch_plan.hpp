@@ -50,6 +50,7 @@ struct DispatchPlan {
   std::vector<int> expert_offsets;         // [E_loc + 1] row ranges per local expert, expert-major
   std::vector<int32_t> recv_to_expert;     // [R] source-major row -> expert-major row
   int num_recv = 0;                        // R
+  bool recv_identity = false;              // arrival order is already expert-major (E_loc = 1, …)
 
   std::vector<int> expert_cursor;  // scratch for the counting sorts, kept to avoid reallocation
 

@@ -58,22 +58,23 @@ void check_rows(std::span<const T> rows, long long num_rows, int D, const char* 
 template <class T>
 void EpExchange::dispatch(std::span<T> expert_rows, std::span<T> staging,
                           std::span<const T> send_rows, const DispatchPlan& plan, int D) {
-  dispatch_begin(staging, send_rows, plan, D);
+  dispatch_begin(expert_rows, staging, send_rows, plan, D);
   dispatch_end(expert_rows, std::span<const T>(staging), plan, D);
 }
 
 template <class T>
-void EpExchange::dispatch_begin(std::span<T> staging, std::span<const T> send_rows,
-                                const DispatchPlan& plan, int D) {
+void EpExchange::dispatch_begin(std::span<T> expert_rows, std::span<T> staging,
+                                std::span<const T> send_rows, const DispatchPlan& plan, int D) {
   if (pending_ != MPI_REQUEST_NULL) {
     throw std::logic_error("EpExchange: dispatch_begin while another dispatch is open");
   }
+  std::span<T> arrival = plan.recv_identity ? expert_rows : staging;
   check_rows<T>(send_rows, plan.num_send(), D, "dispatch send_rows");
-  check_rows<T>(staging, plan.num_recv, D, "dispatch staging");
+  check_rows<T>(arrival, plan.num_recv, D, "dispatch receive buffer");
   scale_counts(plan, D);
   // Send rows are already destination-major (the plan's send order), so they go as they are.
   pending_ = ep_.ialltoallv(send_rows, std::span<const int>(send_elems_),
-                            std::span<const int>(send_displs_), staging,
+                            std::span<const int>(send_displs_), arrival,
                             std::span<const int>(recv_elems_), std::span<const int>(recv_displs_));
 }
 
@@ -84,6 +85,7 @@ void EpExchange::dispatch_end(std::span<T> expert_rows, std::span<const T> stagi
     throw std::logic_error("EpExchange: dispatch_end without dispatch_begin");
   }
   ep_.wait(pending_);
+  if (plan.recv_identity) return;  // received in place
   check_rows<T>(expert_rows, plan.num_recv, D, "dispatch expert_rows");
   const size_t row_bytes = sizeof(T) * D;
   for (int r = 0; r < plan.num_recv; ++r) {
@@ -97,15 +99,20 @@ void EpExchange::combine(std::span<T> send_rows, std::span<T> staging,
                          std::span<const T> expert_rows, const DispatchPlan& plan, int D) {
   check_rows<T>(send_rows, plan.num_send(), D, "combine send_rows");
   check_rows<T>(expert_rows, plan.num_recv, D, "combine expert_rows");
-  check_rows<T>(staging, plan.num_recv, D, "combine staging");
   scale_counts(plan, D);
-  // The inverse of dispatch: expert-major back to source-major, then the reverse all-to-all-v.
-  const size_t row_bytes = sizeof(T) * D;
-  for (int r = 0; r < plan.num_recv; ++r) {
-    std::memcpy(&staging[static_cast<size_t>(r) * D],
-                &expert_rows[static_cast<size_t>(plan.recv_to_expert[r]) * D], row_bytes);
+  // The inverse of dispatch: expert-major back to source-major (nothing to do when the orders
+  // coincide), then the reverse all-to-all-v.
+  std::span<const T> departure = expert_rows;
+  if (!plan.recv_identity) {
+    check_rows<T>(staging, plan.num_recv, D, "combine staging");
+    const size_t row_bytes = sizeof(T) * D;
+    for (int r = 0; r < plan.num_recv; ++r) {
+      std::memcpy(&staging[static_cast<size_t>(r) * D],
+                  &expert_rows[static_cast<size_t>(plan.recv_to_expert[r]) * D], row_bytes);
+    }
+    departure = staging;
   }
-  ep_.alltoallv(std::span<const T>(staging), std::span<const int>(recv_elems_),
+  ep_.alltoallv(departure, std::span<const int>(recv_elems_),
                 std::span<const int>(recv_displs_), send_rows, std::span<const int>(send_elems_),
                 std::span<const int>(send_displs_));
 }
@@ -114,10 +121,11 @@ template void EpExchange::dispatch<float>(std::span<float>, std::span<float>,
                                           std::span<const float>, const DispatchPlan&, int);
 template void EpExchange::dispatch<double>(std::span<double>, std::span<double>,
                                            std::span<const double>, const DispatchPlan&, int);
-template void EpExchange::dispatch_begin<float>(std::span<float>, std::span<const float>,
-                                                const DispatchPlan&, int);
-template void EpExchange::dispatch_begin<double>(std::span<double>, std::span<const double>,
-                                                 const DispatchPlan&, int);
+template void EpExchange::dispatch_begin<float>(std::span<float>, std::span<float>,
+                                                std::span<const float>, const DispatchPlan&, int);
+template void EpExchange::dispatch_begin<double>(std::span<double>, std::span<double>,
+                                                 std::span<const double>, const DispatchPlan&,
+                                                 int);
 template void EpExchange::dispatch_end<float>(std::span<float>, std::span<const float>,
                                               const DispatchPlan&, int);
 template void EpExchange::dispatch_end<double>(std::span<double>, std::span<const double>,

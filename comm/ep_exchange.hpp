@@ -27,10 +27,12 @@ class EpExchange {
                 const DispatchPlan& plan, int D);
 
   // dispatch in two halves, so that computation can overlap the all-to-all: begin posts it
-  // (send_rows and staging must stay untouched), end waits and permutes into expert_rows.
+  // (send_rows, staging and expert_rows must stay untouched), end waits and permutes into
+  // expert_rows. When the arrival order already is expert-major (plan.recv_identity), rows are
+  // received straight into expert_rows and staging is not used.
   template <class T>
-  void dispatch_begin(std::span<T> staging, std::span<const T> send_rows, const DispatchPlan& plan,
-                      int D);
+  void dispatch_begin(std::span<T> expert_rows, std::span<T> staging, std::span<const T> send_rows,
+                      const DispatchPlan& plan, int D);
   template <class T>
   void dispatch_end(std::span<T> expert_rows, std::span<const T> staging, const DispatchPlan& plan,
                     int D);

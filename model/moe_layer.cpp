@@ -200,7 +200,8 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     }
     s.staging.resize(static_cast<size_t>(s.plan.num_recv) * D);
     s.x.resize(static_cast<size_t>(s.plan.num_recv) * D);
-    ex.dispatch_begin(std::span<T>(s.staging), std::span<const T>(s.send_rows), s.plan, d.D);
+    ex.dispatch_begin(std::span<T>(s.x), std::span<T>(s.staging), std::span<const T>(s.send_rows),
+                      s.plan, d.D);
     if (!d.overlap_shared) {
       ex.dispatch_end(std::span<T>(s.x), std::span<const T>(s.staging), s.plan, d.D);
     }
@@ -261,7 +262,8 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
       for (size_t c = 0; c < D; ++c) s.d_rows[row + c] = wt * g[c];
     }
     s.d_y.resize(R * D);
-    ex.dispatch_begin(std::span<T>(s.staging), std::span<const T>(s.d_rows), s.plan, d.D);
+    ex.dispatch_begin(std::span<T>(s.d_y), std::span<T>(s.staging),
+                      std::span<const T>(s.d_rows), s.plan, d.D);
     if (!d.overlap_shared) {
       ex.dispatch_end(std::span<T>(s.d_y), std::span<const T>(s.staging), s.plan, d.D);
     }

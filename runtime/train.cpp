@@ -2,6 +2,8 @@
 // failure before the first collective); the step loop only computes and communicates.
 #include "runtime/train.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -25,10 +27,14 @@ namespace {
 
 constexpr float kMinLrRatio = 0.1f;  // cosine decays to 10% of --lr
 
+// --threads, else the cores this process may run on (mpirun may bind it to fewer than the node
+// has) shared among the ranks of its node, at least 1.
 int resolve_threads(const RunConfig& cfg, const Comm& world) {
   if (cfg.threads > 0) return cfg.threads;
   const Comm node = world.split_shared();
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) cores = std::max(1, CPU_COUNT(&mask));
   return std::max(1, cores / node.size());
 }
 

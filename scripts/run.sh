@@ -24,6 +24,8 @@ cmake --build "$build" -j"$(nproc)" --target moe_rt >"$build/build.log" 2>&1 || 
 np=${NP:-8}
 launch=(mpirun -np "$np")
 if ((np > $(nproc))); then launch+=(--oversubscribe); fi
+# Open MPI binds each rank to one core when np <= 2; fewer ranks than cores should use them all.
+if ((np < $(nproc))); then launch+=(--bind-to none); fi
 if [[ $(id -u) -eq 0 ]]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
