@@ -1,7 +1,7 @@
 // Helpers shared by the benchmark programs of bench/: summary statistics of repeated timings (the
 // median and the spread), the machine and BLAS banner every program prints first, the BLAS thread
-// count per rank, and a minimal `--name value` argument reader. Benchmarks are programs, not tests
-// (STYLE.md): nothing here asserts a speed.
+// count per rank, a minimal `--name value` argument reader, and the MPI `main` of every program.
+// Benchmarks are programs, not tests (STYLE.md): nothing here asserts a speed.
 #pragma once
 
 #include <mpi.h>
@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -128,6 +129,17 @@ inline double sum_over_ranks(const Comm& comm, double v) {
   double buf[1] = {v};
   comm.allreduce_sum(std::span<double>(buf));
   return buf[0];
+}
+
+// The `main` of an MPI benchmark: MPI up, `run(argc, argv)`'s exit code; an exception prints one
+// line and aborts the job, so that no rank hangs in a collective (STYLE.md).
+inline int bench_mpi_main(int argc, char** argv, int (*run)(int, char**)) {
+  MpiSession mpi(&argc, &argv);
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    mpi_abort_job(e.what(), 3);
+  }
 }
 
 }  // namespace moe::bench

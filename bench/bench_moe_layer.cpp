@@ -143,11 +143,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace moe::bench
 
-int main(int argc, char** argv) {
-  moe::MpiSession mpi(&argc, &argv);
-  try {
-    return moe::bench::run(argc, argv);
-  } catch (const std::exception& e) {
-    moe::mpi_abort_job(e.what(), 3);
-  }
-}
+int main(int argc, char** argv) { return moe::bench::bench_mpi_main(argc, argv, moe::bench::run); }

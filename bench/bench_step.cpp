@@ -6,11 +6,13 @@
 //     shapes (bench_gemm sweeps the whole grid), and the rate on this step's own GEMM shapes
 //     (model_flops.hpp: the GEMM list of one step, replayed through cblas_sgemm).
 //  2. train_run (runtime/train.hpp, quiet) for --steps steps; the first step is discarded; the
-//     step time (slowest rank) median [min, max], tokens/s, model FLOP/s (model_flops.hpp) and
-//     MFU = model FLOP/s ÷ each of the two sgemm rates.
-//  3. A profiled copy of the same step (model_forward / model_backward with the model's phase
-//     timers, then the all-reduces, AdamW and the balance statistics timed here), to show where
-//     the time goes: per phase, the mean over ranks of the median over steps.
+//     step time (slowest rank) median [min, max], tokens/s, model FLOP/s (3 × the forward FLOPs
+//     per token of model_forward_flops_per_token, model/model.hpp) and MFU = model FLOP/s ÷ each
+//     of the two sgemm rates.
+//  3. Where the time goes, from the same run's phase summary (TrainSummary::phases: the model's
+//     phase timers, and the all-reduces, optimizer and statistics timed in runtime/train.cpp):
+//     per phase, the mean over steps and ranks and the slowest rank's mean, as a share of the
+//     mean step.
 //  4. The balance bookkeeping of a step timed alone (target: < 1% of the step): the loss-free bias
 //     update and the balance metrics of every layer (model/balance.hpp), and the two load
 //     collectives (all-reduce of the [L, E] counts, all-gather of the rows each rank received).
@@ -21,143 +23,20 @@
 #include <mpi.h>
 
 #include <array>
-#include <cmath>
 #include <cstdio>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/bench_common.hpp"
 #include "bench/model_flops.hpp"
-#include "comm/ep_exchange.hpp"
-#include "io/token_data.hpp"
 #include "model/balance.hpp"
 #include "model/model.hpp"
-#include "model/optimizer.hpp"
+#include "model/phase_timer.hpp"
 #include "runtime/options.hpp"
 #include "runtime/train.hpp"
 
 namespace moe::bench {
 namespace {
-
-// Mean over ranks of each phase's median over the profiled steps, and the median step time.
-struct Profile {
-  std::vector<double> phase_seconds;  // [kNumPhases]
-  double step_seconds = 0;
-};
-
-// The training step of runtime/train.cpp with phase timers on; the same layout, data, routing,
-// collectives and optimizer, without the statistics file and the step line.
-Profile profile_steps(const RunConfig& cfg, const Comm& world, int steps) {
-  const ModelConfig& mc = cfg.model;
-  const int W = world.size(), L = mc.layers, E = mc.experts;
-  const int P = cfg.ep > 0 ? cfg.ep : default_ep_size(W, E);
-  const ParallelGroups groups = parallel_groups_make(world, P);
-  const ExpertPlacement placement{E, P};
-  const ModelLayout layout = model_layout(mc, placement, groups.ep.rank());
-  std::vector<float> dense(layout.dense.num_elements), experts(layout.experts.num_elements);
-  param_init(std::span<float>(dense), layout.dense, cfg.seed);
-  param_init(std::span<float>(experts), layout.experts, cfg.seed);
-  std::vector<float> d_dense(dense.size()), d_experts(experts.size());
-  AdamWState adam_dense, adam_experts;
-  adamw_state_init(adam_dense, dense.size());
-  adamw_state_init(adam_experts, experts.size());
-  const AdamWConfig adam{0.9f, 0.95f, 1e-8f, static_cast<float>(cfg.weight_decay)};
-  RoutingState routing = routing_state_make(mc, RoutingMode::kTopK, cfg.seed);
-  routing.balance_alpha = cfg.seq_aux_loss_weight;
-  const auto data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed);
-
-  const int B = mc.batch_per_rank, S = mc.seq_len, N = B * S;
-  ModelActs<float> acts;
-  model_acts_reserve(acts, mc, B, P, placement.max_local());
-  PhaseTimes times;
-  acts.times = &times;
-  EpExchange ex(groups.ep);
-  std::vector<int32_t> sample(S + 1), tokens(N), targets(N);
-  std::vector<double> sums(1 + L), norm(1);
-  std::vector<int64_t> load(static_cast<size_t>(L) * E), recv_local(L), recv_all(size_t{1} * W * L);
-  ModelBatch batch;
-  batch.tokens = tokens.data();
-  batch.targets = targets.data();
-  batch.first_global_token = static_cast<int64_t>(world.rank()) * N;
-  batch.loss_scale = 1.0 / (static_cast<double>(W) * N);
-  batch.num_global_sequences = static_cast<int64_t>(W) * B;
-
-  std::vector<std::vector<double>> per_phase(kNumPhases);
-  std::vector<double> walls;
-  for (int step = 0; step < steps; ++step) {
-    times.reset();
-    world.barrier();
-    const double t0 = MPI_Wtime();
-    {
-      ScopedPhase timer(&times, Phase::kOther);
-      for (int b = 0; b < B; ++b) {
-        data->sample(
-            static_cast<int64_t>(step) * W * B + static_cast<int64_t>(world.rank()) * B + b, S,
-            sample.data());
-        std::copy_n(sample.begin(), S, tokens.begin() + b * S);
-        std::copy_n(sample.begin() + 1, S, targets.begin() + b * S);
-      }
-      std::fill(d_dense.begin(), d_dense.end(), 0.0f);
-      std::fill(d_experts.begin(), d_experts.end(), 0.0f);
-      batch.step = step;
-    }
-    sums[0] = model_forward(acts, dense.data(), experts.data(), layout, routing, batch, mc,
-                            placement, ex);
-    model_backward(d_dense.data(), d_experts.data(), acts, dense.data(), experts.data(), layout,
-                   batch, mc, ex);
-    double grad_norm = 0;
-    {
-      // Gradients over the world and the replicas, the loss sums, the loads: as train.cpp.
-      ScopedPhase timer(&times, Phase::kAllReduce);
-      world.allreduce_sum(std::span<float>(d_dense));
-      if (groups.num_replicas > 1) groups.replica.allreduce_sum(std::span<float>(d_experts));
-      std::copy(acts.layer_balance_loss.begin(), acts.layer_balance_loss.end(), sums.begin() + 1);
-      world.allreduce_sum(std::span<double>(sums));
-      for (int l = 0; l < L; ++l) {
-        std::copy(acts.moe[l].plan.expert_counts.begin(), acts.moe[l].plan.expert_counts.end(),
-                  load.begin() + static_cast<size_t>(l) * E);
-        recv_local[l] = acts.moe[l].plan.num_recv;
-      }
-      world.allreduce_sum(std::span<int64_t>(load));
-      world.allgather(std::span<const int64_t>(recv_local), std::span<int64_t>(recv_all));
-    }
-    {
-      // Clipping's global norm (two serial sums of squares and one small all-reduce), then AdamW.
-      ScopedPhase timer(&times, Phase::kOptimizer);
-      norm[0] = sum_squares(d_experts);
-      groups.ep.allreduce_sum(std::span<double>(norm));
-      grad_norm = std::sqrt(sum_squares(d_dense) + norm[0]);
-      const float clip = cfg.grad_clip > 0 && grad_norm > cfg.grad_clip
-                             ? static_cast<float>(cfg.grad_clip / grad_norm)
-                             : 1.0f;
-      const float lr = lr_at_step(step, steps, cfg.warmup_steps, static_cast<float>(cfg.lr), 0.1f);
-      adamw_update(dense, d_dense, adam_dense, layout.dense, adam, lr, clip, step + 1);
-      adamw_update(experts, d_experts, adam_experts, layout.experts, adam, lr, clip, step + 1);
-    }
-    {
-      ScopedPhase timer(&times, Phase::kStats);
-      for (int l = 0; l < L; ++l) {
-        const std::span<const int64_t> c(&load[static_cast<size_t>(l) * E], E);
-        if (routing.modes[l] == RoutingMode::kTopK && cfg.bias_update_rate > 0) {
-          bias_update(std::span<float>(&routing.bias[static_cast<size_t>(l) * E], E), c,
-                      cfg.bias_update_rate, cfg.bias_update_center);
-        }
-        benchmark_keep(balance_metrics(c).variance);
-      }
-    }
-    const double wall = max_over_ranks(world, MPI_Wtime() - t0);
-    if (step == 0) continue;  // warm-up
-    walls.push_back(wall);
-    for (int p = 0; p < kNumPhases; ++p) per_phase[p].push_back(times.seconds[p]);
-  }
-  Profile prof;
-  prof.step_seconds = spread_of(walls).median;
-  for (int p = 0; p < kNumPhases; ++p) {
-    prof.phase_seconds.push_back(sum_over_ranks(world, spread_of(per_phase[p]).median) / W);
-  }
-  return prof;
-}
 
 // The balance bookkeeping of one step alone: local (bias update + metrics of every layer) and the
 // two load collectives; medians over `reps` repetitions, slowest rank.
@@ -207,7 +86,7 @@ int run(int argc, char** argv) {
                threads);
 
   // 1. sgemm rates, every rank at once, summed.
-  const ModelFlops mf = model_flops(mc);
+  const double flops_per_token = 3 * model_forward_flops_per_token(mc);  // forward + backward
   const std::vector<GemmCall> gemms = step_gemms(mc, W, P);
   world.barrier();
   double peak = 0;
@@ -229,18 +108,16 @@ int run(int argc, char** argv) {
   }
   const Spread step = spread_of(secs);
   const double tokens_per_s = spread_of(tps).median;
-  const double model_flops_per_s = tokens_per_s * mf.per_token;
+  const double model_flops_per_s = tokens_per_s * flops_per_token;
 
-  // 3. and 4.
-  const Profile prof = profile_steps(cfg, world, cfg.steps);
+  // 3. is summary.phases (rank 0 only); 4.:
   const auto [balance_local, balance_comm] = balance_seconds(world, mc, 200);
 
   if (world.rank() != 0) return 0;
   const int64_t T = static_cast<int64_t>(W) * mc.batch_per_rank * mc.seq_len;
   std::printf(
-      "# model FLOPs per token: 6 x %.0f GEMM parameters + attention core %.0f "
-      "(12*H*hd*L*mean keys %.2f) = %.3f MFLOP\n",
-      mf.gemm_params, mf.attention_core, mf.mean_keys, mf.per_token / 1e6);
+      "# model FLOPs per token: 3 x %.3f forward (model_forward_flops_per_token) = %.3f MFLOP\n",
+      flops_per_token / 3e6, flops_per_token / 1e6);
   std::printf(
       "# sgemm peak (best median of 4 model shapes, all ranks at once, summed): %.1f "
       "GFLOP/s\n",
@@ -259,21 +136,22 @@ int run(int argc, char** argv) {
       "#   (train_run, %d steps, the first discarded; MFU = model FLOP/s / sgemm peak; "
       "MFU_same = / sgemm rate on the step's own shapes)\n#\n",
       cfg.steps);
+  const PhaseSummary& ph = summary.phases;
   std::printf(
-      "# where the time goes (profiled copy of the step: mean over ranks of the median "
-      "over steps; step median %.2f ms)\n",
-      prof.step_seconds * 1e3);
-  std::printf("# %-14s %9s %7s\n", "phase", "ms", "share");
+      "# where the time goes (train_run's phase timers, the steps after the first: mean over "
+      "steps and ranks, and the slowest rank's mean; mean step %.2f ms)\n",
+      ph.step_ms);
+  std::printf("# %-14s %9s %9s %7s\n", "phase", "ms", "max(ms)", "share");
   double accounted = 0;
   for (int p = 0; p < kNumPhases; ++p) {
-    accounted += prof.phase_seconds[p];
-    std::printf("  %-14s %9.3f %6.1f%%\n", kPhaseNames[p], prof.phase_seconds[p] * 1e3,
-                100 * prof.phase_seconds[p] / prof.step_seconds);
+    accounted += ph.mean_ms[p];
+    std::printf("  %-14s %9.3f %9.3f %6.1f%%\n", kPhaseNames[p], ph.mean_ms[p], ph.max_ms[p],
+                100 * ph.mean_ms[p] / ph.step_ms);
   }
-  std::printf("  %-14s %9.3f %6.1f%%\n", "(untimed)", (prof.step_seconds - accounted) * 1e3,
-              100 * (prof.step_seconds - accounted) / prof.step_seconds);
+  std::printf("  %-14s %9.3f %9s %6.1f%%\n", "(untimed)", ph.step_ms - accounted, "",
+              100 * (ph.step_ms - accounted) / ph.step_ms);
   std::printf("# the step's GEMMs alone at the same-shapes rate: %.2f ms = %.1f%% of the step\n#\n",
-              replay_s * 1e3, 100 * replay_s / prof.step_seconds);
+              replay_s * 1e3, 100 * replay_s * 1e3 / ph.step_ms);
   std::printf(
       "# balance bookkeeping per step (median of 200): bias update + metrics of %d layers "
       "%.2f us, load all-reduce + all-gather %.2f us = %.3f%% of the train_run step\n",
@@ -285,11 +163,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace moe::bench
 
-int main(int argc, char** argv) {
-  moe::MpiSession mpi(&argc, &argv);
-  try {
-    return moe::bench::run(argc, argv);
-  } catch (const std::exception& e) {
-    moe::mpi_abort_job(e.what(), 3);
-  }
-}
+int main(int argc, char** argv) { return moe::bench::bench_mpi_main(argc, argv, moe::bench::run); }

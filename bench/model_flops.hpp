@@ -1,18 +1,7 @@
-// The FLOP accounting of bench_step (documented in docs/performance.md): the model FLOPs per
-// token of a training step, the list of GEMMs one rank issues in one step, and a replay of that
-// list through plain cblas_sgemm (the "sgemm rate for the same shapes").
-//
-// Model FLOPs per token, forward + backward (the usual 6·params rule, counted honestly):
-//   6 · P_gemm + L · 12 · H · hd · n̄
-// where P_gemm = the parameters a token touches through a matrix product:
-//   per layer  D·H·hd + 2·D·KVH·hd + H·hd·D   (attention projections q, k, v, o)
-//            + D·E                            (router)
-//            + K·3·D·F + 3·D·Fs               (the K routed experts it visits, the shared expert)
-//   once       D·V                            (LM head; the embedding is a lookup, no FLOPs)
-// and n̄ = the mean number of keys a query sees, (1/S)·Σ_s min(s+1, W) with the sliding window W
-// (W = S when there is none): attention's scores q·kᵀ and values P·v are 2·H·hd·n̄ FLOPs each
-// forward, twice that backward, hence 12·H·hd·n̄. Norms, softmax, SwiGLU, RoPE, the loss and the
-// optimizer are not counted (they are not matrix products), as in the usual MFU definition.
+// The GEMM side of bench_step's MFU (docs/performance.md): the list of GEMMs one rank issues in
+// one training step, and a replay of that list through plain cblas_sgemm (the "sgemm rate for the
+// same shapes"). The MFU numerator, the model FLOPs per token, is the model's own count:
+// 3 × model_forward_flops_per_token (model/model.hpp), forward + backward.
 //
 // Legend: D model width, H heads, KVH kv heads, hd head dim, E experts, K experts per token,
 // F expert width, Fs shared width, V vocab, L layers, S sequence length, B sequences per rank,
@@ -28,29 +17,6 @@
 #include "model/config.hpp"
 
 namespace moe::bench {
-
-struct ModelFlops {
-  double gemm_params = 0;     // P_gemm
-  double mean_keys = 0;       // n̄
-  double attention_core = 0;  // L·12·H·hd·n̄
-  double per_token = 0;       // 6·P_gemm + attention_core
-};
-
-inline ModelFlops model_flops(const ModelConfig& c) {
-  const double D = c.d_model, Hd = double(c.heads) * c.head_dim,
-               KVd = double(c.kv_heads) * c.head_dim, E = c.experts, K = c.top_k, F = c.ffn_dim,
-               Fs = double(c.shared_experts) * c.ffn_dim, V = c.vocab, L = c.layers;
-  ModelFlops m;
-  m.gemm_params = L * (D * Hd + 2 * D * KVd + Hd * D + D * E + K * 3 * D * F + 3 * D * Fs) + D * V;
-  const int S = c.seq_len;
-  const int window = (c.sliding_window > 0 && c.sliding_window < S) ? c.sliding_window : S;
-  double keys = 0;
-  for (int s = 0; s < S; ++s) keys += std::min(s + 1, window);
-  m.mean_keys = keys / S;
-  m.attention_core = L * 12 * Hd * m.mean_keys;
-  m.per_token = 6 * m.gemm_params + m.attention_core;
-  return m;
-}
 
 struct GemmCall {
   bool trans_a, trans_b;

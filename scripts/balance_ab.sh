@@ -9,8 +9,8 @@
 # EXTRA (more moe_rt options for both runs). Prints the table for the first and last step and, for
 # the preset regime, the variance of both runs every 50 steps: when the bias wins.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$moe_root"
 regime=${1:-seed}
 case "$regime" in
   seed) steps=${STEPS:-21}; train=(--lr 3e-5 --warmup-steps 2) ;;
@@ -20,22 +20,15 @@ esac
 out=${OUT:-runs/balance-ab-$regime}
 mkdir -p "$out"
 
-bash scripts/setup.sh
-build=${MOE_RT_BUILD_DIR:-$root/build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j"$(nproc)" --target moe_rt >/dev/null
-
-np=${NP:-8}
-launch=(mpirun -np "$np")
-if ((np > $(nproc))); then launch+=(--oversubscribe); fi
-if [[ $(id -u) -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+moe_build moe_rt
+moe_launcher "${NP:-8}"
 
 common=(--model deepseek4-tiny --steps "$steps" "${train[@]}" --overwrite ${EXTRA:-})
 echo "run A: no balancing ($out/A.h5)"
-"${launch[@]}" "$build/moe_rt" "${common[@]}" --bias-update-rate 0 --seq-aux-loss-weight 0 \
-  --stats "$out/A.h5" > "$out/A.log"
+"${moe_launch[@]}" "$moe_build_dir/moe_rt" "${common[@]}" --bias-update-rate 0 \
+  --seq-aux-loss-weight 0 --stats "$out/A.h5" > "$out/A.log"
 echo "run B: --bias-update-rate 0.001 --seq-aux-loss-weight 0.0001 ($out/B.h5)"
-"${launch[@]}" "$build/moe_rt" "${common[@]}" --bias-update-rate 0.001 \
+"${moe_launch[@]}" "$moe_build_dir/moe_rt" "${common[@]}" --bias-update-rate 0.001 \
   --seq-aux-loss-weight 0.0001 --stats "$out/B.h5" > "$out/B.log"
 
 last=$((steps - 1))

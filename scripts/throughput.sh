@@ -15,29 +15,14 @@
 # --bind-to none only when they are fewer (Open MPI would otherwise bind each rank to one core,
 # where its cores/ranks BLAS threads would share it), and the run-as-root variables only as root.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$moe_root"
 
-bash scripts/setup.sh
-build=${MOE_RT_BUILD_DIR:-$root/build}
-mkdir -p "$build"
-if ! cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >"$build/configure.log" 2>&1; then
-  cat "$build/configure.log" >&2
-  echo "throughput.sh: cmake configure failed" >&2
-  exit 1
-fi
-cmake --build "$build" -j"$(nproc)" --target moe_rt >"$build/build.log" 2>&1 || {
-  tail -n 40 "$build/build.log" >&2
-  echo "throughput.sh: build failed" >&2
-  exit 1
-}
+moe_build moe_rt
 
 ranks=${RANKS:-"1 2 8"}
 steps=${STEPS:-30}
 cores=$(nproc)
-if [[ $(id -u) -eq 0 ]]; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -54,15 +39,13 @@ mean_violation() {
 rows=()
 kernel=""
 for np in $ranks; do
-  launch=(mpirun -np "$np")
-  if ((np > cores)); then launch+=(--oversubscribe); fi
-  if ((np < cores)); then launch+=(--bind-to none); fi
+  moe_launcher "$np"
   tps_natural="" viol_natural=""
   for mode in natural round-robin; do
     force=none
     [[ $mode == round-robin ]] && force=round-robin
     log="$tmp/np$np-$mode.log"
-    if ! env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${launch[@]}" "$build/moe_rt" \
+    if ! env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${moe_launch[@]}" "$moe_build_dir/moe_rt" \
         --model deepseek4-tiny --steps "$steps" --force-balance "$force" \
         --stats "$tmp/np$np-$mode.h5" "$@" >"$log" 2>&1; then
       tail -n 30 "$log" >&2
