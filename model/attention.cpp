@@ -1,7 +1,8 @@
 // Attention forward and backward: projections through linear_forward/linear_backward (OpenBLAS),
-// RoPE and the masked softmax core as plain loops over the visible keys only.
+// RoPE as plain loops, the masked softmax core as GEMMs per head and tile of query rows.
 // Legend: B sequences, S sequence length, D model width, H heads, KVH kv heads, hd head dim,
-// W sliding window, Wk keys kept per query row; HD = H·hd, KD = KVH·hd row widths of q and k/v.
+// W sliding window, Wk keys a query row sees at most, Tq query rows per tile, Kt keys a tile sees;
+// HD = H·hd, KD = KVH·hd row widths of q and k/v.
 //
 // Every sequence is processed on its own, projections included (linear_forward with M = S rows),
 // rather than as one [B·S, D] GEMM: OpenBLAS blocks a GEMM by its M, so one big call could round a
@@ -9,9 +10,10 @@
 // bitwise, whatever number of sequences a rank holds (B = 1 or 4 per rank, 8 or 2 ranks for the
 // same global batch): the activations of a sequence do not depend on how the batch was split.
 //
-// Only the visible keys of a query row are computed and kept (probs rows of Wk, not S). The
-// scores q_s·k_j (and, in backward, d_o·v_j) run over a per-sequence transposed copy of k (v), so
-// that the loop over keys is innermost and vectorises (dot_rows).
+// The core runs on GEMMs, per head and per tile of Tq query rows: the tile's queries see the keys
+// [lo, s1) between them (lo = max(0, s0 − Wk + 1)), so with a window only about Tq + Wk − 1 keys
+// are scored per tile instead of S; scores outside a row's own window are masked to P = 0 exactly.
+// Tiles are fixed by S and Tq alone, so the GEMM shapes, like the projections', do not depend on B.
 #include "model/attention.hpp"
 
 #include <algorithm>
@@ -21,12 +23,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/blas.hpp"
 #include "model/linear.hpp"
 
 namespace moe {
 
-// Keys per register block in dot_rows: 16 floats = 4 SSE registers of accumulators.
-constexpr int kKeyBlock = 16;
+// Tq, query rows per tile of the core. Smaller tiles score fewer masked keys (a tile scores
+// Tq + Wk − 1 keys per row, Wk of them visible at most), larger ones make larger GEMMs; at
+// deepseek4-tiny's S = 256, W = 128, hd = 32, tiles of 16 to 64 rows measured within noise of
+// each other on one core, 32 the best of them in bench_step.
+constexpr int kQueryTile = 32;
 
 AttnDims attn_dims_from(const ModelConfig& c) {
   return AttnDims{c.d_model, c.heads, c.kv_heads, c.head_dim, c.seq_len, c.sliding_window,
@@ -35,6 +41,10 @@ AttnDims attn_dims_from(const ModelConfig& c) {
 
 int attn_keys_per_row(const AttnDims& d) {
   return (d.window > 0 && d.window < d.S) ? d.window : d.S;
+}
+
+int attn_keys_per_tile(const AttnDims& d) {
+  return std::min(d.S, kQueryTile + attn_keys_per_row(d) - 1);
 }
 
 RopeTable rope_table_make(int S, int hd, float theta) {
@@ -98,124 +108,142 @@ void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d) {
         std::to_string(d.S) + " W=" + std::to_string(d.window));
   }
   const size_t S = d.S, HD = size_t(d.H) * d.hd, KD = size_t(d.KVH) * d.hd;
-  const size_t Wk = attn_keys_per_row(d), B = max_B;
+  const size_t Kt = attn_keys_per_tile(d), B = max_B;
   saved.max_B = max_B;
   saved.B = 0;
   saved.q.assign(B * S * HD, T(0));
   saved.k.assign(B * S * KD, T(0));
   saved.v.assign(B * S * KD, T(0));
-  saved.probs.assign(B * d.H * S * Wk, T(0));
+  saved.probs.assign(B * d.H * S * Kt, T(0));
   saved.concat.assign(B * S * HD, T(0));
-  saved.kv_t.assign(KD * S, T(0));
   saved.d_concat.assign(S * HD, T(0));
   saved.d_q.assign(S * HD, T(0));
   saved.d_k.assign(S * KD, T(0));
   saved.d_v.assign(S * KD, T(0));
-  saved.d_probs.assign(Wk, T(0));
+  saved.d_probs.assign(size_t(std::min(d.S, kQueryTile)) * Kt, T(0));
 }
 
-// kv_t[g, i, j] = x[j, g·hd + i]: one kv tensor of a sequence, transposed per kv head.
-template <class T>
-static void transpose_kv(T* kv_t, const T* x, const AttnDims& d) {
-  const int KD = d.KVH * d.hd;
-  for (int j = 0; j < d.S; ++j) {
-    for (int c = 0; c < KD; ++c) kv_t[int64_t{c} * d.S + j] = x[int64_t{j} * KD + c];
-  }
-}
+// Lanes of the row reductions below: 16 independent accumulators, so that the loops vectorise
+// (one serial chain of maxss/addss costs a latency per element).
+constexpr int kLanes = 16;
 
-// out[c] = x·y_c for c < n, where y_c[i] = y_t[i·S + c] (a transposed kv head, see transpose_kv).
-// Keys are innermost so the loop vectorises, in blocks of kKeyBlock summed in registers; each dot
-// product still adds its hd terms in the plain order i = 0 .. hd−1.
+// max_c x[c] over n >= 1 elements; exact, so the same whatever the order of comparisons.
 template <class T>
-static void dot_rows(T* out, const T* x, const T* y_t, int n, int hd, int S) {
+static T row_max(const T* x, int n) {
+  T acc[kLanes];
+  std::fill(acc, acc + kLanes, -std::numeric_limits<T>::infinity());
   int c0 = 0;
-  for (; c0 + kKeyBlock <= n; c0 += kKeyBlock) {
-    T acc[kKeyBlock] = {};
-    for (int i = 0; i < hd; ++i) {
-      const T* yi = y_t + int64_t{i} * S + c0;
-      for (int c = 0; c < kKeyBlock; ++c) acc[c] += x[i] * yi[c];
-    }
-    std::copy(acc, acc + kKeyBlock, out + c0);
+  for (; c0 + kLanes <= n; c0 += kLanes) {
+    for (int i = 0; i < kLanes; ++i) acc[i] = std::max(acc[i], x[c0 + i]);
   }
-  for (int c = c0; c < n; ++c) {
-    T acc = T(0);
-    for (int i = 0; i < hd; ++i) acc += x[i] * y_t[int64_t{i} * S + c];
-    out[c] = acc;
-  }
+  for (int c = c0; c < n; ++c) acc[0] = std::max(acc[0], x[c]);
+  return *std::max_element(acc, acc + kLanes);
 }
 
-// Masked softmax attention of one sequence: probs[H, S, Wk] and concat[S, HD] from q, k, v.
+// Σ_c x[c]·y[c] in kLanes partial sums, added in a fixed order: depends on n and the values only.
 template <class T>
-static void core_forward(T* concat, T* probs, T* k_t, const T* q, const T* k, const T* v,
+static T row_dot(const T* x, const T* y, int n) {
+  T acc[kLanes] = {};
+  int c0 = 0;
+  for (; c0 + kLanes <= n; c0 += kLanes) {
+    for (int i = 0; i < kLanes; ++i) acc[i] += x[c0 + i] * y[c0 + i];
+  }
+  for (int c = c0; c < n; ++c) acc[0] += x[c] * y[c];
+  T sum = T(0);
+  for (int i = 0; i < kLanes; ++i) sum += acc[i];
+  return sum;
+}
+
+// The query rows [s0, s1) of tile t and the keys [lo, s1) they see between them; row s sees only
+// keys [max(0, s − Wk + 1), s], columns [first, last] of the tile's n = s1 − lo.
+struct QueryTile {
+  int s0, s1, lo;
+};
+static QueryTile query_tile(int t, int S, int Wk) {
+  const int s0 = t * kQueryTile, s1 = std::min(S, s0 + kQueryTile);
+  return {s0, s1, std::max(0, s0 - Wk + 1)};
+}
+
+// Masked softmax attention of one sequence: probs[H, S, Kt] and concat[S, HD] from q, k, v. Per
+// head and query tile: scores by one GEMM, the mask and row softmax in place, then one GEMM P·v.
+template <class T>
+static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v,
                          const AttnDims& d) {
   const int S = d.S, hd = d.hd, HD = d.H * hd, KD = d.KVH * hd, Wk = attn_keys_per_row(d);
-  const int group = d.H / d.KVH;
+  const int Kt = attn_keys_per_tile(d), group = d.H / d.KVH;
+  const int num_tiles = (S + kQueryTile - 1) / kQueryTile;
   const T scale = T(1) / std::sqrt(T(hd));
-  transpose_kv(k_t, k, d);
   for (int h = 0; h < d.H; ++h) {
     const int g = h / group;
-    for (int s = 0; s < S; ++s) {
-      const int lo = std::max(0, s - Wk + 1), n = s - lo + 1;  // visible keys lo .. s
-      const T* qs = q + int64_t{s} * HD + h * hd;
-      T* p = probs + (int64_t{h} * S + s) * Wk;
-      dot_rows(p, qs, k_t + int64_t{g} * hd * S + lo, n, hd, S);  // p_c = q_s·k_{lo+c}
-      // softmax over the visible keys, the row max subtracted so that exp cannot overflow
-      T row_max = -std::numeric_limits<T>::infinity();
-      for (int c = 0; c < n; ++c) {
-        p[c] *= scale;
-        row_max = std::max(row_max, p[c]);
+    for (int t = 0; t < num_tiles; ++t) {
+      const auto [s0, s1, lo] = query_tile(t, S, Wk);
+      const int m = s1 - s0, n = s1 - lo;
+      T* p = probs + (int64_t{h} * S + s0) * Kt;  // [m, n] of row length Kt
+      // z[s, j] = q_s·k_j/sqrt(hd) for every query of the tile and every key any of them sees
+      gemm_ld(false, true, m, n, hd, scale, q + int64_t{s0} * HD + h * hd, HD,
+              k + int64_t{lo} * KD + g * hd, KD, T(0), p, Kt);
+      for (int r = 0; r < m; ++r) {
+        const int s = s0 + r;
+        const int first = std::max(0, s - Wk + 1) - lo, last = s - lo;  // visible columns
+        T* pr = p + int64_t{r} * Kt;
+        // P = softmax over the visible keys, the row max subtracted so that exp cannot overflow;
+        // the masked keys get exactly 0, so that P·v adds nothing from them
+        const T z_max = row_max(pr + first, last - first + 1);
+        T sum = T(0);
+        for (int c = first; c <= last; ++c) {
+          pr[c] = std::exp(pr[c] - z_max);
+          sum += pr[c];
+        }
+        const T inv_sum = T(1) / sum;
+        for (int c = first; c <= last; ++c) pr[c] *= inv_sum;
+        std::fill(pr, pr + first, T(0));
+        std::fill(pr + last + 1, pr + n, T(0));
       }
-      T sum = T(0);
-      for (int c = 0; c < n; ++c) {
-        p[c] = std::exp(p[c] - row_max);
-        sum += p[c];
-      }
-      const T inv_sum = T(1) / sum;
-      for (int c = 0; c < n; ++c) p[c] *= inv_sum;
-      T* o = concat + int64_t{s} * HD + h * hd;  // o = Σ_j p_j·v_j
-      std::fill(o, o + hd, T(0));
-      for (int c = 0; c < n; ++c) {
-        const T* vj = v + int64_t{lo + c} * KD + g * hd;
-        for (int i = 0; i < hd; ++i) o[i] += p[c] * vj[i];
-      }
+      // o_s = Σ_j P[s, j]·v_j
+      gemm_ld(false, false, m, hd, n, T(1), p, Kt,
+              v + int64_t{lo} * KD + g * hd, KD, T(0), concat + int64_t{s0} * HD + h * hd, HD);
     }
   }
 }
 
-// Backward of core_forward for one sequence: d_q, d_k, d_v += from d_concat.
+// Backward of core_forward for one sequence, from d_concat: d_q = ∂L/∂q (every row and head
+// written once), d_k, d_v += ∂L/∂k, ∂L/∂v. d_p: [Tq, Kt] scratch.
 template <class T>
-static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p, T* v_t, const T* d_concat,
-                          const T* probs, const T* q, const T* k, const T* v, const AttnDims& d) {
+static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p, const T* d_concat, const T* probs,
+                          const T* q, const T* k, const T* v, const AttnDims& d) {
   const int S = d.S, hd = d.hd, HD = d.H * hd, KD = d.KVH * hd, Wk = attn_keys_per_row(d);
-  const int group = d.H / d.KVH;
+  const int Kt = attn_keys_per_tile(d), group = d.H / d.KVH;
+  const int num_tiles = (S + kQueryTile - 1) / kQueryTile;
   const T scale = T(1) / std::sqrt(T(hd));
-  transpose_kv(v_t, v, d);
   for (int h = 0; h < d.H; ++h) {
     const int g = h / group;
-    for (int s = 0; s < S; ++s) {
-      const int lo = std::max(0, s - Wk + 1), n = s - lo + 1;
-      const T* p = probs + (int64_t{h} * S + s) * Wk;
-      const T* d_o = d_concat + int64_t{s} * HD + h * hd;
-      // o = Σ_j p_j·v_j  ->  d_p_j = d_o·v_j
-      dot_rows(d_p, d_o, v_t + int64_t{g} * hd * S + lo, n, hd, S);
-      // o = Σ_j p_j·v_j  ->  d_v_j += p_j·d_o
-      for (int c = 0; c < n; ++c) {
-        T* dvj = d_v + int64_t{lo + c} * KD + g * hd;
-        for (int i = 0; i < hd; ++i) dvj[i] += p[c] * d_o[i];
+    for (int t = 0; t < num_tiles; ++t) {
+      const auto [s0, s1, lo] = query_tile(t, S, Wk);
+      const int m = s1 - s0, n = s1 - lo;
+      const T* p = probs + (int64_t{h} * S + s0) * Kt;  // [m, n] of row length Kt
+      const T* d_o = d_concat + int64_t{s0} * HD + h * hd;
+      const T* q_h = q + int64_t{s0} * HD + h * hd;
+      const T* k_g = k + int64_t{lo} * KD + g * hd;
+      const T* v_g = v + int64_t{lo} * KD + g * hd;
+      // o_s = Σ_j P[s, j]·v_j  ->  d_P = d_o·vᵀ
+      gemm_ld(false, true, m, n, hd, T(1), d_o, HD, v_g, KD, T(0), d_p, Kt);
+      // o_s = Σ_j P[s, j]·v_j  ->  d_v += Pᵀ·d_o
+      gemm_ld(true, false, n, hd, m, T(1), p, Kt, d_o, HD, T(1), d_v + int64_t{lo} * KD + g * hd,
+              KD);
+      // P = softmax_row(z)  ->  d_z = P ⊙ (d_P − rowsum(d_P ⊙ P)), in place of d_P. Masked
+      // entries have P = 0 exactly: they add nothing to the row sum and get d_z = 0.
+      for (int r = 0; r < m; ++r) {
+        const T* pr = p + int64_t{r} * Kt;
+        T* dr = d_p + int64_t{r} * Kt;
+        const T p_dot_dp = row_dot(pr, dr, n);
+        for (int c = 0; c < n; ++c) dr[c] = pr[c] * (dr[c] - p_dot_dp);
       }
-      T p_dot_dp = T(0);
-      for (int c = 0; c < n; ++c) p_dot_dp += p[c] * d_p[c];
-      const T* qs = q + int64_t{s} * HD + h * hd;
-      T* dqs = d_q + int64_t{s} * HD + h * hd;
-      for (int c = 0; c < n; ++c) {
-        // p = softmax(z), z_j = q_s·k_j/sqrt(hd)
-        //   ->  d_qk_j = ∂L/∂(q_s·k_j) = p_j·(d_p_j − Σ_j' p_j'·d_p_j')/sqrt(hd)
-        const T d_qk = p[c] * (d_p[c] - p_dot_dp) * scale;
-        const int64_t kj = int64_t{lo + c} * KD + g * hd;
-        // q_s·k_j  ->  d_q_s += d_qk_j·k_j, d_k_j += d_qk_j·q_s
-        for (int i = 0; i < hd; ++i) dqs[i] += d_qk * k[kj + i];
-        for (int i = 0; i < hd; ++i) d_k[kj + i] += d_qk * qs[i];
-      }
+      // z = q·kᵀ/sqrt(hd)  ->  d_q = d_z·k/sqrt(hd) (each tile's rows of head h written once)
+      gemm_ld(false, false, m, hd, n, scale, d_p, Kt, k_g, KD, T(0),
+              d_q + int64_t{s0} * HD + h * hd, HD);
+      // z = q·kᵀ/sqrt(hd)  ->  d_k += d_zᵀ·q/sqrt(hd)
+      gemm_ld(true, false, n, hd, m, scale, d_p, Kt, q_h, HD, T(1),
+              d_k + int64_t{lo} * KD + g * hd, KD);
     }
   }
 }
@@ -238,7 +266,7 @@ void attention_forward(T* out, AttnSaved<T>& saved, const T* in, const AttnWeigh
                        const AttnDims& d, const RopeTable& rope, int B) {
   check_call("attention_forward", B, saved.max_B, d, rope);
   saved.B = B;
-  const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Wk = attn_keys_per_row(d);
+  const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Kt = attn_keys_per_tile(d);
   for (int b = 0; b < B; ++b) {  // one sequence at a time, projections included (see top)
     const int64_t row0 = int64_t{b} * S;
     const T* x = in + row0 * D;
@@ -251,8 +279,7 @@ void attention_forward(T* out, AttnSaved<T>& saved, const T* in, const AttnWeigh
     linear_forward(v, x, w.wv, S, D, KD);
     rope_forward(q, rope, d.H);
     rope_forward(k, rope, d.KVH);
-    core_forward(concat, saved.probs.data() + int64_t{b} * d.H * S * Wk, saved.kv_t.data(), q, k,
-                 v, d);
+    core_forward(concat, saved.probs.data() + int64_t{b} * d.H * S * Kt, q, k, v, d);
     linear_forward(out + row0 * D, concat, w.wo, S, HD, D);
   }
 }
@@ -266,7 +293,7 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     throw std::invalid_argument("attention_backward: B=" + std::to_string(B) +
                                 " but the last forward had B=" + std::to_string(saved.B));
   }
-  const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Wk = attn_keys_per_row(d);
+  const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Kt = attn_keys_per_tile(d);
   T* d_concat = saved.d_concat.data();
   T* d_q = saved.d_q.data();
   T* d_k = saved.d_k.data();
@@ -283,11 +310,10 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     linear_backward(d_concat, grads.wo, d_out + row0 * D, saved.concat.data() + row0 * HD, w.wo,
                     S, HD, D);
     // concat = softmax(q·kᵀ/sqrt(hd) + mask)·v  ->  d_q, d_k, d_v
-    std::fill(saved.d_q.begin(), saved.d_q.end(), T(0));
     std::fill(saved.d_k.begin(), saved.d_k.end(), T(0));
     std::fill(saved.d_v.begin(), saved.d_v.end(), T(0));
-    core_backward(d_q, d_k, d_v, saved.d_probs.data(), saved.kv_t.data(), d_concat,
-                  saved.probs.data() + int64_t{b} * d.H * S * Wk, q, k, v, d);
+    core_backward(d_q, d_k, d_v, saved.d_probs.data(), d_concat,
+                  saved.probs.data() + int64_t{b} * d.H * S * Kt, q, k, v, d);
     // q = rope(in·Wq), k = rope(in·Wk)  ->  gradients of the unrotated projections
     rope_backward(d_q, rope, d.H);
     rope_backward(d_k, rope, d.KVH);

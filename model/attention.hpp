@@ -13,7 +13,8 @@
 //   x'[2i+1] = x[2i]·sin(p·ω_i) + x[2i+1]·cos(p·ω_i)
 //
 // Legend: B sequences, S sequence length, D model width, H heads, KVH kv heads, hd head dim,
-// W sliding window (0 = full causal), Wk = keys kept per query row (min(W, S), or S when W = 0).
+// W sliding window (0 = full causal), Wk = keys a query row sees at most (min(W, S), or S when
+// W = 0), Tq query rows per tile of the GEMM core, Kt = keys a tile sees (min(S, Tq + Wk − 1)).
 #pragma once
 
 #include <vector>
@@ -29,8 +30,11 @@ struct AttnDims {
 };
 AttnDims attn_dims_from(const ModelConfig& cfg);
 
-// Wk: the longest row of visible keys, the row length of AttnSaved::probs.
+// Wk: the longest row of visible keys.
 int attn_keys_per_row(const AttnDims& dims);
+
+// Kt: the keys a tile of Tq query rows sees, the row length of AttnSaved::probs.
+int attn_keys_per_tile(const AttnDims& dims);
 
 // Pointers to one layer's attention weights (parameters or, with the same layout, gradients).
 template <class T> struct AttnWeights {
@@ -66,16 +70,16 @@ template <class T> struct AttnSaved {
   std::vector<T> q;          // [max_B·S, H·hd] after RoPE
   std::vector<T> k;          // [max_B·S, KVH·hd] after RoPE
   std::vector<T> v;          // [max_B·S, KVH·hd]
-  std::vector<T> probs;      // [max_B, H, S, Wk] row s: keys s−n+1 .. s in columns 0 .. n−1,
-                             //                   n = min(s+1, Wk); columns >= n unused
+  std::vector<T> probs;      // [max_B, H, S, Kt] row s of a query tile: the tile's keys lo ..
+                             //   in columns 0 .. n−1 (see attention.cpp), 0 where s does not
+                             //   see the key; columns >= n unused
   std::vector<T> concat;     // [max_B·S, H·hd] heads' outputs P_h·v_g side by side
 
   // temporaries, one sequence at a time
-  std::vector<T> kv_t;       // [KVH, hd, S] k (forward) or v (backward) transposed per kv head
   std::vector<T> d_concat;   // [S, H·hd]
   std::vector<T> d_q;        // [S, H·hd]
   std::vector<T> d_k, d_v;   // [S, KVH·hd]
-  std::vector<T> d_probs;    // [Wk] one row of ∂L/∂P
+  std::vector<T> d_probs;    // [Tq, Kt] one tile of ∂L/∂P, then of ∂L/∂scores
 };
 
 // Checks dims (positive sizes, KVH divides H, hd even, W >= 0) and sizes saved for max_B sequences.

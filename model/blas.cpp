@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -88,6 +89,46 @@ template void gemm<float>(bool, bool, int, int, int, float, const float*, const 
                           float*, std::source_location);
 template void gemm<double>(bool, bool, int, int, int, double, const double*, const double*, double,
                            double*, std::source_location);
+
+template <class T>
+void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda,
+             const T* B, int ldb, T beta, T* C, int ldc, std::source_location where) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  const char* call = std::is_same_v<T, float> ? "cblas_sgemm" : "cblas_dgemm";
+  const GemmShape shape{trans_a, trans_b, M, N, K};
+  MOE_BLAS_CHECK(M >= 0 && N >= 0 && K >= 0, call, shape, where);
+  // As stored, A has rows_a rows of lda, B rows_b rows of ldb, C M rows of ldc.
+  const int rows_a = trans_a ? K : M, cols_a = trans_a ? M : K;
+  const int rows_b = trans_b ? N : K, cols_b = trans_b ? K : N;
+  MOE_BLAS_CHECK(lda >= std::max(1, cols_a) && ldb >= std::max(1, cols_b) && ldc >= std::max(1, N),
+                 call, shape, where);
+  // CBLAS's dimensions are int: the spans the leading dimensions reach must fit one too.
+  MOE_BLAS_CHECK(fits_int(int64_t{rows_a} * lda) && fits_int(int64_t{rows_b} * ldb) &&
+                     fits_int(int64_t{M} * ldc),
+                 call, shape, where);
+  if (M == 0 || N == 0) return;
+  MOE_BLAS_CHECK(C != nullptr, call, shape, where);
+  if (K == 0) {
+    for (int i = 0; i < M; ++i) {
+      T* c = C + int64_t{i} * ldc;
+      for (int j = 0; j < N; ++j) c[j] = beta == T(0) ? T(0) : beta * c[j];
+    }
+    return;
+  }
+  MOE_BLAS_CHECK(A != nullptr && B != nullptr, call, shape, where);
+  const CBLAS_TRANSPOSE op_a = trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE op_b = trans_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+template void gemm_ld<float>(bool, bool, int, int, int, float, const float*, int, const float*, int,
+                             float, float*, int, std::source_location);
+template void gemm_ld<double>(bool, bool, int, int, int, double, const double*, int, const double*,
+                              int, double, double*, int, std::source_location);
 
 void blas_set_threads(int n) {
   if (n < 1) {

@@ -147,7 +147,7 @@ const Shape kShapes[] = {
     {"window_lt_S", 1, {6, 2, 2, 4, 7, 3, 100.0f}},
     {"gqa", 1, {6, 4, 2, 4, 5, 0, 10000.0f}},
     {"two_seqs_gqa_window", 2, {6, 4, 1, 4, 6, 2, 100.0f}},
-    {"rows_over_16_keys", 1, {4, 2, 1, 4, 20, 18, 100.0f}},  // dot_rows' register blocks
+    {"rows_over_16_keys", 1, {4, 2, 1, 4, 20, 18, 100.0f}},  // windows crossing 16-key and 32-query blocks
 };
 
 // ---- gradients ---------------------------------------------------------------------------------
