@@ -44,15 +44,17 @@ double cross_entropy_forward_backward(T* d_logits, const T* logits, const int32_
                               " is outside the vocabulary [0, " + std::to_string(V) + ")");
     }
     const T zmax = *std::max_element(z, z + V);
+    // exp(z − max) once, kept in dz; the sum in double.
     double sum = 0.0;
-    for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(z[v] - zmax));
+    for (int v = 0; v < V; ++v) {
+      dz[v] = std::exp(z[v] - zmax);
+      sum += static_cast<double>(dz[v]);
+    }
     const double log_sum = std::log(sum);
     total += log_sum + static_cast<double>(zmax) - static_cast<double>(z[y]);
     // loss_t = log Σ exp(z) − z[y]  =>  ∂loss_t/∂z[v] = softmax(z)[v] − [v == y]
-    const double inv_sum = 1.0 / sum;
-    for (int v = 0; v < V; ++v) {
-      dz[v] = static_cast<T>(std::exp(static_cast<double>(z[v] - zmax)) * inv_sum * scale);
-    }
+    const T factor = static_cast<T>(scale / sum);
+    for (int v = 0; v < V; ++v) dz[v] *= factor;
     dz[y] -= static_cast<T>(scale);
   }
   return total;
