@@ -6,54 +6,44 @@
 // the gradient passes (either one-sided derivative is a valid subgradient).
 #include "model/swiglu.hpp"
 
+#include <limits>
+
 namespace moe {
 namespace {
 
-// The clamped pair (g', v') of the forward; `pass_g`/`pass_v` say whether the clamp let the
-// value through unchanged, i.e. whether its derivative is 1 rather than 0.
-template <class T>
-struct Clamped {
-  T g, v;
-  bool pass_g, pass_v;
-};
-
-template <class T>
-Clamped<T> swiglu_clamp(T g, T v, float limit) {
-  if (!(limit > 0.0f)) return {g, v, true, true};
-  const T lim = T(limit);
-  Clamped<T> c{g, v, true, true};
-  if (g > lim) {
-    c.g = lim;
-    c.pass_g = false;
-  }
-  if (v > lim || v < -lim) {
-    c.v = v > lim ? lim : -lim;
-    c.pass_v = false;
-  }
-  return c;
+// The clamp bound; +inf when there is no clamp, so the loops below need no branch and vectorise
+// (min/max and selects only).
+template <class T> T clamp_bound(float limit) {
+  return limit > 0.0f ? T(limit) : std::numeric_limits<T>::infinity();
 }
 
 }  // namespace
 
 template <class T>
 void swiglu_forward(T* h, const T* g, const T* v, int64_t n, float limit) {
+  const T lim = clamp_bound<T>(limit);
   for (int64_t i = 0; i < n; ++i) {
-    const Clamped<T> c = swiglu_clamp(g[i], v[i], limit);
-    h[i] = c.g * stable_sigmoid(c.g) * c.v;
+    const T gc = g[i] < lim ? g[i] : lim;                          // g' = min(g, limit)
+    const T vc = v[i] < -lim ? -lim : (v[i] > lim ? lim : v[i]);  // v' = clamp(v, ±limit)
+    h[i] = gc * stable_sigmoid(gc) * vc;
   }
 }
 
 template <class T>
 void swiglu_backward(T* d_g, T* d_v, const T* d_h, const T* g, const T* v, int64_t n,
                      float limit) {
+  const T lim = clamp_bound<T>(limit);
   for (int64_t i = 0; i < n; ++i) {
-    const Clamped<T> c = swiglu_clamp(g[i], v[i], limit);
-    const T sig = stable_sigmoid(c.g);
-    const T silu = c.g * sig;
+    const T gc = g[i] < lim ? g[i] : lim;
+    const T vc = v[i] < -lim ? -lim : (v[i] > lim ? lim : v[i]);
+    const T sig = stable_sigmoid(gc);
+    const T silu = gc * sig;
     // h = silu(g')·v', g' = min(g, limit)  ->  d_g = d_h·v'·silu'(g')·[g <= limit]
-    d_g[i] = c.pass_g ? d_h[i] * c.v * sig * (T(1) + c.g * (T(1) - sig)) : T(0);
+    const T dg = d_h[i] * vc * sig * (T(1) + gc * (T(1) - sig));
+    d_g[i] = g[i] <= lim ? dg : T(0);
     // h = silu(g')·v', v' = clamp(v, ±limit)  ->  d_v = d_h·silu(g')·[|v| <= limit]
-    d_v[i] = c.pass_v ? d_h[i] * silu : T(0);
+    const T dv = d_h[i] * silu;
+    d_v[i] = (v[i] >= -lim && v[i] <= lim) ? dv : T(0);
   }
 }
 

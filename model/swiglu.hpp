@@ -8,15 +8,18 @@
 #include <cmath>
 #include <cstdint>
 
+#include "model/fast_exp.hpp"
+
 namespace moe {
 
 // 1/(1+exp(-x)) without overflow: exp is only taken of a non-positive number, so the result is
-// exact to rounding for all x and tends to 0 (not NaN) for x → -inf and to 1 for x → +inf.
+// accurate for all x and tends to 0 (not NaN) for x → -inf and to 1 for x → +inf. In float the
+// exp is fast_expf (under 2 ulp), so that the elementwise loops vectorise.
 template <class T>
 inline T stable_sigmoid(T x) {
   // exp of a non-positive argument never overflows; a select instead of a branch keeps the
   // elementwise loops free of mispredictions on random-sign inputs (measured 2.6× faster).
-  const T e = std::exp(-std::abs(x));
+  const T e = kernel_exp(-std::abs(x));
   const T r = T(1) / (T(1) + e);
   return x >= T(0) ? r : e * r;
 }
