@@ -24,6 +24,7 @@
 #include <string>
 
 #include "model/blas.hpp"
+#include "model/fast_exp.hpp"
 #include "model/linear.hpp"
 
 namespace moe {
@@ -140,6 +141,20 @@ static T row_max(const T* x, int n) {
   return *std::max_element(acc, acc + kLanes);
 }
 
+// Σ_c x[c] in kLanes partial sums, added in a fixed order: depends on n and the values only.
+template <class T>
+static T row_sum(const T* x, int n) {
+  T acc[kLanes] = {};
+  int c0 = 0;
+  for (; c0 + kLanes <= n; c0 += kLanes) {
+    for (int i = 0; i < kLanes; ++i) acc[i] += x[c0 + i];
+  }
+  for (int c = c0; c < n; ++c) acc[0] += x[c];
+  T total = T(0);
+  for (int i = 0; i < kLanes; ++i) total += acc[i];
+  return total;
+}
+
 // Σ_c x[c]·y[c] in kLanes partial sums, added in a fixed order: depends on n and the values only.
 template <class T>
 static T row_dot(const T* x, const T* y, int n) {
@@ -189,12 +204,8 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v
         // P = softmax over the visible keys, the row max subtracted so that exp cannot overflow;
         // the masked keys get exactly 0, so that P·v adds nothing from them
         const T z_max = row_max(pr + first, last - first + 1);
-        T sum = T(0);
-        for (int c = first; c <= last; ++c) {
-          pr[c] = std::exp(pr[c] - z_max);
-          sum += pr[c];
-        }
-        const T inv_sum = T(1) / sum;
+        for (int c = first; c <= last; ++c) pr[c] = kernel_exp(pr[c] - z_max);  // vectorises
+        const T inv_sum = T(1) / row_sum(pr + first, last - first + 1);
         for (int c = first; c <= last; ++c) pr[c] *= inv_sum;
         std::fill(pr, pr + first, T(0));
         std::fill(pr + last + 1, pr + n, T(0));
