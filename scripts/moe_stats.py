@@ -577,18 +577,23 @@ def plot_bias(plt, runs, tags, out_dir, dpi):
     if layers.size == 0:
         return None
     fig, axes = panel_grid(plt, layers.size, "Router bias per expert (top-k layers)")
-    label_experts = runs[0].num_experts <= 16
+    styles = ["-", "--"]
     for ax, layer in zip(axes, layers):
-        for run, tag, style in zip(runs, tags, ["-", "--"]):
+        for run, style in zip(runs, styles):
             bias = run.data["routing/bias"][:, layer, :]
             for e in range(run.num_experts):
-                ax.plot(run.steps, bias[:, e], style, color=f"C{e % 10}", lw=1.0,
-                        label=f"{tag.split()[0]} e{e}" if label_experts else None)
+                ax.plot(run.steps, bias[:, e], style, color=f"C{e % 10}", lw=1.0)
         ax.set_title(f"layer {layer}", fontsize=9)
         step_axis(ax)
         ax.set_ylabel("bias")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6, ncol=2)
+    # One legend for the figure: colour = expert, line style = run (readable at any size).
+    from matplotlib.lines import Line2D
+    handles = [Line2D([], [], color="0.3", ls=style, label=tag) for tag, style in zip(tags, styles)]
+    if runs[0].num_experts <= 16:
+        handles += [Line2D([], [], color=f"C{e % 10}", label=f"expert {e}")
+                    for e in range(runs[0].num_experts)]
+    axes[0].legend(handles=handles, fontsize=7, ncol=2, loc="best")
     return save(plt, fig, out_dir, "bias.png", dpi)
 
 
