@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -189,7 +190,18 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   } catch (const std::exception& e) {
     error = e.what();
   }
-  setup_agree(world, error);
+  try {
+    setup_agree(world, error);
+  } catch (const SetupError&) {
+    // Another rank failed: no run happened, so leave no header-only statistics file behind.
+    if (stats) {
+      const std::string path = stats->path();
+      stats.reset();
+      std::error_code ignored;
+      std::filesystem::remove(path, ignored);
+    }
+    throw;
+  }
   const int threads = resolve_threads(cfg, world);
   blas_set_threads(threads);
 

@@ -184,6 +184,36 @@ INSTANTIATE_TEST_SUITE_P(AllRoutings, MoeInvariance,
                                            RoutingMode::kRoundRobin),
                          [](const auto& info) { return std::string(routing_mode_name(info.param)); });
 
+// Overlapping the shared expert with the dispatch all-to-all changes the order of work, not one
+// bit of the results (forward output, input gradient and every parameter gradient).
+TEST(MoeOverlap, SharedExpertOverlapIsBitwiseNeutral) {
+  const Comm world = Comm::world();
+  const int N = 12, V = 64;
+  MoeDims dims{16, 12, 12, 8, 3, ScoreFunc::kSqrtSoftplus, 1.5f, 10.0f};
+  const ParallelGroups groups = parallel_groups_make(world, default_ep_size(world.size(), 8));
+  EpExchange ex(groups.ep);
+  const size_t first = static_cast<size_t>(world.rank()) * N;
+  const std::vector<float> in = testing_moe::global_normal<float>("in", (first + N) * 16, 1.0);
+  const std::vector<float> d_out =
+      testing_moe::global_normal<float>("d_out", (first + N) * 16, 1.0);
+  std::vector<std::vector<float>> results;
+  for (bool overlap : {true, false}) {
+    dims.overlap_shared = overlap;
+    MoeHarness<float> h(dims, groups.ep_size, groups.ep.rank(), 9, V, N);
+    std::vector<float> out(N * 16), d_in(N * 16, 0.0f);
+    moe_forward(out.data(), h.saved, &in[first * 16], h.weights(),
+                h.routing(RoutingMode::kTopK, nullptr, 0), dims, h.placement, ex, N);
+    moe_backward(d_in.data(), h.grads(), &d_out[first * 16], h.saved, &in[first * 16],
+                 h.weights(), dims, ex);
+    std::vector<float> all = out;
+    all.insert(all.end(), d_in.begin(), d_in.end());
+    all.insert(all.end(), h.dense_grads.begin(), h.dense_grads.end());
+    all.insert(all.end(), h.expert_grads.begin(), h.expert_grads.end());
+    results.push_back(std::move(all));
+  }
+  EXPECT_EQ(results[0], results[1]);
+}
+
 // Round-robin over all ranks: T·K mod E = 0 gives exactly equal global loads.
 TEST(MoeRouting, RoundRobinLoadsExactlyEqual) {
   const Comm world = Comm::world();
