@@ -163,10 +163,190 @@ void setup_agree(const Comm& world, const std::string& local_error) {
   throw SetupError(local_error, world.rank() == reporter);
 }
 
+namespace {
+
+// Everything a run holds between steps, built once after set-up has been agreed; step() is one
+// training step (collective over the world), the same flat sequence on every rank.
+class Trainer {
+ public:
+  Trainer(const RunConfig& cfg, const Comm& world, std::unique_ptr<TokenSource> data,
+          RoutingState routing, RunStats* stats)
+      : cfg_(cfg), mc_(cfg.model), world_(world), data_(std::move(data)),
+        routing_(std::move(routing)), stats_(stats),
+        P_(cfg.ep > 0 ? cfg.ep : default_ep_size(world.size(), cfg.model.experts)),
+        groups_(parallel_groups_make(world, P_)), placement_{mc_.experts, P_},
+        layout_(model_layout(mc_, placement_, groups_.ep.rank())), ex_(groups_.ep),
+        adam_{0.9f, 0.95f, 1e-8f, static_cast<float>(cfg.weight_decay)} {
+    const int W = world.size(), L = mc_.layers, S = mc_.seq_len, B = mc_.batch_per_rank;
+    const int N = B * S;
+    // Parameters, gradients and optimizer state: two arenas each.
+    dense_.resize(layout_.dense.num_elements);
+    experts_.resize(layout_.experts.num_elements);
+    param_init(std::span<float>(dense_), layout_.dense, cfg.seed);
+    param_init(std::span<float>(experts_), layout_.experts, cfg.seed);
+    d_dense_.resize(dense_.size());
+    d_experts_.resize(experts_.size());
+    adamw_state_init(adam_dense_, dense_.size());
+    adamw_state_init(adam_experts_, experts_.size());
+    // Activations and step buffers, sized once.
+    model_acts_reserve(acts_, mc_, B, P_, placement_.max_local());
+    acts_.times = &times_;  // always on: ~100 scopes of 38 ns per step (docs/performance.md)
+    sample_.resize(S + 1);
+    tokens_.resize(N);
+    targets_.resize(N);
+    sums_.resize(1 + L);
+    recv_local_.resize(L);
+    recv_all_.resize(static_cast<size_t>(W) * L);
+    T_ = static_cast<int64_t>(W) * N;
+    batch_.tokens = tokens_.data();
+    batch_.targets = targets_.data();
+    batch_.first_global_token = static_cast<int64_t>(world.rank()) * N;
+    batch_.loss_scale = 1.0 / static_cast<double>(T_);
+    batch_.num_global_sequences = static_cast<int64_t>(W) * B;
+  }
+
+  int ep_size() const { return P_; }
+  size_t num_dense_params() const { return dense_.size(); }
+  const PhaseTimes& times() const { return times_; }
+
+  StepRecord step(int step) {
+    const double t0 = MPI_Wtime();
+    times_.reset();
+    times_[Phase::kStats] = stats_seconds_;
+    load_batch(step);
+    StepRecord rec;
+    rec.step = step;
+    rec.bias = routing_.bias;  // the bias this step routes with, before its update
+    std::fill(d_dense_.begin(), d_dense_.end(), 0.0f);
+    std::fill(d_experts_.begin(), d_experts_.end(), 0.0f);
+    sums_[0] = model_forward(acts_, dense_.data(), experts_.data(), layout_, routing_, batch_,
+                             mc_, placement_, ex_);
+    std::copy(acts_.layer_balance_loss.begin(), acts_.layer_balance_loss.end(), sums_.begin() + 1);
+    model_backward(d_dense_.data(), d_experts_.data(), acts_, dense_.data(), experts_.data(),
+                   layout_, batch_, mc_, ex_);
+    reduce(rec);
+    optimize(rec, step);
+    {
+      ScopedPhase timer(&times_, Phase::kStats);
+      fill_metrics(rec, routing_, mc_.layers, mc_.experts, world_.size());
+      if (stats_ && stats_->is_trace_step(step)) {
+        stats_->record_trace(world_, step, acts_, tokens_, mc_.seq_len);
+      }
+    }
+    slowest_[0] = MPI_Wtime() - t0;
+    world_.allreduce_max(std::span<double>(slowest_));
+    rec.seconds = slowest_[0];
+    rec.tokens_per_s = static_cast<double>(T_) / rec.seconds;
+    if (stats_) {
+      const double s0 = MPI_Wtime();
+      stats_->record_step(world_, rec, times_);
+      stats_seconds_ = MPI_Wtime() - s0;
+    }
+    return rec;
+  }
+
+ private:
+  // Global sample i of this step goes to rank ⌊i/B⌋: the global batch does not depend on W.
+  void load_batch(int step) {
+    ScopedPhase timer(&times_, Phase::kOther);
+    const int W = world_.size(), B = mc_.batch_per_rank, S = mc_.seq_len;
+    for (int b = 0; b < B; ++b) {
+      const int64_t global =
+          static_cast<int64_t>(step) * W * B + static_cast<int64_t>(world_.rank()) * B + b;
+      data_->sample(global, S, sample_.data());
+      std::copy_n(sample_.begin(), S, tokens_.begin() + b * S);
+      std::copy_n(sample_.begin() + 1, S, targets_.begin() + b * S);
+    }
+    batch_.step = step;
+  }
+
+  // Gradients: replicated over all ranks, experts over their replicas; losses; one all-reduce of
+  // the stacked [L, E] loads; one all-gather of the rows each rank received.
+  void reduce(StepRecord& rec) {
+    ScopedPhase timer(&times_, Phase::kAllReduce);
+    const int W = world_.size(), L = mc_.layers, E = mc_.experts;
+    world_.allreduce_sum(std::span<float>(d_dense_));
+    if (groups_.num_replicas > 1) groups_.replica.allreduce_sum(std::span<float>(d_experts_));
+    world_.allreduce_sum(std::span<double>(sums_));
+    rec.loss = sums_[0] / static_cast<double>(T_);
+    rec.layer_balance_loss.assign(sums_.begin() + 1, sums_.end());
+    for (double b : rec.layer_balance_loss) rec.balance_loss += b;
+    rec.expert_load.resize(static_cast<size_t>(L) * E);
+    for (int l = 0; l < L; ++l) {
+      std::copy(acts_.moe[l].plan.expert_counts.begin(), acts_.moe[l].plan.expert_counts.end(),
+                rec.expert_load.begin() + static_cast<size_t>(l) * E);
+      recv_local_[l] = acts_.moe[l].plan.num_recv;
+    }
+    world_.allreduce_sum(std::span<int64_t>(rec.expert_load));
+    world_.allgather(std::span<const int64_t>(recv_local_), std::span<int64_t>(recv_all_));
+    rec.rank_load.resize(static_cast<size_t>(L) * W);
+    for (int r = 0; r < W; ++r) {
+      for (int l = 0; l < L; ++l) {
+        rec.rank_load[static_cast<size_t>(l) * W + r] = recv_all_[static_cast<size_t>(r) * L + l];
+      }
+    }
+    // Global norm: dense gradients are identical everywhere (count once); each expert shard is
+    // counted once by summing over one EP group, whose members own disjoint experts.
+    expert_sq_[0] = sum_squares(d_experts_);
+    groups_.ep.allreduce_sum(std::span<double>(expert_sq_));
+  }
+
+  // Clipping, AdamW on both arenas, then the loss-free bias update from the global loads.
+  void optimize(StepRecord& rec, int step) {
+    ScopedPhase timer(&times_, Phase::kOptimizer);
+    rec.grad_norm = std::sqrt(sum_squares(d_dense_) + expert_sq_[0]);
+    const float clip_scale = cfg_.grad_clip > 0 && rec.grad_norm > cfg_.grad_clip
+                                 ? static_cast<float>(cfg_.grad_clip / rec.grad_norm)
+                                 : 1.0f;
+    const float lr = lr_at_step(step, cfg_.steps, cfg_.warmup_steps, static_cast<float>(cfg_.lr),
+                                kMinLrRatio);
+    rec.lr = lr;
+    adamw_update(dense_, d_dense_, adam_dense_, layout_.dense, adam_, lr, clip_scale, step + 1);
+    adamw_update(experts_, d_experts_, adam_experts_, layout_.experts, adam_, lr, clip_scale,
+                 step + 1);
+    const int E = mc_.experts;
+    if (cfg_.bias_update_rate > 0) {
+      for (int l = 0; l < mc_.layers; ++l) {
+        if (routing_.modes[l] != RoutingMode::kTopK) continue;
+        bias_update(std::span<float>(&routing_.bias[static_cast<size_t>(l) * E], E),
+                    std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E),
+                    cfg_.bias_update_rate, cfg_.bias_update_center);
+      }
+    }
+    if (cfg_.check_bias) check_bias_consistent(world_, routing_.bias, step);
+  }
+
+  const RunConfig& cfg_;
+  const ModelConfig& mc_;
+  const Comm& world_;
+  std::unique_ptr<TokenSource> data_;
+  RoutingState routing_;
+  RunStats* stats_;  // null for --stats none
+  int P_;
+  ParallelGroups groups_;
+  ExpertPlacement placement_;
+  ModelLayout layout_;
+  EpExchange ex_;  // holds a reference to groups_.ep: a Trainer never moves
+  AdamWConfig adam_;
+  std::vector<float> dense_, experts_, d_dense_, d_experts_;  // the two arenas and gradients
+  AdamWState adam_dense_, adam_experts_;
+  ModelActs<float> acts_;
+  ModelBatch batch_;
+  PhaseTimes times_;
+  int64_t T_ = 0;                                  // tokens per step, all ranks
+  std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
+  std::vector<double> sums_;                       // [CE sum, balance loss of each layer]
+  std::vector<int64_t> recv_local_, recv_all_;     // [L], [W, L]
+  std::vector<double> expert_sq_ = {0.0}, slowest_ = {0.0};
+  double stats_seconds_ = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
+};
+
+}  // namespace
+
 TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool measure_peak) {
   const ModelConfig& mc = cfg.model;
-  const int W = world.size(), rank = world.rank(), L = mc.layers, E = mc.experts;
-  const int P = cfg.ep > 0 ? cfg.ep : default_ep_size(W, E);
+  const int W = world.size(), rank = world.rank();
+  const int P = cfg.ep > 0 ? cfg.ep : default_ep_size(W, mc.experts);
 
   // Everything that can fail on bad input, before the first collective; then all ranks agree.
   std::unique_ptr<TokenSource> data;
@@ -205,143 +385,20 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   const int threads = resolve_threads(cfg, world);
   blas_set_threads(threads);
 
-  // Parameters, gradients and optimizer state: two arenas each.
-  const ParallelGroups groups = parallel_groups_make(world, P);
-  const ExpertPlacement placement{E, P};
-  const ModelLayout layout = model_layout(mc, placement, groups.ep.rank());
-  std::vector<float> dense(layout.dense.num_elements), experts(layout.experts.num_elements);
-  param_init(std::span<float>(dense), layout.dense, cfg.seed);
-  param_init(std::span<float>(experts), layout.experts, cfg.seed);
-  std::vector<float> d_dense(dense.size()), d_experts(experts.size());
-  AdamWState adam_dense, adam_experts;
-  adamw_state_init(adam_dense, dense.size());
-  adamw_state_init(adam_experts, experts.size());
-  const AdamWConfig adam{0.9f, 0.95f, 1e-8f, static_cast<float>(cfg.weight_decay)};
-
-  // Activations and step buffers, sized once.
-  const int B = mc.batch_per_rank, S = mc.seq_len, N = B * S;
-  const int64_t T = static_cast<int64_t>(W) * N;
-  ModelActs<float> acts;
-  model_acts_reserve(acts, mc, B, P, placement.max_local());
-  EpExchange ex(groups.ep);
-  std::vector<int32_t> sample(S + 1), tokens(N), targets(N);
-  std::vector<double> sums(1 + L);                  // [CE sum, balance loss of each layer]
-  std::vector<int64_t> recv_local(L), recv_all(static_cast<size_t>(W) * L);
-  summary.steps.reserve(cfg.steps);
-
+  Trainer trainer(cfg, world, std::move(data), std::move(routing), stats.get());
   if (rank == 0 && !quiet) {
-    RunShape shape{W, P, threads, dense.size(),
-                   static_cast<size_t>(L) * E * 3 * mc.d_model * mc.ffn_dim,
-                   summary.data_description, summary.stats_path};
-    report_config(cfg, shape);
+    report_config(cfg, RunShape{W, P, threads, trainer.num_dense_params(),
+                                static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model *
+                                    mc.ffn_dim,
+                                summary.data_description, summary.stats_path});
   }
-
-  ModelBatch batch;
-  batch.tokens = tokens.data();
-  batch.targets = targets.data();
-  batch.first_global_token = static_cast<int64_t>(rank) * N;
-  batch.loss_scale = 1.0 / static_cast<double>(T);
-  batch.num_global_sequences = static_cast<int64_t>(W) * B;
-
-  // Phase timers are always on: ~100 clock reads per step (measured in docs/performance.md).
-  PhaseTimes times;
-  acts.times = &times;
-  PhaseTimes* timing = acts.times;
-  std::vector<double> phase_sum(kNumPhases, 0.0);  // over steps after the first
-  double stats_seconds = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
+  summary.steps.reserve(cfg.steps);
+  std::vector<double> phase_sum(kNumPhases, 0.0);  // over the steps after the first
   for (int step = 0; step < cfg.steps; ++step) {
-    const double t0 = MPI_Wtime();
-    times.reset();
-    times[Phase::kStats] = stats_seconds;
-    {
-      // Global sample i of this step goes to rank ⌊i/B⌋.
-      ScopedPhase timer(timing, Phase::kOther);
-      for (int b = 0; b < B; ++b) {
-        const int64_t global =
-            static_cast<int64_t>(step) * W * B + static_cast<int64_t>(rank) * B + b;
-        data->sample(global, S, sample.data());
-        std::copy_n(sample.begin(), S, tokens.begin() + b * S);
-        std::copy_n(sample.begin() + 1, S, targets.begin() + b * S);
-      }
-    }
-    batch.step = step;
-    StepRecord rec;
-    rec.step = step;
-    rec.bias = routing.bias;
-
-    std::fill(d_dense.begin(), d_dense.end(), 0.0f);
-    std::fill(d_experts.begin(), d_experts.end(), 0.0f);
-    sums[0] = model_forward(acts, dense.data(), experts.data(), layout, routing, batch, mc,
-                            placement, ex);
-    std::copy(acts.layer_balance_loss.begin(), acts.layer_balance_loss.end(), sums.begin() + 1);
-    model_backward(d_dense.data(), d_experts.data(), acts, dense.data(), experts.data(), layout,
-                   batch, mc, ex);
-
-    // Gradients: replicated over all ranks, experts over their replicas.
-    std::optional<ScopedPhase> phase;
-    phase.emplace(timing, Phase::kAllReduce);
-    world.allreduce_sum(std::span<float>(d_dense));
-    if (groups.num_replicas > 1) groups.replica.allreduce_sum(std::span<float>(d_experts));
-    world.allreduce_sum(std::span<double>(sums));
-    rec.loss = sums[0] / static_cast<double>(T);
-    rec.layer_balance_loss.assign(sums.begin() + 1, sums.end());
-    for (double b : rec.layer_balance_loss) rec.balance_loss += b;
-    // One all-reduce of the stacked [L, E] counts; one all-gather of the rows each rank received.
-    rec.expert_load.resize(static_cast<size_t>(L) * E);
-    for (int l = 0; l < L; ++l) {
-      std::copy(acts.moe[l].plan.expert_counts.begin(), acts.moe[l].plan.expert_counts.end(),
-                rec.expert_load.begin() + static_cast<size_t>(l) * E);
-      recv_local[l] = acts.moe[l].plan.num_recv;
-    }
-    world.allreduce_sum(std::span<int64_t>(rec.expert_load));
-    world.allgather(std::span<const int64_t>(recv_local), std::span<int64_t>(recv_all));
-    rec.rank_load.resize(static_cast<size_t>(L) * W);
-    for (int r = 0; r < W; ++r) {
-      for (int l = 0; l < L; ++l) rec.rank_load[static_cast<size_t>(l) * W + r] = recv_all[r * L + l];
-    }
-
-    // Global norm: dense gradients are identical everywhere (count once); each expert shard is
-    // counted once by summing over one EP group, whose members own disjoint experts.
-    std::vector<double> expert_sq = {sum_squares(d_experts)};
-    groups.ep.allreduce_sum(std::span<double>(expert_sq));
-    phase.emplace(timing, Phase::kOptimizer);
-    rec.grad_norm = std::sqrt(sum_squares(d_dense) + expert_sq[0]);
-    const float clip_scale = cfg.grad_clip > 0 && rec.grad_norm > cfg.grad_clip
-                                 ? static_cast<float>(cfg.grad_clip / rec.grad_norm)
-                                 : 1.0f;
-    const float lr = lr_at_step(step, cfg.steps, cfg.warmup_steps, static_cast<float>(cfg.lr),
-                                kMinLrRatio);
-    rec.lr = lr;
-    adamw_update(dense, d_dense, adam_dense, layout.dense, adam, lr, clip_scale, step + 1);
-    adamw_update(experts, d_experts, adam_experts, layout.experts, adam, lr, clip_scale, step + 1);
-
-    // Loss-free balancing after the optimizer step, top-k layers only, from the global loads.
-    if (cfg.bias_update_rate > 0) {
-      for (int l = 0; l < L; ++l) {
-        if (routing.modes[l] != RoutingMode::kTopK) continue;
-        bias_update(std::span<float>(&routing.bias[static_cast<size_t>(l) * E], E),
-                    std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E),
-                    cfg.bias_update_rate, cfg.bias_update_center);
-      }
-    }
-    if (cfg.check_bias) check_bias_consistent(world, routing.bias, step);
-
-    phase.emplace(timing, Phase::kStats);
-    fill_metrics(rec, routing, L, E, W);
-    if (stats && stats->is_trace_step(step)) stats->record_trace(world, step, acts, tokens, S);
-    phase.reset();
-    std::vector<double> slowest = {MPI_Wtime() - t0};
-    world.allreduce_max(std::span<double>(slowest));
-    rec.seconds = slowest[0];
-    rec.tokens_per_s = static_cast<double>(T) / rec.seconds;
-    if (stats) {
-      const double s0 = MPI_Wtime();
-      stats->record_step(world, rec, times);
-      stats_seconds = MPI_Wtime() - s0;
-    }
+    StepRecord rec = trainer.step(step);
     if (rank == 0 && !quiet) report_step(rec);
     if (step > 0 || cfg.steps == 1) {
-      for (int p = 0; p < kNumPhases; ++p) phase_sum[p] += times.seconds[p];
+      for (int p = 0; p < kNumPhases; ++p) phase_sum[p] += trainer.times().seconds[p];
     }
     summary.steps.push_back(std::move(rec));
   }
