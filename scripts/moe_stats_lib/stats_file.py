@@ -1,0 +1,236 @@
+"""Opening, checking and reading one moe_rt statistics file (HDF5, format "moe_rt.stats"), and the
+facts of a run that every report derives from it (the step's row, routing labels, top-k layers,
+rank overload).
+
+A file that is still being written is opened for SWMR reading; only rows present in every per-step
+dataset count as complete. Every problem with the input raises StatsError naming the file.
+
+Shapes: N complete rows (steps), L layers, E experts, W ranks.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+FORMAT_NAME = "moe_rt.stats"
+FORMAT_VERSION = 1  # the newest version this script reads
+
+# Per-step datasets: every one has N rows first; SPEC §6 requires the first group.
+REQUIRED_PER_STEP = (
+    "steps/step", "steps/loss", "steps/balance_loss", "steps/grad_norm", "steps/lr",
+    "steps/tokens_per_s", "routing/expert_load", "routing/rank_load", "routing/bias",
+    "routing/load_variance", "routing/max_violation",
+)
+OPTIONAL_PER_STEP = (
+    "steps/step_time_s", "routing/load_cv", "routing/rank_overload", "routing/balance_loss",
+    "perf/phase_time",
+)
+ROUTING_LABELS = {"hash": "Hash Routed", "topk": "Top-K Routed", "forced": "Forced"}
+
+
+class StatsError(Exception):
+    """A problem with the input, reported as one line on stderr and exit code 2."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything moe_stats reads from one statistics file, cut to its N complete rows."""
+
+    path: str
+    attrs: dict              # root attributes: strings decoded, numbers as Python scalars
+    routing: tuple           # [L] "hash" | "topk" | "forced"
+    data: dict               # "steps/loss" -> [N], "routing/expert_load" -> [N, L, E], ...
+    phases: tuple = ()       # [num_phases] names of /perf/phase_time's last axis
+
+    @property
+    def steps(self):
+        return self.data["steps/step"]
+
+    @property
+    def num_layers(self):
+        return self.data["routing/expert_load"].shape[1]
+
+    @property
+    def num_experts(self):
+        return self.data["routing/expert_load"].shape[2]
+
+    @property
+    def name(self):
+        return os.path.basename(self.path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def decode(value):
+    """An HDF5 attribute or string element as a plain Python value (str, int, float or list)."""
+    if isinstance(value, bytes):  # includes numpy.bytes_
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        if value.size == 1:
+            return decode(value.reshape(-1)[0])
+        return [decode(v) for v in value.reshape(-1)]
+    if isinstance(value, np.generic):
+        return decode(value.item())
+    return value
+
+
+def open_stats_file(path):
+    """h5py.File for reading, SWMR first so that a file being written can be read."""
+    if not os.path.exists(path):
+        raise StatsError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise StatsError(f"{path}: is a directory, not a statistics file")
+    try:
+        is_hdf5 = h5py.is_hdf5(path)
+    except OSError as err:
+        raise StatsError(f"{path}: cannot read ({err})") from None
+    if not is_hdf5:
+        raise StatsError(f"{path}: not an HDF5 file")
+    try:
+        return h5py.File(path, "r", libver="latest", swmr=True)
+    except (OSError, ValueError):
+        pass  # written without SWMR support (or by an older library): a plain open reads it
+    try:
+        return h5py.File(path, "r")
+    except OSError as err:
+        raise StatsError(f"{path}: cannot open as HDF5 ({str(err).splitlines()[0]})") from None
+
+
+def check_format(path, attrs):
+    fmt = attrs.get("format")
+    if fmt is None:
+        raise StatsError(f"{path}: not a moe_rt statistics file (no 'format' attribute)")
+    if fmt != FORMAT_NAME:
+        raise StatsError(f"{path}: not a moe_rt statistics file "
+                         f"(format is {fmt!r}, expected {FORMAT_NAME!r})")
+    version = attrs.get("format_version")
+    if not isinstance(version, (int, float)) or isinstance(version, bool):
+        raise StatsError(f"{path}: no integer 'format_version' attribute "
+                         f"(this script reads version {FORMAT_VERSION})")
+    if version > FORMAT_VERSION:
+        raise StatsError(f"{path}: format_version {version} is newer than this moe_stats.py "
+                         f"supports (version {FORMAT_VERSION}); use the moe_stats.py of the "
+                         f"moe_rt that wrote the file")
+    if version < 1:
+        raise StatsError(f"{path}: unknown format_version {version} "
+                         f"(this script reads version {FORMAT_VERSION})")
+
+
+def complete_rows(path, f, names):
+    """N: the number of rows present in every per-step dataset (a writer appends one by one),
+    less trailing rows whose /steps/step still holds the fill value -1 (not yet written)."""
+    lengths = []
+    for name in names:
+        if f[name].ndim == 0:
+            raise StatsError(f"{path}: /{name} is a scalar, expected one row per step")
+        lengths.append(f[name].shape[0])
+    n = min(lengths)
+    steps = f["steps/step"][:n]
+    while n > 0 and steps[n - 1] < 0:
+        n -= 1
+    if n == 0:
+        raise StatsError(f"{path}: empty statistics file (no complete steps yet)")
+    return n
+
+
+def read_per_step(path, f):
+    for name in REQUIRED_PER_STEP:
+        if name not in f:
+            raise StatsError(f"{path}: missing dataset /{name} "
+                             f"(required by format_version {FORMAT_VERSION})")
+    names = list(REQUIRED_PER_STEP) + [n for n in OPTIONAL_PER_STEP if n in f]
+    n = complete_rows(path, f, names)
+    return {name: f[name][:n] for name in names}
+
+
+def read_strings(f, name):
+    if name not in f or f[name].size == 0:
+        return ()
+    return tuple(decode(v) for v in f[name][()].reshape(-1))
+
+
+def load_run(path):
+    """Reads and checks one statistics file; raises StatsError naming the file."""
+    with open_stats_file(path) as f:
+        attrs = {key: decode(value) for key, value in f.attrs.items()}
+        check_format(path, attrs)
+        if "layers/routing" not in f:
+            raise StatsError(f"{path}: missing dataset /layers/routing")
+        routing = read_strings(f, "layers/routing")
+        data = read_per_step(path, f)
+        phases = read_strings(f, "perf/phases")
+    run = Run(path=path, attrs=attrs, routing=routing, data=data, phases=phases)
+    if len(routing) != run.num_layers:
+        raise StatsError(f"{path}: /layers/routing has {len(routing)} layers but "
+                         f"/routing/expert_load has {run.num_layers}")
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts of a run
+
+
+def parse_config_text(text):
+    """The `key = value` lines of the config attribute as a dict (comments skipped)."""
+    config = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        config[key.strip()] = value.strip()
+    return config
+
+
+def entropy_floor(run):
+    """The data's entropy floor in nats per token, or None when unknown (NaN or absent)."""
+    value = run.attrs.get("entropy_floor")
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return None
+    return float(value)
+
+
+def row_of_step(run, step):
+    """The row index holding step `step` (a /steps/step value, not a row index)."""
+    rows = np.nonzero(run.steps == step)[0]
+    if rows.size == 0:
+        raise StatsError(f"{run.path}: step {step} is not in the file (it holds steps "
+                         f"{int(run.steps[0])}..{int(run.steps[-1])}, {len(run.steps)} rows)")
+    return int(rows[0])
+
+
+def routing_label(kind):
+    return ROUTING_LABELS.get(kind, kind)
+
+
+def topk_mask(run):
+    """[L] bool: the top-k layers, the only ones the bias and the balance loss act on."""
+    return np.array([kind == "topk" for kind in run.routing], dtype=bool)
+
+
+def balance_layers(run):
+    """Layers whose balance the plots follow: the top-k layers, or all when there are none."""
+    mask = topk_mask(run)
+    return np.nonzero(mask)[0] if mask.any() else np.arange(run.num_layers)
+
+
+def rank_overload(run):
+    """[N, L] overload of the most loaded rank: the stored dataset, else max/mean of rank_load."""
+    if "routing/rank_overload" in run.data:
+        return run.data["routing/rank_overload"]
+    load = run.data["routing/rank_load"].astype(np.float64)
+    mean = load.mean(axis=2)
+    return np.divide(load.max(axis=2), mean, out=np.ones_like(mean), where=mean > 0)
+
+
+def check_same_shape(run_a, run_b):
+    if (run_a.num_layers, run_a.num_experts) != (run_b.num_layers, run_b.num_experts):
+        raise StatsError(f"{run_b.path}: {run_b.num_layers} layers x {run_b.num_experts} experts, "
+                         f"but {run_a.path} has {run_a.num_layers} x {run_a.num_experts}; "
+                         f"runs compared in one table must have the same shape")
