@@ -1,0 +1,70 @@
+// One training run's state and step (runtime/train.cpp's loop calls it): parameters, gradients
+// and AdamW state in two arenas, activations, the token exchange, the routing state, and the
+// per-step scratch, all sized once. step() is one training step, collective over the world:
+// data -> forward -> backward -> all-reduces -> clipping and AdamW -> bias update -> statistics.
+// Legend: W ranks, P EP group size, B sequences per rank, S sequence length, N = B·S local tokens,
+// T = W·N tokens per step, L layers, E experts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "comm/ep_exchange.hpp"
+#include "io/token_data.hpp"
+#include "model/model.hpp"
+#include "model/optimizer.hpp"
+#include "model/phase_timer.hpp"
+#include "runtime/options.hpp"
+#include "runtime/run_stats.hpp"
+#include "runtime/train.hpp"
+
+namespace moe {
+
+// Built once after set-up has been agreed by all ranks. Holds references to cfg and world, and
+// EpExchange holds one to its own EP communicator: a Trainer never moves.
+class Trainer {
+ public:
+  Trainer(const RunConfig& cfg, const Comm& world, std::unique_ptr<TokenSource> data,
+          RoutingState routing, RunStats* stats);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  StepRecord step(int step);
+
+  int ep_size() const { return P_; }
+  size_t num_dense_params() const { return dense_.size(); }
+  const PhaseTimes& times() const { return times_; }  // of the last step
+
+ private:
+  void load_batch(int step);
+  void reduce(StepRecord& rec);
+  void optimize(StepRecord& rec, int step);
+
+  const RunConfig& cfg_;
+  const ModelConfig& mc_;
+  const Comm& world_;
+  std::unique_ptr<TokenSource> data_;
+  RoutingState routing_;
+  RunStats* stats_;  // null for --stats none
+  int P_;
+  ParallelGroups groups_;
+  ExpertPlacement placement_;
+  ModelLayout layout_;
+  EpExchange ex_;  // holds a reference to groups_.ep: a Trainer never moves
+  AdamWConfig adam_;
+  std::vector<float> dense_, experts_, d_dense_, d_experts_;  // the two arenas and gradients
+  AdamWState adam_dense_, adam_experts_;
+  ModelActs<float> acts_;
+  ModelBatch batch_;
+  PhaseTimes times_;
+  int64_t T_ = 0;                                  // tokens per step, all ranks
+  std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
+  std::vector<double> sums_;                       // [CE sum, balance loss of each layer]
+  std::vector<int64_t> recv_local_, recv_all_;     // [L], [W, L]
+  std::vector<double> expert_sq_ = {0.0}, slowest_ = {0.0};
+  double stats_seconds_ = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
+};
+
+}  // namespace moe
