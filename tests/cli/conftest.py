@@ -1,23 +1,12 @@
 """Shared fixtures for the command-line tests: how to launch moe_rt under mpiexec."""
 import os
 import subprocess
+import sys
 
 import pytest
 
-
-def launcher(np_):
-    cmd = ["mpiexec", "-n", str(np_)]
-    if np_ > (os.cpu_count() or 1):
-        cmd.append("--oversubscribe")
-    return cmd
-
-
-def run_env():
-    env = dict(os.environ)
-    if os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    return env
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from mpi_launch import launcher, run_env  # noqa: E402  (tests/mpi_launch.py, shared)
 
 
 @pytest.fixture(scope="session")

@@ -2,27 +2,20 @@
 2 ranks. Needs MOE_RT_BIN (the built moe_rt binary); skipped without it."""
 import os
 import subprocess
+import sys
 
 import h5py
 import numpy as np
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from mpi_launch import launcher, run_env  # noqa: E402  (tests/mpi_launch.py, shared)
+
 RANKS = 2
 
 
 def mpiexec_command(binary, stats_path):
-    cmd = ["mpiexec", "-n", str(RANKS)]
-    if RANKS > (os.cpu_count() or 1):
-        cmd.append("--oversubscribe")
-    return cmd + [binary, "--model", "micro", "--steps", "3", "--stats", stats_path]
-
-
-def mpi_env():
-    env = dict(os.environ)
-    if os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    return env
+    return launcher(RANKS) + [binary, "--model", "micro", "--steps", "3", "--stats", stats_path]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +25,7 @@ def real_run(tmp_path_factory):
         pytest.skip("MOE_RT_BIN is not set: point it at the built moe_rt to test a real run")
     path = str(tmp_path_factory.mktemp("real") / "run.h5")
     try:
-        proc = subprocess.run(mpiexec_command(binary, path), env=mpi_env(), capture_output=True,
+        proc = subprocess.run(mpiexec_command(binary, path), env=run_env(), capture_output=True,
                               text=True, timeout=300)
     except subprocess.TimeoutExpired:
         pytest.fail("moe_rt --model micro --steps 3 hung for more than 300 s")

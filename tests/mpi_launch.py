@@ -1,0 +1,18 @@
+"""How the Python tests launch moe_rt under mpiexec: --oversubscribe only when the ranks exceed the
+cores, Open MPI's run-as-root variables only as root, one BLAS thread per rank."""
+import os
+
+
+def launcher(np_):
+    cmd = ["mpiexec", "-n", str(np_)]
+    if np_ > (os.cpu_count() or 1):
+        cmd.append("--oversubscribe")
+    return cmd
+
+
+def run_env():
+    env = dict(os.environ)
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return env
