@@ -3,6 +3,8 @@
 // Legend: M, N, K are the GEMM's dimensions, C[M,N] = op(A)[M,K]·op(B)[K,N].
 #include "model/blas.hpp"
 
+#include <omp.h>
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -136,6 +138,7 @@ void blas_set_threads(int n) {
                     std::to_string(n));
   }
   openblas_set_num_threads(n);
+  omp_set_num_threads(n);
 }
 
 std::string blas_info() {
