@@ -26,6 +26,7 @@
 #include "model/blas.hpp"
 #include "model/fast_exp.hpp"
 #include "model/linear.hpp"
+#include "model/parallel.hpp"
 
 namespace moe {
 
@@ -121,7 +122,9 @@ void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d) {
   saved.d_q.assign(S * HD, T(0));
   saved.d_k.assign(S * KD, T(0));
   saved.d_v.assign(S * KD, T(0));
-  saved.d_probs.assign(size_t(std::min(d.S, kQueryTile)) * Kt, T(0));
+  saved.d_probs.assign(size_t(d.H) * std::min(d.S, kQueryTile) * Kt, T(0));
+  saved.d_k_heads.assign(size_t(d.H) * S * d.hd, T(0));
+  saved.d_v_heads.assign(size_t(d.H) * S * d.hd, T(0));
 }
 
 // Lanes of the row reductions below: 16 independent accumulators, so that the loops vectorise
@@ -188,9 +191,11 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v
   const int Kt = attn_keys_per_tile(d), group = d.H / d.KVH;
   const int num_tiles = (S + kQueryTile - 1) / kQueryTile;
   const T scale = T(1) / std::sqrt(T(hd));
-  for (int h = 0; h < d.H; ++h) {
+  // Every (head, tile) writes its own probabilities and its own block of concat: independent tasks.
+  parallel_tasks(int64_t{d.H} * num_tiles, [&](int64_t task) {
+    const int h = static_cast<int>(task / num_tiles), t = static_cast<int>(task % num_tiles);
     const int g = h / group;
-    for (int t = 0; t < num_tiles; ++t) {
+    {
       const auto [s0, s1, lo] = query_tile(t, S, Wk);
       const int m = s1 - s0, n = s1 - lo;
       T* p = probs + (int64_t{h} * S + s0) * Kt;  // [m, n] of row length Kt
@@ -214,20 +219,28 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v
       gemm_ld(false, false, m, hd, n, T(1), p, Kt,
               v + int64_t{lo} * KD + g * hd, KD, T(0), concat + int64_t{s0} * HD + h * hd, HD);
     }
-  }
+  });
 }
 
 // Backward of core_forward for one sequence, from d_concat: d_q = ∂L/∂q (every row and head
-// written once), d_k, d_v += ∂L/∂k, ∂L/∂v. d_p: [Tq, Kt] scratch.
+// written once), d_k, d_v += ∂L/∂k, ∂L/∂v. Each head is a task of its own with its own scratch:
+// d_p [H, Tq, Kt], and its share of d_k and d_v in dk_heads, dv_heads [H, S, hd]; the heads of a
+// kv group are then added in head order, so the sums do not depend on the threads.
 template <class T>
-static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p, const T* d_concat, const T* probs,
-                          const T* q, const T* k, const T* v, const AttnDims& d) {
+static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p_heads, T* dk_heads, T* dv_heads,
+                          const T* d_concat, const T* probs, const T* q, const T* k, const T* v,
+                          const AttnDims& d) {
   const int S = d.S, hd = d.hd, HD = d.H * hd, KD = d.KVH * hd, Wk = attn_keys_per_row(d);
   const int Kt = attn_keys_per_tile(d), group = d.H / d.KVH;
   const int num_tiles = (S + kQueryTile - 1) / kQueryTile;
   const T scale = T(1) / std::sqrt(T(hd));
-  for (int h = 0; h < d.H; ++h) {
-    const int g = h / group;
+  parallel_tasks(d.H, [&](int64_t task) {
+    const int h = static_cast<int>(task), g = h / group;
+    T* d_p = d_p_heads + int64_t{h} * std::min(S, kQueryTile) * Kt;
+    T* dk_h = dk_heads + int64_t{h} * S * hd;  // [S, hd]
+    T* dv_h = dv_heads + int64_t{h} * S * hd;
+    std::fill(dk_h, dk_h + int64_t{S} * hd, T(0));
+    std::fill(dv_h, dv_h + int64_t{S} * hd, T(0));
     for (int t = 0; t < num_tiles; ++t) {
       const auto [s0, s1, lo] = query_tile(t, S, Wk);
       const int m = s1 - s0, n = s1 - lo;
@@ -239,8 +252,7 @@ static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p, const T* d_concat, con
       // o_s = Σ_j P[s, j]·v_j  ->  d_P = d_o·vᵀ
       gemm_ld(false, true, m, n, hd, T(1), d_o, HD, v_g, KD, T(0), d_p, Kt);
       // o_s = Σ_j P[s, j]·v_j  ->  d_v += Pᵀ·d_o
-      gemm_ld(true, false, n, hd, m, T(1), p, Kt, d_o, HD, T(1), d_v + int64_t{lo} * KD + g * hd,
-              KD);
+      gemm_ld(true, false, n, hd, m, T(1), p, Kt, d_o, HD, T(1), dv_h + int64_t{lo} * hd, hd);
       // P = softmax_row(z)  ->  d_z = P ⊙ (d_P − rowsum(d_P ⊙ P)), in place of d_P. Masked
       // entries have P = 0 exactly: they add nothing to the row sum and get d_z = 0.
       for (int r = 0; r < m; ++r) {
@@ -253,8 +265,20 @@ static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p, const T* d_concat, con
       gemm_ld(false, false, m, hd, n, scale, d_p, Kt, k_g, KD, T(0),
               d_q + int64_t{s0} * HD + h * hd, HD);
       // z = q·kᵀ/sqrt(hd)  ->  d_k += d_zᵀ·q/sqrt(hd)
-      gemm_ld(true, false, n, hd, m, scale, d_p, Kt, q_h, HD, T(1),
-              d_k + int64_t{lo} * KD + g * hd, KD);
+      gemm_ld(true, false, n, hd, m, scale, d_p, Kt, q_h, HD, T(1), dk_h + int64_t{lo} * hd, hd);
+    }
+  });
+  for (int h = 0; h < d.H; ++h) {
+    const int g = h / group;
+    const T* dk_h = dk_heads + int64_t{h} * S * hd;
+    const T* dv_h = dv_heads + int64_t{h} * S * hd;
+    for (int s = 0; s < S; ++s) {
+      T* dk = d_k + int64_t{s} * KD + g * hd;
+      T* dv = d_v + int64_t{s} * KD + g * hd;
+      for (int c = 0; c < hd; ++c) {
+        dk[c] += dk_h[int64_t{s} * hd + c];
+        dv[c] += dv_h[int64_t{s} * hd + c];
+      }
     }
   }
 }
@@ -323,8 +347,9 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     // concat = softmax(q·kᵀ/sqrt(hd) + mask)·v  ->  d_q, d_k, d_v
     std::fill(saved.d_k.begin(), saved.d_k.end(), T(0));
     std::fill(saved.d_v.begin(), saved.d_v.end(), T(0));
-    core_backward(d_q, d_k, d_v, saved.d_probs.data(), d_concat,
-                  saved.probs.data() + int64_t{b} * d.H * S * Kt, q, k, v, d);
+    core_backward(d_q, d_k, d_v, saved.d_probs.data(), saved.d_k_heads.data(),
+                  saved.d_v_heads.data(), d_concat, saved.probs.data() + int64_t{b} * d.H * S * Kt,
+                  q, k, v, d);
     // q = rope(in·Wq), k = rope(in·Wk)  ->  gradients of the unrotated projections
     rope_backward(d_q, rope, d.H);
     rope_backward(d_k, rope, d.KVH);

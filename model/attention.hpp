@@ -79,7 +79,9 @@ template <class T> struct AttnSaved {
   std::vector<T> d_concat;   // [S, H·hd]
   std::vector<T> d_q;        // [S, H·hd]
   std::vector<T> d_k, d_v;   // [S, KVH·hd]
-  std::vector<T> d_probs;    // [Tq, Kt] one tile of ∂L/∂P, then of ∂L/∂scores
+  std::vector<T> d_probs;    // [H, Tq, Kt] per head one tile of ∂L/∂P, then of ∂L/∂scores
+  std::vector<T> d_k_heads, d_v_heads;  // [H, S, hd] each head's share of d_k, d_v, summed
+                                        //   over the heads of a group in head order
 };
 
 // Checks dims (positive sizes, KVH divides H, hd even, W >= 0) and sizes saved for max_B sequences.

@@ -1,10 +1,15 @@
-// Embedding and cross-entropy loops; both are memory-bound and kept plain.
+// Embedding and cross-entropy loops: the embedding is memory-bound and kept plain; the
+// cross-entropy's rows run as parallel tasks.
 #include "model/embedding.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
+
+#include "model/fast_exp.hpp"
+#include "model/parallel.hpp"
 
 namespace moe {
 
@@ -34,29 +39,40 @@ void embedding_backward(T* d_table, const T* d_out, const int32_t* ids, int N, i
 template <class T>
 double cross_entropy_forward_backward(T* d_logits, const T* logits, const int32_t* targets, int N,
                                       int V, double scale) {
-  double total = 0.0;
   for (int t = 0; t < N; ++t) {
+    if (targets[t] < 0 || targets[t] >= V) {
+      throw std::out_of_range("cross-entropy: target id " + std::to_string(targets[t]) +
+                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    }
+  }
+  // Rows are independent tasks; their losses are added in row order afterwards, so the total
+  // does not depend on the threads.
+  std::vector<double> row_loss(static_cast<size_t>(N));
+  parallel_tasks(N, [&](int64_t t) {
     const T* z = logits + static_cast<size_t>(t) * V;
     T* dz = d_logits + static_cast<size_t>(t) * V;
     const int32_t y = targets[t];
-    if (y < 0 || y >= V) {
-      throw std::out_of_range("cross-entropy: target id " + std::to_string(y) +
-                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
-    }
     const T zmax = *std::max_element(z, z + V);
-    // exp(z − max) once, kept in dz; the sum in double.
-    double sum = 0.0;
-    for (int v = 0; v < V; ++v) {
-      dz[v] = std::exp(z[v] - zmax);
-      sum += static_cast<double>(dz[v]);
+    // exp(z − max) once, kept in dz (vectorised: kernel_exp); the sum in double, in kLanes
+    // partial sums added in a fixed order.
+    for (int v = 0; v < V; ++v) dz[v] = kernel_exp(z[v] - zmax);
+    constexpr int kLanes = 8;
+    double part[kLanes] = {};
+    int v0 = 0;
+    for (; v0 + kLanes <= V; v0 += kLanes) {
+      for (int i = 0; i < kLanes; ++i) part[i] += static_cast<double>(dz[v0 + i]);
     }
-    const double log_sum = std::log(sum);
-    total += log_sum + static_cast<double>(zmax) - static_cast<double>(z[y]);
+    for (int v = v0; v < V; ++v) part[0] += static_cast<double>(dz[v]);
+    double sum = 0.0;
+    for (double p : part) sum += p;
+    row_loss[t] = std::log(sum) + static_cast<double>(zmax) - static_cast<double>(z[y]);
     // loss_t = log Σ exp(z) − z[y]  =>  ∂loss_t/∂z[v] = softmax(z)[v] − [v == y]
     const T factor = static_cast<T>(scale / sum);
     for (int v = 0; v < V; ++v) dz[v] *= factor;
     dz[y] -= static_cast<T>(scale);
-  }
+  });
+  double total = 0.0;
+  for (double l : row_loss) total += l;
   return total;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/linear.hpp"
+#include "model/parallel.hpp"
 #include "model/phase_timer.hpp"
 #include "model/router.hpp"
 #include "model/swiglu.hpp"
@@ -133,15 +134,15 @@ template <class T> void local_experts_forward(MoeSaved<T>& s, const MoeWeights<T
                                               const MoeDims& d) {
   const size_t DF = static_cast<size_t>(d.D) * d.F;
   const std::vector<int>& off = s.plan.expert_offsets;
-  for (int i = 0; i + 1 < static_cast<int>(off.size()); ++i) {
+  parallel_tasks(static_cast<int64_t>(off.size()) - 1, [&](int64_t i) {
     const int rows = off[i + 1] - off[i];
-    if (rows == 0) continue;
+    if (rows == 0) return;
     const size_t rd = static_cast<size_t>(off[i]) * d.D, rf = static_cast<size_t>(off[i]) * d.F;
     linear_forward(&s.g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D, d.F);
     linear_forward(&s.v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D, d.F);
     swiglu_forward(&s.h[rf], &s.g[rf], &s.v[rf], static_cast<int64_t>(rows) * d.F, d.swiglu_limit);
     linear_forward(&s.y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F, d.D);
-  }
+  });
 }
 
 }  // namespace
@@ -294,9 +295,9 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     s.d_g.resize(s.d_h.size());
     s.d_v.resize(s.d_h.size());
     const std::vector<int>& off = s.plan.expert_offsets;
-    for (int i = 0; i + 1 < static_cast<int>(off.size()); ++i) {
+    parallel_tasks(static_cast<int64_t>(off.size()) - 1, [&](int64_t i) {
       const int rows = off[i + 1] - off[i];
-      if (rows == 0) continue;
+      if (rows == 0) return;
       const size_t rd = static_cast<size_t>(off[i]) * D, rf = static_cast<size_t>(off[i]) * d.F;
       linear_backward(&s.d_h[rf], gr.w2 + i * DF, &s.d_y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F,
                       d.D);
@@ -306,7 +307,7 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
                       d.F);
       linear_backward(&s.d_x[rd], gr.w3 + i * DF, &s.d_v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D,
                       d.F);
-    }
+    });
   }
   {
     // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 namespace moe {
 
@@ -23,12 +24,14 @@ void adamw_update(std::span<float> params, std::span<const float> grads, AdamWSt
   const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(step));
   const float step_size = static_cast<float>(lr / bc1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+#pragma omp parallel
   for (const ParamEntry& e : layout.entries) {
     const float decay = e.weight_decay ? lr * c.weight_decay : 0.0f;
     float* p = params.data() + e.offset;
     const float* g = grads.data() + e.offset;
     float* m = s.m.data() + e.offset;
     float* v = s.v.data() + e.offset;
+#pragma omp for simd schedule(static) nowait
     for (size_t i = 0; i < e.count; ++i) {
       const float gi = g[i] * grad_scale;
       m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * gi;
@@ -48,16 +51,35 @@ float lr_at_step(int64_t step, int64_t total, int64_t warmup, float lr_max, floa
   return static_cast<float>(lr_max * (min_ratio + (1.0 - min_ratio) * cosine));
 }
 
-double sum_squares(std::span<const float> values) {
-  // Eight independent partial sums in a fixed order: deterministic, and not one serial chain of
-  // dependent adds (measured 2.4 -> 0.9 ms for 3.9M values).
+namespace {
+
+// Eight independent partial sums in a fixed order: not one serial chain of dependent adds
+// (measured 2.4 -> 0.9 ms for 3.9M values).
+double sum_squares_serial(const float* x, size_t n) {
   double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  const size_t n = values.size(), blocks = n / 8 * 8;
+  const size_t blocks = n / 8 * 8;
   for (size_t i = 0; i < blocks; i += 8) {
-    for (int j = 0; j < 8; ++j) part[j] += static_cast<double>(values[i + j]) * values[i + j];
+    for (int j = 0; j < 8; ++j) part[j] += static_cast<double>(x[i + j]) * x[i + j];
   }
-  for (size_t i = blocks; i < n; ++i) part[i - blocks] += static_cast<double>(values[i]) * values[i];
+  for (size_t i = blocks; i < n; ++i) part[i - blocks] += static_cast<double>(x[i]) * x[i];
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+}  // namespace
+
+double sum_squares(std::span<const float> values) {
+  // Fixed chunks summed in a fixed order whatever the thread count: deterministic.
+  constexpr size_t kChunk = 1 << 16;
+  const size_t n = values.size(), chunks = (n + kChunk - 1) / kChunk;
+  if (chunks <= 1) return sum_squares_serial(values.data(), n);
+  std::vector<double> part(chunks);
+#pragma omp parallel for schedule(static)
+  for (size_t c = 0; c < chunks; ++c) {
+    part[c] = sum_squares_serial(values.data() + c * kChunk, std::min(kChunk, n - c * kChunk));
+  }
+  double total = 0;
+  for (double p : part) total += p;
+  return total;
 }
 
 }  // namespace moe

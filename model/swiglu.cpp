@@ -17,11 +17,14 @@ template <class T> T clamp_bound(float limit) {
   return limit > 0.0f ? T(limit) : std::numeric_limits<T>::infinity();
 }
 
+constexpr int64_t kParallelMin = 8192;
+
 }  // namespace
 
 template <class T>
 void swiglu_forward(T* h, const T* g, const T* v, int64_t n, float limit) {
   const T lim = clamp_bound<T>(limit);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const T gc = g[i] < lim ? g[i] : lim;                          // g' = min(g, limit)
     const T vc = v[i] < -lim ? -lim : (v[i] > lim ? lim : v[i]);  // v' = clamp(v, ±limit)
@@ -33,6 +36,7 @@ template <class T>
 void swiglu_backward(T* d_g, T* d_v, const T* d_h, const T* g, const T* v, int64_t n,
                      float limit) {
   const T lim = clamp_bound<T>(limit);
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const T gc = g[i] < lim ? g[i] : lim;
     const T vc = v[i] < -lim ? -lim : (v[i] > lim ? lim : v[i]);

@@ -1,0 +1,123 @@
+// Results do not depend on the number of threads: the parallel tasks (experts, attention heads and
+// tiles, cross-entropy rows, AdamW, the norm's chunks) give bitwise the same training step on one
+// thread as on two. CTest runs with one thread (OMP_NUM_THREADS=1); these tests set the count
+// themselves, so that the threaded paths run on every machine, even a one-core one.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "model/blas.hpp"
+#include "model/model.hpp"
+#include "model/optimizer.hpp"
+#include "model/parallel.hpp"
+#include "model/rng.hpp"
+
+namespace moe {
+namespace {
+
+// Restores one thread when a test ends, whatever it set.
+class Threads : public ::testing::Test {
+ protected:
+  void TearDown() override { blas_set_threads(1); }
+};
+
+TEST_F(Threads, ParallelTasksRunEveryTaskOnceAndCarryExceptionsOut) {
+  blas_set_threads(2);
+  EXPECT_EQ(omp_get_max_threads(), 2);  // blas_set_threads sets OpenMP's count too
+  std::vector<std::atomic<int>> calls(100);
+  parallel_tasks(100, [&](int64_t i) { calls[i].fetch_add(1); });
+  for (const auto& c : calls) EXPECT_EQ(c.load(), 1);
+  EXPECT_THROW(parallel_tasks(10,
+                              [](int64_t i) {
+                                if (i == 7) throw std::runtime_error("task 7 failed");
+                              }),
+               std::runtime_error);
+  int ran = 0;
+  parallel_tasks(0, [&](int64_t) { ++ran; });
+  EXPECT_EQ(ran, 0);
+}
+
+struct StepResult {
+  double loss = 0, norm = 0;
+  std::vector<float> d_dense, d_experts, dense_after, experts_after;
+  std::vector<std::vector<int32_t>> selection;
+};
+
+// One deepseek4-tiny-shaped training step (3 layers: one hash, two top-k) on `threads` threads:
+// forward, backward, the gradient norm and one AdamW update.
+StepResult train_step(int threads) {
+  blas_set_threads(threads);
+  ModelConfig c;  // deepseek4-tiny's widths: the shapes decide which loops run in parallel
+  c.layers = 3;
+  c.hash_layers = 1;
+  const Comm self = Comm::self();
+  EpExchange ex(self);
+  const ExpertPlacement placement{c.experts, 1};
+  const ModelLayout layout = model_layout(c, placement, 0);
+  std::vector<float> dense(layout.dense.num_elements), experts(layout.experts.num_elements);
+  param_init(std::span<float>(dense), layout.dense, 11);
+  param_init(std::span<float>(experts), layout.experts, 11);
+  RoutingState routing = routing_state_make(c, RoutingMode::kTopK, 11);
+  routing.balance_alpha = 1e-2;
+
+  const int N = c.batch_per_rank * c.seq_len;
+  std::vector<int32_t> tokens(N), targets(N);
+  const uint64_t stream = rng_stream(11, "tokens");
+  for (int i = 0; i < N; ++i) {
+    tokens[i] = static_cast<int32_t>(rng_below(stream, i, c.vocab));
+    targets[i] = static_cast<int32_t>(rng_below(stream, 100000 + i, c.vocab));
+  }
+  ModelBatch batch;
+  batch.tokens = tokens.data();
+  batch.targets = targets.data();
+  batch.loss_scale = 1.0 / N;
+  batch.num_global_sequences = c.batch_per_rank;
+  ModelActs<float> acts;
+  model_acts_reserve(acts, c, c.batch_per_rank, 1, placement.max_local());
+
+  StepResult r;
+  r.loss = model_forward(acts, dense.data(), experts.data(), layout, routing, batch, c, placement,
+                         ex);
+  for (const auto& m : acts.moe) r.selection.push_back(m.expert_idx);
+  r.d_dense.assign(dense.size(), 0.0f);
+  r.d_experts.assign(experts.size(), 0.0f);
+  model_backward(r.d_dense.data(), r.d_experts.data(), acts, dense.data(), experts.data(), layout,
+                 batch, c, ex);
+  r.norm = sum_squares(r.d_dense) + sum_squares(r.d_experts);
+  AdamWState sd, se;
+  adamw_state_init(sd, dense.size());
+  adamw_state_init(se, experts.size());
+  const AdamWConfig cfg;
+  adamw_update(dense, r.d_dense, sd, layout.dense, cfg, 1e-3f, 0.5f, 1);
+  adamw_update(experts, r.d_experts, se, layout.experts, cfg, 1e-3f, 0.5f, 1);
+  r.dense_after = dense;
+  r.experts_after = experts;
+  return r;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_F(Threads, TrainingStepIsBitwiseTheSameOnOneAndTwoThreads) {
+  const StepResult one = train_step(1), two = train_step(2);
+  EXPECT_EQ(one.selection, two.selection);
+  EXPECT_EQ(std::memcmp(&one.loss, &two.loss, sizeof(double)), 0) << one.loss << " vs " << two.loss;
+  EXPECT_EQ(std::memcmp(&one.norm, &two.norm, sizeof(double)), 0) << one.norm << " vs " << two.norm;
+  EXPECT_TRUE(bitwise_equal(one.d_dense, two.d_dense));
+  EXPECT_TRUE(bitwise_equal(one.d_experts, two.d_experts));
+  EXPECT_TRUE(bitwise_equal(one.dense_after, two.dense_after));
+  EXPECT_TRUE(bitwise_equal(one.experts_after, two.experts_after));
+  // The step did something: a loss near log V and gradients that are not all zero.
+  EXPECT_GT(one.loss / 256, 7.0);
+  EXPECT_GT(one.norm, 0.0);
+}
+
+}  // namespace
+}  // namespace moe
