@@ -73,8 +73,8 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
   for (auto* v : {&s.send_rows, &s.y_rows, &s.d_rows}) v->reserve(NK * d.D);
   for (auto* v : {&s.x, &s.y, &s.staging, &s.d_y, &s.d_x}) v->reserve(R * d.D);
   for (auto* v : {&s.g, &s.v, &s.h}) v->reserve(R * d.F);
-  for (auto* v : {&s.d_g, &s.d_v, &s.d_h}) v->reserve(std::max(R * d.F, NFs));
-  for (auto* v : {&s.sg, &s.sv, &s.sh}) v->reserve(NFs);
+  for (auto* v : {&s.d_g, &s.d_v, &s.d_h}) v->reserve(R * d.F);
+  for (auto* v : {&s.sg, &s.sv, &s.sh, &s.sd_g, &s.sd_v, &s.sd_h}) v->reserve(NFs);
   s.plan.send_assignment.reserve(NK);
   s.plan.send_position.reserve(NK);
   s.plan.recv_to_expert.reserve(R);
@@ -129,12 +129,17 @@ template <class T> void balance_loss_forward(MoeSaved<T>& s, const MoeRouting& r
 }
 
 // The routed experts of this rank, each on its contiguous rows of x: g = x·W1, v = x·W3,
-// h = swiglu(g, v), y = h·W2.
-template <class T> void local_experts_forward(MoeSaved<T>& s, const MoeWeights<T>& w,
-                                              const MoeDims& d) {
+// h = swiglu(g, v), y = h·W2. One task per expert; with `shared`, the shared expert is one more
+// task, the first (the largest: all N rows).
+template <class T, class Shared>
+void local_experts_forward(MoeSaved<T>& s, const MoeWeights<T>& w, const MoeDims& d,
+                           bool with_shared, Shared&& shared) {
   const size_t DF = static_cast<size_t>(d.D) * d.F;
   const std::vector<int>& off = s.plan.expert_offsets;
-  parallel_tasks(static_cast<int64_t>(off.size()) - 1, [&](int64_t i) {
+  const int first = with_shared ? 1 : 0;
+  parallel_tasks(static_cast<int64_t>(off.size()) - 1 + first, [&](int64_t task) {
+    if (task < first) return shared();
+    const int64_t i = task - first;
     const int rows = off[i + 1] - off[i];
     if (rows == 0) return;
     const size_t rd = static_cast<size_t>(off[i]) * d.D, rf = static_cast<size_t>(off[i]) * d.F;
@@ -169,11 +174,19 @@ template <class T> void shared_expert_forward(T* out, MoeSaved<T>& s, const T* i
 
 }  // namespace
 
+// The shared expert overlaps the dispatch all-to-all when asked to and when there is one (an EP
+// group of more than one rank); otherwise it is one more task next to the routed experts, where
+// the rank's other threads can take it.
+static bool shared_overlaps_dispatch(const MoeDims& d, const EpExchange& ex) {
+  return d.overlap_shared && ex.comm().size() > 1;
+}
+
 template <class T>
 void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
                  const MoeRouting& routing, const MoeDims& d, const ExpertPlacement& placement,
                  EpExchange& ex, int N) {
   const size_t D = d.D;
+  const bool overlap = shared_overlaps_dispatch(d, ex);
   s.N = N;
   {
     ScopedPhase timer(s.times, Phase::kRouter);
@@ -203,33 +216,35 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     s.x.resize(static_cast<size_t>(s.plan.num_recv) * D);
     ex.dispatch_begin(std::span<T>(s.x), std::span<T>(s.staging), std::span<const T>(s.send_rows),
                       s.plan, d.D);
-    if (!d.overlap_shared) {
+    if (!overlap) {
       ex.dispatch_end(std::span<T>(s.x), std::span<const T>(s.staging), s.plan, d.D);
     }
   }
-  {
-    // The shared expert needs no routed rows: it runs while the dispatch all-to-all is in flight.
-    ScopedPhase timer(s.times, Phase::kExperts);
-    shared_expert_forward(out, s, in, w, d, N);
-  }
-  const int R = s.plan.num_recv;
-  if (d.overlap_shared) {
+  auto shared = [&] { shared_expert_forward(out, s, in, w, d, N); };
+  if (overlap) {
+    {
+      // The shared expert needs no routed rows: it runs while the dispatch all-to-all is in flight.
+      ScopedPhase timer(s.times, Phase::kExperts);
+      shared();
+    }
     ScopedPhase timer(s.times, Phase::kDispatch);
     ex.dispatch_end(std::span<T>(s.x), std::span<const T>(s.staging), s.plan, d.D);
   }
+  const int R = s.plan.num_recv;
   {
     ScopedPhase timer(s.times, Phase::kExperts);
     s.g.resize(static_cast<size_t>(R) * d.F);
     s.v.resize(s.g.size());
     s.h.resize(s.g.size());
     s.y.resize(R * D);
-    local_experts_forward(s, w, d);
+    local_experts_forward(s, w, d, !overlap, shared);
   }
   ScopedPhase timer(s.times, Phase::kCombine);
   s.y_rows.resize(NK * D);
   ex.combine(std::span<T>(s.y_rows), std::span<T>(s.staging), std::span<const T>(s.y), s.plan,
              d.D);
   // out[t] += Σ_j w[t,j]·y[t,j]
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int t = 0; t < N; ++t) {
     T* o = out + t * D;
     for (int j = 0; j < d.K; ++j) {
@@ -245,12 +260,14 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
                   const MoeWeights<T>& w, const MoeDims& d, EpExchange& ex) {
   const int N = s.N, NK = s.plan.num_send(), R = s.plan.num_recv;
   const size_t D = d.D;
+  const bool overlap = shared_overlaps_dispatch(d, ex);
   {
     // out[t] += w[t,j]·y[t,j]: d_w[t,j] = <d_out[t], y[t,j]>, d_y[t,j] = w[t,j]·d_out[t]; then
     // combine's backward is a dispatch: output gradients travel to the experts' owners.
     ScopedPhase timer(s.times, Phase::kCombineBackward);
     s.d_weights.resize(static_cast<size_t>(NK));
     s.d_rows.resize(NK * D);
+#pragma omp parallel for schedule(static) if (NK >= kParallelRows)
     for (int a = 0; a < NK; ++a) {
       const int t = a / d.K;
       const size_t row = static_cast<size_t>(s.plan.send_position[a]) * D;
@@ -265,29 +282,36 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     s.d_y.resize(R * D);
     ex.dispatch_begin(std::span<T>(s.d_y), std::span<T>(s.staging),
                       std::span<const T>(s.d_rows), s.plan, d.D);
-    if (!d.overlap_shared) {
+    if (!overlap) {
       ex.dispatch_end(std::span<T>(s.d_y), std::span<const T>(s.staging), s.plan, d.D);
     }
   }
-  if (d.Fs > 0) {
-    // Shared expert, while the gradients are in flight: out = swiglu(in·S1, in·S3)·S2.
-    ScopedPhase timer(s.times, Phase::kExpertsBackward);
+  // Shared expert: out = swiglu(in·S1, in·S3)·S2, with buffers of its own (sd_*), so that it can
+  // run next to the routed experts.
+  auto shared = [&] {
+    if (d.Fs == 0) return;
     const size_t NFs = static_cast<size_t>(N) * d.Fs;
-    s.d_h.assign(NFs, T(0));
-    s.d_g.resize(NFs);
-    s.d_v.resize(NFs);
-    linear_backward(s.d_h.data(), gr.shared_w2, d_out, s.sh.data(), w.shared_w2, N, d.Fs, d.D);
-    swiglu_backward(s.d_g.data(), s.d_v.data(), s.d_h.data(), s.sg.data(), s.sv.data(),
+    s.sd_h.assign(NFs, T(0));
+    s.sd_g.resize(NFs);
+    s.sd_v.resize(NFs);
+    linear_backward(s.sd_h.data(), gr.shared_w2, d_out, s.sh.data(), w.shared_w2, N, d.Fs, d.D);
+    swiglu_backward(s.sd_g.data(), s.sd_v.data(), s.sd_h.data(), s.sg.data(), s.sv.data(),
                     static_cast<int64_t>(NFs), 0.0f);
-    linear_backward(d_in, gr.shared_w1, s.d_g.data(), in, w.shared_w1, N, d.D, d.Fs);
-    linear_backward(d_in, gr.shared_w3, s.d_v.data(), in, w.shared_w3, N, d.D, d.Fs);
-  }
-  if (d.overlap_shared) {
+    linear_backward(d_in, gr.shared_w1, s.sd_g.data(), in, w.shared_w1, N, d.D, d.Fs);
+    linear_backward(d_in, gr.shared_w3, s.sd_v.data(), in, w.shared_w3, N, d.D, d.Fs);
+  };
+  if (overlap) {
+    {
+      // While the gradients are in flight.
+      ScopedPhase timer(s.times, Phase::kExpertsBackward);
+      shared();
+    }
     ScopedPhase timer(s.times, Phase::kCombineBackward);
     ex.dispatch_end(std::span<T>(s.d_y), std::span<const T>(s.staging), s.plan, d.D);
   }
   {
-    // Local experts, reversed: y = h·W2, h = swiglu(g, v), g = x·W1, v = x·W3.
+    // Local experts, reversed: y = h·W2, h = swiglu(g, v), g = x·W1, v = x·W3. One task per
+    // expert, and the shared expert first when it did not run above.
     ScopedPhase timer(s.times, Phase::kExpertsBackward);
     const size_t DF = static_cast<size_t>(d.D) * d.F;
     s.d_x.assign(R * D, T(0));
@@ -295,7 +319,10 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     s.d_g.resize(s.d_h.size());
     s.d_v.resize(s.d_h.size());
     const std::vector<int>& off = s.plan.expert_offsets;
-    parallel_tasks(static_cast<int64_t>(off.size()) - 1, [&](int64_t i) {
+    const int first = overlap ? 0 : 1;
+    parallel_tasks(static_cast<int64_t>(off.size()) - 1 + first, [&](int64_t task) {
+      if (task < first) return shared();
+      const int64_t i = task - first;
       const int rows = off[i + 1] - off[i];
       if (rows == 0) return;
       const size_t rd = static_cast<size_t>(off[i]) * D, rf = static_cast<size_t>(off[i]) * d.F;
@@ -314,10 +341,14 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     ScopedPhase timer(s.times, Phase::kDispatchBackward);
     ex.combine(std::span<T>(s.d_rows), std::span<T>(s.staging), std::span<const T>(s.d_x), s.plan,
                d.D);
-    for (int a = 0; a < NK; ++a) {
-      T* di = d_in + static_cast<size_t>(a / d.K) * D;
-      const T* r = &s.d_rows[static_cast<size_t>(s.plan.send_position[a]) * D];
-      for (size_t c = 0; c < D; ++c) di[c] += r[c];
+    // Per token, its K rows in slot order: the same sums whatever the threads.
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
+    for (int t = 0; t < N; ++t) {
+      T* di = d_in + static_cast<size_t>(t) * D;
+      for (int j = 0; j < d.K; ++j) {
+        const T* r = &s.d_rows[static_cast<size_t>(s.plan.send_position[t * d.K + j]) * D];
+        for (size_t c = 0; c < D; ++c) di[c] += r[c];
+      }
     }
   }
   // Router: w = normalise(s[sel])·scale, s = f(logits), logits = in·W_g; the balance loss

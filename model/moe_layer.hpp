@@ -32,6 +32,7 @@ struct MoeDims {
   float route_scale = 1.0f;
   float swiglu_limit = 0.0f;  // routed experts only; the shared expert is never clamped
   bool overlap_shared = true;  // run the shared expert while the dispatch all-to-all is in flight
+                               // (EP groups of more than one rank; else it is one more expert task)
 };
 MoeDims moe_dims_from(const ModelConfig& cfg);
 
@@ -96,6 +97,7 @@ template <class T> struct MoeSaved {
   std::vector<T> y_rows;            // [N·K, D] expert outputs back in send order
   std::vector<T> staging;           // [R, D] rows as MPI delivers them
   std::vector<T> sg, sv, sh;        // [N, Fs] shared expert
+  std::vector<T> sd_g, sd_v, sd_h;  // [N, Fs] shared expert's backward
   double balance_loss = 0.0;        // this rank's share of the layer's balance loss
   std::vector<T> d_scores_balance;  // [N, E] its gradient, added in backward
   std::vector<int32_t> topk_scratch;     // [N, K]
@@ -104,7 +106,7 @@ template <class T> struct MoeSaved {
   // backward temporaries
   std::vector<T> d_rows;            // [N·K, D] send-order rows: w·d_out out, d_x back
   std::vector<T> d_y, d_x;          // [R, D]
-  std::vector<T> d_g, d_v, d_h;     // [R, F] (also [N, Fs] for the shared expert)
+  std::vector<T> d_g, d_v, d_h;     // [R, F]
   std::vector<T> d_weights;         // [N, K]
   std::vector<T> d_scores, d_logits;  // [N, E]
 };

@@ -9,6 +9,10 @@
 
 namespace moe {
 
+// Row loops (tokens) with at least this many rows run on the threads, split in static blocks; each
+// row's result is computed the same way whichever thread has it.
+constexpr int kParallelRows = 64;
+
 // Calls task(i) for every i in [0, n), tasks handed out one at a time (their sizes may differ).
 // Without threads to share (one thread, or n < 2) the loop runs in order on the calling thread.
 template <class F>

@@ -8,10 +8,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "model/parallel.hpp"
+
 namespace moe {
 
 template <class T>
 void rmsnorm_forward(T* out, T* rstd, const T* in, const T* weight, int N, int D, float eps) {
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
     const T* x = in + int64_t{n} * D;
     T* y = out + int64_t{n} * D;
@@ -26,21 +29,34 @@ void rmsnorm_forward(T* out, T* rstd, const T* in, const T* weight, int N, int D
 template <class T>
 void rmsnorm_backward(T* d_in, T* d_weight, const T* d_out, const T* in, const T* weight,
                       const T* rstd, int N, int D) {
-  for (int n = 0; n < N; ++n) {
-    const T* x = in + int64_t{n} * D;
-    const T* dy = d_out + int64_t{n} * D;
-    T* dx = d_in + int64_t{n} * D;
-    const T r = rstd[n];
-    // mean_j(g_j·x̂_j), g = d_out·w, x̂ = x·r: the part of the gradient that flows through r.
-    double dot = 0.0;
-    for (int d = 0; d < D; ++d) dot += double(dy[d] * weight[d]) * double(x[d] * r);
-    const T mean_gx = T(dot / D);
+  // Rows are independent for d_in; d_weight sums over rows, so it is a loop over columns, each
+  // adding its rows in order n = 0, 1, ...: the same sums whatever the threads.
+#pragma omp parallel if (N >= kParallelRows)
+  {
+#pragma omp for schedule(static) nowait
+    for (int n = 0; n < N; ++n) {
+      const T* x = in + int64_t{n} * D;
+      const T* dy = d_out + int64_t{n} * D;
+      T* dx = d_in + int64_t{n} * D;
+      const T r = rstd[n];
+      // mean_j(g_j·x̂_j), g = d_out·w, x̂ = x·r: the part of the gradient that flows through r.
+      double dot = 0.0;
+      for (int d = 0; d < D; ++d) dot += double(dy[d] * weight[d]) * double(x[d] * r);
+      const T mean_gx = T(dot / D);
+      for (int d = 0; d < D; ++d) {
+        const T x_hat = x[d] * r;
+        // out = x·r·w, r = (mean(x²)+eps)^(-1/2)  ->  d_x += r·(d_out·w − x̂·mean(d_out·w·x̂))
+        dx[d] += r * (dy[d] * weight[d] - x_hat * mean_gx);
+      }
+    }
+#pragma omp for schedule(static)
     for (int d = 0; d < D; ++d) {
-      const T x_hat = x[d] * r;
       // out = x̂·w  ->  d_w += d_out·x̂
-      d_weight[d] += dy[d] * x_hat;
-      // out = x·r·w, r = (mean(x²)+eps)^(-1/2)  ->  d_x += r·(d_out·w − x̂·mean(d_out·w·x̂))
-      dx[d] += r * (dy[d] * weight[d] - x_hat * mean_gx);
+      T acc = d_weight[d];
+      for (int n = 0; n < N; ++n) {
+        acc += d_out[int64_t{n} * D + d] * (in[int64_t{n} * D + d] * rstd[n]);
+      }
+      d_weight[d] = acc;
     }
   }
 }

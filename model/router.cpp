@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/parallel.hpp"
 #include "model/rng.hpp"
 #include "model/swiglu.hpp"
 
@@ -41,6 +42,7 @@ bool ranks_before(T value_a, int a, T value_b, int b) {
 // (The build must not use -ffast-math, which would let the compiler reorder this sum.)
 template <class T>
 void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D, int E) {
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
     const T* x = in + int64_t{n} * D;
     T* row = logits + int64_t{n} * E;
@@ -55,6 +57,7 @@ void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D
 
 template <class T>
 void score_forward(T* scores, const T* logits, int N, int E, ScoreFunc f) {
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
     const T* x = logits + int64_t{n} * E;
     T* s = scores + int64_t{n} * E;
@@ -83,6 +86,7 @@ void score_forward(T* scores, const T* logits, int N, int E, ScoreFunc f) {
 template <class T>
 void score_backward(T* d_logits, const T* d_scores, const T* logits, const T* scores, int N, int E,
                     ScoreFunc f) {
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
     const T* x = logits + int64_t{n} * E;
     const T* s = scores + int64_t{n} * E;
