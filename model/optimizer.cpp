@@ -31,7 +31,7 @@ void adamw_update(std::span<float> params, std::span<const float> grads, AdamWSt
     const float* g = grads.data() + e.offset;
     float* m = s.m.data() + e.offset;
     float* v = s.v.data() + e.offset;
-#pragma omp for simd schedule(static) nowait
+#pragma omp for schedule(static) nowait
     for (size_t i = 0; i < e.count; ++i) {
       const float gi = g[i] * grad_scale;
       m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * gi;

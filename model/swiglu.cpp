@@ -6,6 +6,7 @@
 // the gradient passes (either one-sided derivative is a valid subgradient).
 #include "model/swiglu.hpp"
 
+#include <algorithm>
 #include <limits>
 
 namespace moe {
@@ -24,10 +25,11 @@ constexpr int64_t kParallelMin = 8192;
 template <class T>
 void swiglu_forward(T* h, const T* g, const T* v, int64_t n, float limit) {
   const T lim = clamp_bound<T>(limit);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const T gc = g[i] < lim ? g[i] : lim;                          // g' = min(g, limit)
-    const T vc = v[i] < -lim ? -lim : (v[i] > lim ? lim : v[i]);  // v' = clamp(v, ±limit)
+    const T gi = g[i], vi = v[i];  // values, not references into memory, for min/max
+    const T gc = std::min(gi, lim);                 // g' = min(g, limit)
+    const T vc = std::max(-lim, std::min(vi, lim));  // v' = clamp(v, ±limit)
     h[i] = gc * stable_sigmoid(gc) * vc;
   }
 }
@@ -36,18 +38,19 @@ template <class T>
 void swiglu_backward(T* d_g, T* d_v, const T* d_h, const T* g, const T* v, int64_t n,
                      float limit) {
   const T lim = clamp_bound<T>(limit);
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
-    const T gc = g[i] < lim ? g[i] : lim;
-    const T vc = v[i] < -lim ? -lim : (v[i] > lim ? lim : v[i]);
+    const T gi = g[i], vi = v[i];
+    const T gc = std::min(gi, lim);
+    const T vc = std::max(-lim, std::min(vi, lim));
     const T sig = stable_sigmoid(gc);
     const T silu = gc * sig;
     // h = silu(g')·v', g' = min(g, limit)  ->  d_g = d_h·v'·silu'(g')·[g <= limit]
     const T dg = d_h[i] * vc * sig * (T(1) + gc * (T(1) - sig));
-    d_g[i] = g[i] <= lim ? dg : T(0);
+    d_g[i] = gi <= lim ? dg : T(0);
     // h = silu(g')·v', v' = clamp(v, ±limit)  ->  d_v = d_h·silu(g')·[|v| <= limit]
     const T dv = d_h[i] * silu;
-    d_v[i] = (v[i] >= -lim && v[i] <= lim) ? dv : T(0);
+    d_v[i] = (vi >= -lim && vi <= lim) ? dv : T(0);
   }
 }
 

@@ -26,6 +26,7 @@ TEST(FastExp, WithinTwoUlpOverTheRange) {
 TEST(FastExp, ExactAtZeroUnderflowsToZeroFiniteAbove) {
   EXPECT_EQ(fast_expf(0.0f), 1.0f);
   EXPECT_EQ(fast_expf(-1000.0f), 0.0f);  // underflow to 0, as std::exp does
+  EXPECT_EQ(fast_expf(-87.7f), 0.0f);
   EXPECT_GT(fast_expf(-87.0f), 0.0f);
   EXPECT_TRUE(std::isfinite(fast_expf(1000.0f)));
   EXPECT_EQ(fast_expf(1000.0f), fast_expf(88.0f));
