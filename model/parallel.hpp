@@ -4,6 +4,9 @@
 // schedule. An exception thrown by a task is carried out of the parallel region and rethrown.
 #pragma once
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 
@@ -28,6 +31,25 @@ void parallel_tasks(int64_t n, F&& task) {
     }
   }
   if (error) std::rethrow_exception(error);
+}
+
+// Splits [0, n) into one contiguous block per thread (lengths multiples of 64) and calls
+// block(begin, end) for each; below min_parallel elements, one call on the calling thread. For
+// loops whose elements are independent, so that the results do not depend on the split. The
+// block must not throw.
+template <class F>
+void parallel_blocks(int64_t n, int64_t min_parallel, F&& block) {
+  if (n < min_parallel) {
+    if (n > 0) block(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = ((n + threads - 1) / threads + 63) / 64 * 64;
+    const int64_t begin = std::min(n, t * per), end = std::min(n, begin + per);
+    if (begin < end) block(begin, end);
+  }
 }
 
 }  // namespace moe

@@ -1,4 +1,5 @@
-// SwiGLU forward and backward with DeepSeek-V4's clamp, as plain elementwise loops.
+// SwiGLU forward and backward with DeepSeek-V4's clamp, as plain elementwise loops: split over
+// the threads, and in float compiled for each instruction-set level.
 // Legend: n = N·F elements (N rows/tokens, F expert width).
 //
 // silu(x) = x·σ(x), silu'(x) = σ(x)·(1 + x·(1 − σ(x))). The clamp is a min/clamp, so its
@@ -8,6 +9,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
+
+#include "model/parallel.hpp"
+#include "model/simd.hpp"
 
 namespace moe {
 namespace {
@@ -18,14 +23,11 @@ template <class T> T clamp_bound(float limit) {
   return limit > 0.0f ? T(limit) : std::numeric_limits<T>::infinity();
 }
 
+// Elements per call below which the loops stay on the calling thread.
 constexpr int64_t kParallelMin = 8192;
 
-}  // namespace
-
 template <class T>
-void swiglu_forward(T* h, const T* g, const T* v, int64_t n, float limit) {
-  const T lim = clamp_bound<T>(limit);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+inline void forward_block(T* h, const T* g, const T* v, int64_t n, T lim) {
   for (int64_t i = 0; i < n; ++i) {
     const T gi = g[i], vi = v[i];  // values, not references into memory, for min/max
     const T gc = std::min(gi, lim);                 // g' = min(g, limit)
@@ -35,10 +37,8 @@ void swiglu_forward(T* h, const T* g, const T* v, int64_t n, float limit) {
 }
 
 template <class T>
-void swiglu_backward(T* d_g, T* d_v, const T* d_h, const T* g, const T* v, int64_t n,
-                     float limit) {
-  const T lim = clamp_bound<T>(limit);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+inline void backward_block(T* d_g, T* d_v, const T* d_h, const T* g, const T* v, int64_t n,
+                           T lim) {
   for (int64_t i = 0; i < n; ++i) {
     const T gi = g[i], vi = v[i];
     const T gc = std::min(gi, lim);
@@ -52,6 +52,43 @@ void swiglu_backward(T* d_g, T* d_v, const T* d_h, const T* g, const T* v, int64
     const T dv = d_h[i] * silu;
     d_v[i] = (vi >= -lim && vi <= lim) ? dv : T(0);
   }
+}
+
+// The float loops, one clone per instruction-set level (model/simd.hpp).
+MOE_SIMD_CLONES void forward_block_f32(float* h, const float* g, const float* v, int64_t n,
+                                       float lim) {
+  forward_block(h, g, v, n, lim);
+}
+MOE_SIMD_CLONES void backward_block_f32(float* d_g, float* d_v, const float* d_h, const float* g,
+                                        const float* v, int64_t n, float lim) {
+  backward_block(d_g, d_v, d_h, g, v, n, lim);
+}
+
+}  // namespace
+
+template <class T>
+void swiglu_forward(T* h, const T* g, const T* v, int64_t n, float limit) {
+  const T lim = clamp_bound<T>(limit);
+  parallel_blocks(n, kParallelMin, [&](int64_t b, int64_t e) {
+    if constexpr (std::is_same_v<T, float>) {
+      forward_block_f32(h + b, g + b, v + b, e - b, lim);
+    } else {
+      forward_block(h + b, g + b, v + b, e - b, lim);
+    }
+  });
+}
+
+template <class T>
+void swiglu_backward(T* d_g, T* d_v, const T* d_h, const T* g, const T* v, int64_t n,
+                     float limit) {
+  const T lim = clamp_bound<T>(limit);
+  parallel_blocks(n, kParallelMin, [&](int64_t b, int64_t e) {
+    if constexpr (std::is_same_v<T, float>) {
+      backward_block_f32(d_g + b, d_v + b, d_h + b, g + b, v + b, e - b, lim);
+    } else {
+      backward_block(d_g + b, d_v + b, d_h + b, g + b, v + b, e - b, lim);
+    }
+  });
 }
 
 template void swiglu_forward<float>(float*, const float*, const float*, int64_t, float);
