@@ -22,11 +22,13 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "model/blas.hpp"
 #include "model/fast_exp.hpp"
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
+#include "model/simd.hpp"
 
 namespace moe {
 
@@ -73,6 +75,7 @@ RopeTable rope_table_make(int S, int hd, float theta) {
 template <class T>
 static void rope_rotate(T* x, const RopeTable& rope, int num_heads, T sign) {
   const int half = rope.hd / 2, width = num_heads * rope.hd;
+#pragma omp parallel for schedule(static) if (rope.S >= kParallelRows)
   for (int s = 0; s < rope.S; ++s) {
     const double* cs = rope.cos.data() + int64_t{s} * half;
     const double* sn = rope.sin.data() + int64_t{s} * half;
@@ -172,6 +175,49 @@ static T row_dot(const T* x, const T* y, int n) {
   return sum;
 }
 
+// Row s of a query tile, in place: the scores of its visible columns [first, last] become
+// P = softmax over them (the row max subtracted, so that exp cannot overflow), every other column
+// of the n exactly 0, so that P·v adds nothing from them.
+template <class T>
+static inline void softmax_row(T* pr, int first, int last, int n) {
+  const T z_max = row_max(pr + first, last - first + 1);
+  for (int c = first; c <= last; ++c) pr[c] = kernel_exp(pr[c] - z_max);  // vectorises
+  const T inv_sum = T(1) / row_sum(pr + first, last - first + 1);
+  for (int c = first; c <= last; ++c) pr[c] *= inv_sum;
+  std::fill(pr, pr + first, T(0));
+  std::fill(pr + last + 1, pr + n, T(0));
+}
+
+// P = softmax_row(z)  ->  d_z = P ⊙ (d_P − rowsum(d_P ⊙ P)), in place of d_P, over n columns.
+// Masked entries have P = 0 exactly: they add nothing to the row sum and get d_z = 0.
+template <class T>
+static inline void softmax_row_backward(T* dr, const T* pr, int n) {
+  const T p_dot_dp = row_dot(pr, dr, n);
+  for (int c = 0; c < n; ++c) dr[c] = pr[c] * (dr[c] - p_dot_dp);
+}
+
+// The float rows, one clone per instruction-set level (model/simd.hpp).
+MOE_SIMD_CLONES static void softmax_row_f32(float* pr, int first, int last, int n) {
+  softmax_row(pr, first, last, n);
+}
+MOE_SIMD_CLONES static void softmax_row_backward_f32(float* dr, const float* pr, int n) {
+  softmax_row_backward(dr, pr, n);
+}
+template <class T> static void softmax_row_any(T* pr, int first, int last, int n) {
+  if constexpr (std::is_same_v<T, float>) {
+    softmax_row_f32(pr, first, last, n);
+  } else {
+    softmax_row(pr, first, last, n);
+  }
+}
+template <class T> static void softmax_row_backward_any(T* dr, const T* pr, int n) {
+  if constexpr (std::is_same_v<T, float>) {
+    softmax_row_backward_f32(dr, pr, n);
+  } else {
+    softmax_row_backward(dr, pr, n);
+  }
+}
+
 // The query rows [s0, s1) of tile t and the keys [lo, s1) they see between them; row s sees only
 // keys [max(0, s − Wk + 1), s], columns [first, last] of the tile's n = s1 − lo.
 struct QueryTile {
@@ -205,15 +251,7 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v
       for (int r = 0; r < m; ++r) {
         const int s = s0 + r;
         const int first = std::max(0, s - Wk + 1) - lo, last = s - lo;  // visible columns
-        T* pr = p + int64_t{r} * Kt;
-        // P = softmax over the visible keys, the row max subtracted so that exp cannot overflow;
-        // the masked keys get exactly 0, so that P·v adds nothing from them
-        const T z_max = row_max(pr + first, last - first + 1);
-        for (int c = first; c <= last; ++c) pr[c] = kernel_exp(pr[c] - z_max);  // vectorises
-        const T inv_sum = T(1) / row_sum(pr + first, last - first + 1);
-        for (int c = first; c <= last; ++c) pr[c] *= inv_sum;
-        std::fill(pr, pr + first, T(0));
-        std::fill(pr + last + 1, pr + n, T(0));
+        softmax_row_any(p + int64_t{r} * Kt, first, last, n);
       }
       // o_s = Σ_j P[s, j]·v_j
       gemm_ld(false, false, m, hd, n, T(1), p, Kt,
@@ -253,13 +291,9 @@ static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p_heads, T* dk_heads, T* 
       gemm_ld(false, true, m, n, hd, T(1), d_o, HD, v_g, KD, T(0), d_p, Kt);
       // o_s = Σ_j P[s, j]·v_j  ->  d_v += Pᵀ·d_o
       gemm_ld(true, false, n, hd, m, T(1), p, Kt, d_o, HD, T(1), dv_h + int64_t{lo} * hd, hd);
-      // P = softmax_row(z)  ->  d_z = P ⊙ (d_P − rowsum(d_P ⊙ P)), in place of d_P. Masked
-      // entries have P = 0 exactly: they add nothing to the row sum and get d_z = 0.
+      // P = softmax_row(z)  ->  d_z, in place of d_P
       for (int r = 0; r < m; ++r) {
-        const T* pr = p + int64_t{r} * Kt;
-        T* dr = d_p + int64_t{r} * Kt;
-        const T p_dot_dp = row_dot(pr, dr, n);
-        for (int c = 0; c < n; ++c) dr[c] = pr[c] * (dr[c] - p_dot_dp);
+        softmax_row_backward_any(d_p + int64_t{r} * Kt, p + int64_t{r} * Kt, n);
       }
       // z = q·kᵀ/sqrt(hd)  ->  d_q = d_z·k/sqrt(hd) (each tile's rows of head h written once)
       gemm_ld(false, false, m, hd, n, scale, d_p, Kt, k_g, KD, T(0),
@@ -340,10 +374,16 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     const T* k = saved.k.data() + row0 * KD;
     const T* v = saved.v.data() + row0 * KD;
     T* dx = d_in + row0 * D;
-    // out = concat·Wo  ->  d_concat = d_out·Woᵀ, d_Wo += concatᵀ·d_out
+    // out = concat·Wo  ->  d_concat = d_out·Woᵀ, d_Wo += concatᵀ·d_out: two independent tasks
     std::fill(saved.d_concat.begin(), saved.d_concat.end(), T(0));
-    linear_backward(d_concat, grads.wo, d_out + row0 * D, saved.concat.data() + row0 * HD, w.wo,
-                    S, HD, D);
+    parallel_tasks(2, [&](int64_t task) {
+      if (task == 0) {
+        linear_backward_input(d_concat, d_out + row0 * D, w.wo, S, HD, D);
+      } else {
+        linear_backward<T>(nullptr, grads.wo, d_out + row0 * D, saved.concat.data() + row0 * HD,
+                           w.wo, S, HD, D);
+      }
+    });
     // concat = softmax(q·kᵀ/sqrt(hd) + mask)·v  ->  d_q, d_k, d_v
     std::fill(saved.d_k.begin(), saved.d_k.end(), T(0));
     std::fill(saved.d_v.begin(), saved.d_v.end(), T(0));
@@ -353,10 +393,20 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     // q = rope(in·Wq), k = rope(in·Wk)  ->  gradients of the unrotated projections
     rope_backward(d_q, rope, d.H);
     rope_backward(d_k, rope, d.KVH);
-    // q = in·Wq, k = in·Wk, v = in·Wv  ->  d_in += d_q·Wqᵀ + d_k·Wkᵀ + d_v·Wvᵀ, d_W· += inᵀ·d_·
-    linear_backward(dx, grads.wq, d_q, x, w.wq, S, D, HD);
-    linear_backward(dx, grads.wk, d_k, x, w.wk, S, D, KD);
-    linear_backward(dx, grads.wv, d_v, x, w.wv, S, D, KD);
+    // q = in·Wq, k = in·Wk, v = in·Wv  ->  d_in += d_q·Wqᵀ + d_k·Wkᵀ + d_v·Wvᵀ (one task, in
+    // that order), d_W· += inᵀ·d_· (a task each; the largest tasks first)
+    parallel_tasks(4, [&](int64_t task) {
+      switch (task) {
+        case 0:
+          linear_backward_input(dx, d_q, w.wq, S, D, HD);
+          linear_backward_input(dx, d_k, w.wk, S, D, KD);
+          linear_backward_input(dx, d_v, w.wv, S, D, KD);
+          break;
+        case 1: linear_backward<T>(nullptr, grads.wq, d_q, x, w.wq, S, D, HD); break;
+        case 2: linear_backward<T>(nullptr, grads.wk, d_k, x, w.wk, S, D, KD); break;
+        default: linear_backward<T>(nullptr, grads.wv, d_v, x, w.wv, S, D, KD); break;
+      }
+    });
   }
 }
 

@@ -13,18 +13,23 @@ void linear_forward(T* out, const T* in, const T* weight, int N, int I, int O) {
 }
 
 template <class T>
+void linear_backward_input(T* d_in, const T* d_out, const T* weight, int N, int I, int O) {
+  // out = in·weight  ->  d_in[N,I] += d_out[N,O]·weightᵀ[O,I]
+  gemm<T>(false, true, N, I, O, T(1), d_out, weight, T(1), d_in);
+}
+
+template <class T>
 void linear_backward(T* d_in, T* d_weight, const T* d_out, const T* in, const T* weight, int N,
                      int I, int O) {
-  if (d_in != nullptr) {
-    // out = in·weight  ->  d_in[N,I] += d_out[N,O]·weightᵀ[O,I]
-    gemm<T>(false, true, N, I, O, T(1), d_out, weight, T(1), d_in);
-  }
+  if (d_in != nullptr) linear_backward_input(d_in, d_out, weight, N, I, O);
   // out = in·weight  ->  d_weight[I,O] += inᵀ[I,N]·d_out[N,O]
   gemm<T>(true, false, I, O, N, T(1), in, d_out, T(1), d_weight);
 }
 
 template void linear_forward<float>(float*, const float*, const float*, int, int, int);
 template void linear_forward<double>(double*, const double*, const double*, int, int, int);
+template void linear_backward_input<float>(float*, const float*, const float*, int, int, int);
+template void linear_backward_input<double>(double*, const double*, const double*, int, int, int);
 template void linear_backward<float>(float*, float*, const float*, const float*, const float*, int,
                                      int, int);
 template void linear_backward<double>(double*, double*, const double*, const double*,

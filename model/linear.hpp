@@ -13,7 +13,15 @@ void linear_forward(T* out,           // [N,O]
                     const T* weight,  // [I,O]
                     int N, int I, int O);
 
-// d_in += d_out·weightᵀ (skipped when d_in is nullptr, e.g. for the first layer's input);
+// d_in += d_out·weightᵀ: the input's half of linear_backward, for callers that run the two halves
+// as separate tasks.
+template <class T>
+void linear_backward_input(T* d_in,          // [N,I]
+                           const T* d_out,   // [N,O]
+                           const T* weight,  // [I,O]
+                           int N, int I, int O);
+
+// d_in += d_out·weightᵀ (skipped when d_in is nullptr: then only the weight's half);
 // d_weight += inᵀ·d_out.
 template <class T>
 void linear_backward(T* d_in,          // [N,I], may be nullptr
