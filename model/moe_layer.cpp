@@ -208,6 +208,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     ScopedPhase timer(s.times, Phase::kDispatch);
     ex.exchange_counts(s.plan);
     s.send_rows.resize(NK * D);
+#pragma omp parallel for schedule(static) if (NK >= kParallelRows)
     for (int p = 0; p < NK; ++p) {
       const T* src = in + static_cast<size_t>(s.plan.send_assignment[p] / d.K) * D;
       std::copy_n(src, D, &s.send_rows[p * D]);

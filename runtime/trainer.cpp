@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/balance.hpp"
+#include "model/parallel.hpp"
 
 namespace moe {
 namespace {
@@ -94,8 +95,11 @@ StepRecord Trainer::step(int step) {
   StepRecord rec;
   rec.step = step;
   rec.bias = routing_.bias;  // the bias this step routes with, before its update
-  std::fill(d_dense_.begin(), d_dense_.end(), 0.0f);
-  std::fill(d_experts_.begin(), d_experts_.end(), 0.0f);
+  for (std::vector<float>* grads : {&d_dense_, &d_experts_}) {
+    float* g = grads->data();
+    parallel_blocks(static_cast<int64_t>(grads->size()), int64_t{1} << 16,
+                    [g](int64_t b, int64_t e) { std::fill(g + b, g + e, 0.0f); });
+  }
   sums_[0] = model_forward(acts_, dense_.data(), experts_.data(), layout_, routing_, batch_,
                            mc_, placement_, ex_);
   std::copy(acts_.layer_balance_loss.begin(), acts_.layer_balance_loss.end(), sums_.begin() + 1);
