@@ -141,24 +141,27 @@ H5RowDataset h5_row_dataset_create(hid_t loc, const char* name, hid_t file_type,
   d.dset =
       H5Id(MOE_H5_CHECK(H5Dcreate2(loc, name, file_type, space.get(), H5P_DEFAULT, dcpl, dapl)),
            H5Dclose);
+  d.file_space = std::move(space);
+  d.count = d.dims;
+  d.count[0] = 1;
+  d.start.assign(d.dims.size(), 0);
+  d.row_space = H5Id(
+      MOE_H5_CHECK(H5Screate_simple(static_cast<int>(d.count.size()), d.count.data(), nullptr)),
+      H5Sclose);
   return d;
 }
 
 void h5_row_dataset_append(H5RowDataset& d, const void* values) {
-  std::vector<hsize_t> grown = d.dims, start(d.dims.size(), 0), count = d.dims;
-  grown[0] += 1;
-  start[0] = d.dims[0];
-  count[0] = 1;
-  MOE_H5_CHECK(H5Dset_extent(d.dset.get(), grown.data()));
-  d.dims = grown;
-  H5Id file_space(MOE_H5_CHECK(H5Dget_space(d.dset.get())), H5Sclose);
-  MOE_H5_CHECK(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                   count.data(), nullptr));
-  H5Id mem_space(
-      MOE_H5_CHECK(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr)),
-      H5Sclose);
-  MOE_H5_CHECK(
-      H5Dwrite(d.dset.get(), d.mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, values));
+  // Measured: keeping the two dataspaces instead of H5Dget_space/H5Screate_simple per append.
+  const int rank = static_cast<int>(d.dims.size());
+  d.start[0] = d.dims[0];
+  d.dims[0] += 1;
+  MOE_H5_CHECK(H5Dset_extent(d.dset.get(), d.dims.data()));
+  MOE_H5_CHECK(H5Sset_extent_simple(d.file_space.get(), rank, d.dims.data(), nullptr));
+  MOE_H5_CHECK(H5Sselect_hyperslab(d.file_space.get(), H5S_SELECT_SET, d.start.data(), nullptr,
+                                   d.count.data(), nullptr));
+  MOE_H5_CHECK(H5Dwrite(d.dset.get(), d.mem_type, d.row_space.get(), d.file_space.get(),
+                        H5P_DEFAULT, values));
 }
 
 void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hid_t fapl) {

@@ -92,6 +92,10 @@ struct H5RowDataset {
   H5Id dset;
   hid_t mem_type = H5I_INVALID_HID;  // native type of the appended values
   std::vector<hsize_t> dims;         // current extent, dims[0] = rows
+  // Kept from one append to the next rather than made anew: the dataset's file dataspace (its
+  // extent set to dims, the new row selected) and the memory dataspace of one row.
+  H5Id file_space, row_space;
+  std::vector<hsize_t> start, count;  // the hyperslab of the last row: start[0] = dims[0] − 1
 };
 
 // Creates `name` of shape [0, row_dims...], unlimited along the first dimension; `dcpl` must set
@@ -99,6 +103,7 @@ struct H5RowDataset {
 H5RowDataset h5_row_dataset_create(hid_t loc, const char* name, hid_t file_type, hid_t mem_type,
                                    const std::vector<hsize_t>& row_dims, hid_t dcpl, hid_t dapl);
 // Extends by one row and writes `values` (one row: product(row_dims) values of mem_type) to it.
+// After a throw `d` may count a row the file does not hold: append no more to it.
 void h5_row_dataset_append(H5RowDataset& d, const void* values);
 
 // Copies the root attributes and every object under the root of the closed file `src` into a new

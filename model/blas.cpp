@@ -132,6 +132,19 @@ template void gemm_ld<float>(bool, bool, int, int, int, float, const float*, int
 template void gemm_ld<double>(bool, bool, int, int, int, double, const double*, int, const double*,
                               int, double, double*, int, std::source_location);
 
+namespace {
+
+// OpenBLAS's OpenMP build splits a threaded GEMM for the threads it asks libgomp for and waits for
+// every part. With dynamic adjustment on (OMP_DYNAMIC=true) libgomp may start fewer on a busy
+// machine, and the GEMM never returns: seen as a test spinning forever in sgemm_thread_nn. So
+// dynamic adjustment is off before any GEMM can run, whatever the environment says.
+const bool kOmpDynamicOff = [] {
+  omp_set_dynamic(0);
+  return true;
+}();
+
+}  // namespace
+
 void blas_set_threads(int n) {
   if (n < 1) {
     throw BlasError("openblas_set_num_threads refused: thread count must be >= 1, got " +
@@ -139,6 +152,7 @@ void blas_set_threads(int n) {
   }
   openblas_set_num_threads(n);
   omp_set_num_threads(n);
+  omp_set_dynamic(0);  // see kOmpDynamicOff
 }
 
 std::string blas_info() {

@@ -45,7 +45,9 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha,
              T* C, int ldc,        // [M,N], rows ldc apart
              std::source_location where = std::source_location::current());
 
-// OpenBLAS threads used by this process from now on; n >= 1, else BlasError.
+// Threads used by this process from now on, OpenBLAS's and the model's own OpenMP loops alike
+// (OpenBLAS is its OpenMP build); n >= 1, else BlasError. Also keeps OpenMP's dynamic adjustment
+// off, which OpenBLAS cannot work with.
 void blas_set_threads(int n);
 
 // openblas_get_config() and the core in use, e.g. "OpenBLAS 0.3.21 ... DYNAMIC_ARCH ... core

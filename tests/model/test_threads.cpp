@@ -28,8 +28,11 @@ class Threads : public ::testing::Test {
 };
 
 TEST_F(Threads, ParallelTasksRunEveryTaskOnceAndCarryExceptionsOut) {
+  EXPECT_EQ(omp_get_dynamic(), 0);  // off from the start, even under OMP_DYNAMIC=true
+  omp_set_dynamic(1);
   blas_set_threads(2);
   EXPECT_EQ(omp_get_max_threads(), 2);  // blas_set_threads sets OpenMP's count too
+  EXPECT_EQ(omp_get_dynamic(), 0);      // and keeps dynamic adjustment off
   std::vector<std::atomic<int>> calls(100);
   parallel_tasks(100, [&](int64_t i) { calls[i].fetch_add(1); });
   for (const auto& c : calls) EXPECT_EQ(c.load(), 1);
