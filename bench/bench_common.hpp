@@ -67,8 +67,10 @@ inline std::string blas_env_description() {
   return out;
 }
 
-// BLAS threads per rank: `requested` if > 0, else cores / ranks on this node (at least 1), as the
-// training loop does. Collective over `world` (the node split). Returns the count set.
+// Threads per rank: `requested` if > 0, else cores / ranks on this node (at least 1), as the
+// training loop does; for the model (blas_set_threads) and for OpenBLAS's own threads, which the
+// benchmarks' plain cblas_sgemm references use. Collective over `world` (the node split).
+// Returns the count set.
 inline int set_blas_threads(const Comm& world, int requested) {
   int n = requested;
   if (n <= 0) {
@@ -77,6 +79,7 @@ inline int set_blas_threads(const Comm& world, int requested) {
     n = std::max(1, cores / node.size());
   }
   blas_set_threads(n);
+  blas_set_library_threads(n);
   return n;
 }
 

@@ -65,9 +65,17 @@ void set_flops(benchmark::State& state, double flops_per_iteration) {
       benchmark::Counter(flops_per_iteration, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Threads: the plain cblas_sgemm references run on OpenBLAS's own threads; the model's code
+// (moe::gemm, linear, SwiGLU, the MoE layer) on its OpenMP threads with OpenBLAS single-threaded
+// inside, as in training. Each benchmark sets the one it measures; both counts are --blas-threads.
+int g_threads = 1;
+void use_cblas_threads() { moe::blas_set_library_threads(g_threads); }
+void use_model_threads() { moe::blas_set_threads(g_threads); }
+
 // ---- plain GEMMs ------------------------------------------------------------------------------
 
 void BM_sgemm(benchmark::State& state) {
+  use_cblas_threads();
   const int M = static_cast<int>(state.range(0)), K = static_cast<int>(state.range(1)),
             N = static_cast<int>(state.range(2));
   const auto A = random_matrix(size_t{1} * M * K, 1), B = random_matrix(size_t{1} * K * N, 2);
@@ -81,6 +89,7 @@ void BM_sgemm(benchmark::State& state) {
 }
 
 void BM_gemm_checked(benchmark::State& state) {
+  use_model_threads();
   const int M = static_cast<int>(state.range(0)), K = static_cast<int>(state.range(1)),
             N = static_cast<int>(state.range(2));
   const auto A = random_matrix(size_t{1} * M * K, 1), B = random_matrix(size_t{1} * K * N, 2);
@@ -95,6 +104,7 @@ void BM_gemm_checked(benchmark::State& state) {
 // ---- linear layer against the same cblas calls ------------------------------------------------
 
 void BM_linear_fwd(benchmark::State& state) {
+  use_model_threads();
   const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
             O = static_cast<int>(state.range(2));
   const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
@@ -107,6 +117,7 @@ void BM_linear_fwd(benchmark::State& state) {
 }
 
 void BM_sgemm_nn(benchmark::State& state) {
+  use_cblas_threads();
   const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
             O = static_cast<int>(state.range(2));
   const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
@@ -120,6 +131,7 @@ void BM_sgemm_nn(benchmark::State& state) {
 }
 
 void BM_linear_bwd(benchmark::State& state) {
+  use_model_threads();
   const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
             O = static_cast<int>(state.range(2));
   const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
@@ -133,6 +145,7 @@ void BM_linear_bwd(benchmark::State& state) {
 }
 
 void BM_sgemm_bwd_pair(benchmark::State& state) {
+  use_cblas_threads();
   const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
             O = static_cast<int>(state.range(2));
   const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
@@ -152,6 +165,7 @@ void BM_sgemm_bwd_pair(benchmark::State& state) {
 // ---------------------------------------
 
 void BM_swiglu_fwd(benchmark::State& state) {
+  use_model_threads();
   const int64_t n = state.range(0);
   const auto g = random_matrix(n, 1), v = random_matrix(n, 2);
   std::vector<float> h(n);
@@ -164,6 +178,7 @@ void BM_swiglu_fwd(benchmark::State& state) {
 }
 
 void BM_swiglu_bwd(benchmark::State& state) {
+  use_model_threads();
   const int64_t n = state.range(0);
   const auto g = random_matrix(n, 1), v = random_matrix(n, 2), d_h = random_matrix(n, 3);
   std::vector<float> d_g(n), d_v(n);
@@ -238,6 +253,7 @@ const Comm& self_comm() {
 }
 
 void BM_moe_layer(benchmark::State& state) {
+  use_model_threads();
   MoeBench b(static_cast<int>(state.range(0)), state.range(1) != 0);
   EpExchange ex(self_comm());
   b.step(ex);  // warm-up: sizes every buffer
@@ -263,6 +279,7 @@ void BM_moe_layer(benchmark::State& state) {
 
 // The same GEMMs as BM_moe_layer (per-expert row counts of its routing), cblas_sgemm only.
 void BM_moe_layer_gemms(benchmark::State& state) {
+  use_cblas_threads();
   MoeBench b(static_cast<int>(state.range(0)), state.range(1) != 0);
   EpExchange ex(self_comm());
   b.step(ex);
@@ -408,6 +425,7 @@ int main(int argc, char** argv) {
   }
   int n = static_cast<int>(args.size());
   const moe::Comm world = moe::Comm::world();
+  moe::bench::g_threads = threads;
   moe::blas_set_threads(threads);
   moe::bench::print_banner(world, "bench_gemm",
                            "expert GEMMs, linear, MoE layer fwd+bwd vs cblas_sgemm (GFLOP/s)",

@@ -13,9 +13,13 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MOE_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
   MOE_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   MOE_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
+  int rank = -1;
+  MOE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  mpi_remember_world_rank(rank);
 }
 
 MpiSession::~MpiSession() {
+  mpi_remember_world_rank(-1);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();

@@ -1,11 +1,23 @@
 // Out-of-line part of MOE_MPI_CHECK.
 #include "comm/mpi_check.hpp"
 
+#include <atomic>
 #include <cstdio>
 
 namespace moe {
 
+namespace {
+
+// The world rank, remembered by MpiSession: error messages built on other threads (a BLAS check
+// failing inside a parallel task) must not call MPI there, which MPI_THREAD_FUNNELED forbids.
+std::atomic<int> g_world_rank{-1};
+
+}  // namespace
+
+void mpi_remember_world_rank(int rank) { g_world_rank.store(rank); }
+
 int mpi_world_rank_or_minus_one() {
+  if (const int rank = g_world_rank.load(); rank >= 0) return rank;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

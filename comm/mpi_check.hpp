@@ -17,8 +17,11 @@ class MpiError : public std::runtime_error {
 // Builds the message and throws; kept out of line so the macro stays small.
 [[noreturn]] void mpi_fail(int code, const char* call, const char* file, int line);
 
-// World rank for messages, or -1 before MPI_Init / after MPI_Finalize.
+// World rank for messages, or -1 before MPI_Init / after MPI_Finalize. Safe on any thread once
+// MpiSession has remembered the rank (it calls MPI only when nothing is remembered).
 int mpi_world_rank_or_minus_one();
+// Called by MpiSession: the rank to report from now on (-1: ask MPI again).
+void mpi_remember_world_rank(int rank);
 
 }  // namespace moe
 

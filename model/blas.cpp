@@ -1,5 +1,5 @@
-// The checked OpenBLAS GEMM, thread control and library description. This is the only file that
-// includes <cblas.h>.
+// The checked OpenBLAS GEMM (large ones split over the model's threads), thread control and library
+// description. This is the only file of the libraries that includes <cblas.h>.
 // Legend: M, N, K are the GEMM's dimensions, C[M,N] = op(A)[M,K]·op(B)[K,N].
 #include "model/blas.hpp"
 
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/mpi_check.hpp"
+#include "model/parallel.hpp"
 
 namespace moe {
 namespace {
@@ -55,6 +56,58 @@ bool fits_int(int64_t elements) { return elements <= INT_MAX; }
   } while (0)
 
 namespace moe {
+namespace {
+
+// OpenBLAS runs single-threaded, always: the model's threads are OpenMP threads (blas_set_threads)
+// and a large GEMM is split over them by gemm_blocks. Set before any GEMM can run.
+const bool kOpenBlasSingleThreaded = [] {
+  openblas_set_num_threads(1);
+  return true;
+}();
+
+template <class T>
+void gemm_call(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda,
+               const T* B, int ldb, T beta, T* C, int ldc) {
+  const CBLAS_TRANSPOSE op_a = trans_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE op_b = trans_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+// A GEMM of at least kSplitFlops called outside the model's parallel regions is cut into blocks
+// of C fixed by its shape alone (kColBlock columns when N >= M, else kRowBlock rows), each one
+// single-threaded OpenBLAS call, run as parallel tasks. Inside a parallel region (an expert's or a
+// head's task) it is one call. Either way its bits do not depend on the thread count. OpenBLAS's
+// own threading is not used: on some of its kernels (Haswell, Zen) 2 threads round differently
+// from 1. omp_get_level counts inactive regions too, so "inside" does not depend on the count.
+constexpr double kSplitFlops = 4e6;
+constexpr int kRowBlock = 64, kColBlock = 128;
+
+template <class T>
+void gemm_blocks(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda,
+                 const T* B, int ldb, T beta, T* C, int ldc) {
+  if (omp_get_level() > 0 || 2.0 * M * N * K < kSplitFlops) {
+    gemm_call(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else if (N >= M) {
+    parallel_tasks((N + kColBlock - 1) / kColBlock, [&](int64_t b) {
+      const int n0 = static_cast<int>(b) * kColBlock, nb = std::min(kColBlock, N - n0);
+      const T* B0 = trans_b ? B + int64_t{n0} * ldb : B + n0;  // columns n0.. of op(B)
+      gemm_call(trans_a, trans_b, M, nb, K, alpha, A, lda, B0, ldb, beta, C + n0, ldc);
+    });
+  } else {
+    parallel_tasks((M + kRowBlock - 1) / kRowBlock, [&](int64_t b) {
+      const int m0 = static_cast<int>(b) * kRowBlock, mb = std::min(kRowBlock, M - m0);
+      const T* A0 = trans_a ? A + m0 : A + int64_t{m0} * lda;  // rows m0.. of op(A)
+      gemm_call(trans_a, trans_b, mb, N, K, alpha, A0, lda, B, ldb, beta, C + int64_t{m0} * ldc,
+                ldc);
+    });
+  }
+}
+
+}  // namespace
 
 template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, const T* B,
@@ -76,15 +129,9 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
     return;
   }
   MOE_BLAS_CHECK(A != nullptr && B != nullptr, call, shape, where);
-  const CBLAS_TRANSPOSE op_a = trans_a ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE op_b = trans_b ? CblasTrans : CblasNoTrans;
   const int lda = trans_a ? M : K;  // row length of A as stored
   const int ldb = trans_b ? K : N;  // row length of B as stored
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
-  } else {
-    cblas_dgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
-  }
+  gemm_blocks(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
 }
 
 template void gemm<float>(bool, bool, int, int, int, float, const float*, const float*, float,
@@ -118,13 +165,7 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* 
     return;
   }
   MOE_BLAS_CHECK(A != nullptr && B != nullptr, call, shape, where);
-  const CBLAS_TRANSPOSE op_a = trans_a ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE op_b = trans_b ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  } else {
-    cblas_dgemm(CblasRowMajor, op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  }
+  gemm_blocks(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 template void gemm_ld<float>(bool, bool, int, int, int, float, const float*, int, const float*, int,
@@ -132,27 +173,21 @@ template void gemm_ld<float>(bool, bool, int, int, int, float, const float*, int
 template void gemm_ld<double>(bool, bool, int, int, int, double, const double*, int, const double*,
                               int, double, double*, int, std::source_location);
 
-namespace {
-
-// OpenBLAS's OpenMP build splits a threaded GEMM for the threads it asks libgomp for and waits for
-// every part. With dynamic adjustment on (OMP_DYNAMIC=true) libgomp may start fewer on a busy
-// machine, and the GEMM never returns: seen as a test spinning forever in sgemm_thread_nn. So
-// dynamic adjustment is off before any GEMM can run, whatever the environment says.
-const bool kOmpDynamicOff = [] {
-  omp_set_dynamic(0);
-  return true;
-}();
-
-}  // namespace
-
 void blas_set_threads(int n) {
+  if (n < 1) {
+    throw BlasError("blas_set_threads refused: thread count must be >= 1, got " +
+                    std::to_string(n));
+  }
+  omp_set_num_threads(n);
+  openblas_set_num_threads(1);  // see kOpenBlasSingleThreaded
+}
+
+void blas_set_library_threads(int n) {
   if (n < 1) {
     throw BlasError("openblas_set_num_threads refused: thread count must be >= 1, got " +
                     std::to_string(n));
   }
   openblas_set_num_threads(n);
-  omp_set_num_threads(n);
-  omp_set_dynamic(0);  // see kOmpDynamicOff
 }
 
 std::string blas_info() {
@@ -168,12 +203,16 @@ double blas_sgemm_gflops(int M, int K, int N, double seconds) {
       c(static_cast<size_t>(M) * N, 0.0f);
   const int threads = openblas_get_num_threads();
   openblas_set_num_threads(1);
-  gemm(false, false, M, N, K, 1.0f, a.data(), b.data(), 0.0f, c.data());  // warm-up
+  // One plain call at a time, not gemm: gemm would split it over the model's threads.
+  auto call = [&] {
+    gemm_call(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+  };
+  call();  // warm-up
   const auto start = std::chrono::steady_clock::now();
   double elapsed = 0;
   int64_t calls = 0;
   while (elapsed < seconds) {
-    gemm(false, false, M, N, K, 1.0f, a.data(), b.data(), 0.0f, c.data());
+    call();
     ++calls;
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }

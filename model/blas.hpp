@@ -19,7 +19,9 @@ class BlasError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Row-major, dense leading dimensions: C = alpha·op(A)·op(B) + beta·C.
+// Row-major, dense leading dimensions: C = alpha·op(A)·op(B) + beta·C. Called outside the model's
+// parallel regions, a GEMM of at least 4 MFLOP is cut into blocks of C fixed by its shape (64 rows
+// or 128 columns) that run on the model's threads; its bits never depend on the thread count.
 // A is [M,K] ([K,M] if trans_a), B is [K,N] ([N,K] if trans_b), C is [M,N].
 // M == 0 or N == 0: nothing to do, no pointer is read. K == 0: C = beta·C (C = 0 when beta == 0,
 // so that stale NaNs in C do not survive, as BLAS promises for beta == 0).
@@ -45,10 +47,13 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha,
              T* C, int ldc,        // [M,N], rows ldc apart
              std::source_location where = std::source_location::current());
 
-// Threads used by this process from now on, OpenBLAS's and the model's own OpenMP loops alike
-// (OpenBLAS is its OpenMP build); n >= 1, else BlasError. Also keeps OpenMP's dynamic adjustment
-// off, which OpenBLAS cannot work with.
+// The model's threads from now on (OpenMP: the parallel loops and tasks of model/, and the blocks
+// a large GEMM is split into); n >= 1, else BlasError. OpenBLAS itself stays single-threaded.
 void blas_set_threads(int n);
+
+// OpenBLAS's own threads, for the benchmarks' plain cblas calls (the reference rates); the next
+// blas_set_threads sets them back to 1. n >= 1, else BlasError.
+void blas_set_library_threads(int n);
 
 // openblas_get_config() and the core in use, e.g. "OpenBLAS 0.3.21 ... DYNAMIC_ARCH ... core
 // SkylakeX", for the configuration table printed at start.

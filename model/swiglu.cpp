@@ -31,7 +31,7 @@ inline void forward_block(T* h, const T* g, const T* v, int64_t n, T lim) {
   for (int64_t i = 0; i < n; ++i) {
     const T gi = g[i], vi = v[i];  // values, not references into memory, for min/max
     const T gc = std::min(gi, lim);                 // g' = min(g, limit)
-    const T vc = std::max(-lim, std::min(vi, lim));  // v' = clamp(v, ±limit)
+    const T vc = std::min(std::max(vi, -lim), lim);  // v' = clamp(v, ±limit); NaN stays NaN
     h[i] = gc * stable_sigmoid(gc) * vc;
   }
 }
@@ -42,7 +42,7 @@ inline void backward_block(T* d_g, T* d_v, const T* d_h, const T* g, const T* v,
   for (int64_t i = 0; i < n; ++i) {
     const T gi = g[i], vi = v[i];
     const T gc = std::min(gi, lim);
-    const T vc = std::max(-lim, std::min(vi, lim));
+    const T vc = std::min(std::max(vi, -lim), lim);
     const T sig = stable_sigmoid(gc);
     const T silu = gc * sig;
     // h = silu(g')·v', g' = min(g, limit)  ->  d_g = d_h·v'·silu'(g')·[g <= limit]

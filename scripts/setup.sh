@@ -4,11 +4,10 @@
 set -euo pipefail
 
 # Debian packages: compiler tool chain, MPI, BLAS, HDF5, Boost, test and benchmark libraries.
-# OpenBLAS is its OpenMP build: the model's own loops share its OpenMP threads (CMakeLists.txt).
 debs=(
   build-essential cmake pkg-config
   openmpi-bin libopenmpi-dev
-  libopenblas-openmp-dev
+  libopenblas-dev
   libhdf5-dev hdf5-tools
   libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev

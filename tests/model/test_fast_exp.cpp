@@ -65,7 +65,7 @@ TEST(FastExp, SwigluKernelCloneMatchesScalarFormulaBitwise) {
     swiglu_backward(d_g.data(), d_v.data(), d_h.data(), g.data(), v.data(), n, limit);
     const float lim = limit > 0 ? limit : std::numeric_limits<float>::infinity();
     for (int64_t i = 0; i < n; ++i) {
-      const float gc = std::min(g[i], lim), vc = std::max(-lim, std::min(v[i], lim));
+      const float gc = std::min(g[i], lim), vc = std::min(std::max(v[i], -lim), lim);
       const float sig = stable_sigmoid(gc);
       const float want_h = gc * sig * vc;
       const float dg = d_h[i] * vc * sig * (1.0f + gc * (1.0f - sig));

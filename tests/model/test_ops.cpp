@@ -170,6 +170,17 @@ TEST(SwigluGrad, ClampedEntriesHaveZeroGradient) {
   EXPECT_TRUE(d_v[0] != 0.0 && d_g[1] != 0.0 && d_g[2] != 0.0);
 }
 
+// A NaN in either projection stays a NaN in h: a diverging run must not look finite.
+TEST(SwigluForward, NanInEitherInputGivesNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (float limit : {10.0f, 0.0f}) {
+    const float g[2] = {nan, 1.0f}, v[2] = {1.0f, nan};
+    float h[2];
+    swiglu_forward(h, g, v, 2, limit);
+    EXPECT_TRUE(std::isnan(h[0]) && std::isnan(h[1])) << "limit " << limit;
+  }
+}
+
 TEST(SwigluForward, FiniteForLargeInputs) {
   const float g[4] = {-1e4f, 1e4f, -100.0f, 100.0f}, v[4] = {1.0f, 1.0f, 2.0f, 2.0f};
   const float d_h[4] = {1.0f, 1.0f, 1.0f, 1.0f};
