@@ -22,13 +22,12 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "model/blas.hpp"
 #include "model/fast_exp.hpp"
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
-#include "model/simd.hpp"
+#include "model/softmax_rows.hpp"
 
 namespace moe {
 
@@ -130,94 +129,6 @@ void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d) {
   saved.d_v_heads.assign(size_t(d.H) * S * d.hd, T(0));
 }
 
-// Lanes of the row reductions below: 16 independent accumulators, so that the loops vectorise
-// (one serial chain of maxss/addss costs a latency per element).
-constexpr int kLanes = 16;
-
-// max_c x[c] over n >= 1 elements; exact, so the same whatever the order of comparisons.
-template <class T>
-static T row_max(const T* x, int n) {
-  T acc[kLanes];
-  std::fill(acc, acc + kLanes, -std::numeric_limits<T>::infinity());
-  int c0 = 0;
-  for (; c0 + kLanes <= n; c0 += kLanes) {
-    for (int i = 0; i < kLanes; ++i) acc[i] = std::max(acc[i], x[c0 + i]);
-  }
-  for (int c = c0; c < n; ++c) acc[0] = std::max(acc[0], x[c]);
-  return *std::max_element(acc, acc + kLanes);
-}
-
-// Σ_c x[c] in kLanes partial sums, added in a fixed order: depends on n and the values only.
-template <class T>
-static T row_sum(const T* x, int n) {
-  T acc[kLanes] = {};
-  int c0 = 0;
-  for (; c0 + kLanes <= n; c0 += kLanes) {
-    for (int i = 0; i < kLanes; ++i) acc[i] += x[c0 + i];
-  }
-  for (int c = c0; c < n; ++c) acc[0] += x[c];
-  T total = T(0);
-  for (int i = 0; i < kLanes; ++i) total += acc[i];
-  return total;
-}
-
-// Σ_c x[c]·y[c] in kLanes partial sums, added in a fixed order: depends on n and the values only.
-template <class T>
-static T row_dot(const T* x, const T* y, int n) {
-  T acc[kLanes] = {};
-  int c0 = 0;
-  for (; c0 + kLanes <= n; c0 += kLanes) {
-    for (int i = 0; i < kLanes; ++i) acc[i] += x[c0 + i] * y[c0 + i];
-  }
-  for (int c = c0; c < n; ++c) acc[0] += x[c] * y[c];
-  T sum = T(0);
-  for (int i = 0; i < kLanes; ++i) sum += acc[i];
-  return sum;
-}
-
-// Row s of a query tile, in place: the scores of its visible columns [first, last] become
-// P = softmax over them (the row max subtracted, so that exp cannot overflow), every other column
-// of the n exactly 0, so that P·v adds nothing from them.
-template <class T>
-static inline void softmax_row(T* pr, int first, int last, int n) {
-  const T z_max = row_max(pr + first, last - first + 1);
-  for (int c = first; c <= last; ++c) pr[c] = kernel_exp(pr[c] - z_max);  // vectorises
-  const T inv_sum = T(1) / row_sum(pr + first, last - first + 1);
-  for (int c = first; c <= last; ++c) pr[c] *= inv_sum;
-  std::fill(pr, pr + first, T(0));
-  std::fill(pr + last + 1, pr + n, T(0));
-}
-
-// P = softmax_row(z)  ->  d_z = P ⊙ (d_P − rowsum(d_P ⊙ P)), in place of d_P, over n columns.
-// Masked entries have P = 0 exactly: they add nothing to the row sum and get d_z = 0.
-template <class T>
-static inline void softmax_row_backward(T* dr, const T* pr, int n) {
-  const T p_dot_dp = row_dot(pr, dr, n);
-  for (int c = 0; c < n; ++c) dr[c] = pr[c] * (dr[c] - p_dot_dp);
-}
-
-// The float rows, one clone per instruction-set level (model/simd.hpp).
-MOE_SIMD_CLONES static void softmax_row_f32(float* pr, int first, int last, int n) {
-  softmax_row(pr, first, last, n);
-}
-MOE_SIMD_CLONES static void softmax_row_backward_f32(float* dr, const float* pr, int n) {
-  softmax_row_backward(dr, pr, n);
-}
-template <class T> static void softmax_row_any(T* pr, int first, int last, int n) {
-  if constexpr (std::is_same_v<T, float>) {
-    softmax_row_f32(pr, first, last, n);
-  } else {
-    softmax_row(pr, first, last, n);
-  }
-}
-template <class T> static void softmax_row_backward_any(T* dr, const T* pr, int n) {
-  if constexpr (std::is_same_v<T, float>) {
-    softmax_row_backward_f32(dr, pr, n);
-  } else {
-    softmax_row_backward(dr, pr, n);
-  }
-}
-
 // The query rows [s0, s1) of tile t and the keys [lo, s1) they see between them; row s sees only
 // keys [max(0, s − Wk + 1), s], columns [first, last] of the tile's n = s1 − lo.
 struct QueryTile {
@@ -251,7 +162,7 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v
       for (int r = 0; r < m; ++r) {
         const int s = s0 + r;
         const int first = std::max(0, s - Wk + 1) - lo, last = s - lo;  // visible columns
-        softmax_row_any(p + int64_t{r} * Kt, first, last, n);
+        softmax_row_masked(p + int64_t{r} * Kt, first, last, n);
       }
       // o_s = Σ_j P[s, j]·v_j
       gemm_ld(false, false, m, hd, n, T(1), p, Kt,
@@ -262,10 +173,10 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v
 
 // Backward of core_forward for one sequence, from d_concat: d_q = ∂L/∂q (every row and head
 // written once), d_k, d_v += ∂L/∂k, ∂L/∂v. Each head is a task of its own with its own scratch:
-// d_p [H, Tq, Kt], and its share of d_k and d_v in dk_heads, dv_heads [H, S, hd]; the heads of a
+// d_p [H, Tq, Kt], and its share of d_k and d_v in d_k_heads, d_v_heads [H, S, hd]; the heads of a
 // kv group are then added in head order, so the sums do not depend on the threads.
 template <class T>
-static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p_heads, T* dk_heads, T* dv_heads,
+static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p_heads, T* d_k_heads, T* d_v_heads,
                           const T* d_concat, const T* probs, const T* q, const T* k, const T* v,
                           const AttnDims& d) {
   const int S = d.S, hd = d.hd, HD = d.H * hd, KD = d.KVH * hd, Wk = attn_keys_per_row(d);
@@ -275,10 +186,10 @@ static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p_heads, T* dk_heads, T* 
   parallel_tasks(d.H, [&](int64_t task) {
     const int h = static_cast<int>(task), g = h / group;
     T* d_p = d_p_heads + int64_t{h} * std::min(S, kQueryTile) * Kt;
-    T* dk_h = dk_heads + int64_t{h} * S * hd;  // [S, hd]
-    T* dv_h = dv_heads + int64_t{h} * S * hd;
-    std::fill(dk_h, dk_h + int64_t{S} * hd, T(0));
-    std::fill(dv_h, dv_h + int64_t{S} * hd, T(0));
+    T* d_k_h = d_k_heads + int64_t{h} * S * hd;  // [S, hd]
+    T* d_v_h = d_v_heads + int64_t{h} * S * hd;
+    std::fill(d_k_h, d_k_h + int64_t{S} * hd, T(0));
+    std::fill(d_v_h, d_v_h + int64_t{S} * hd, T(0));
     for (int t = 0; t < num_tiles; ++t) {
       const auto [s0, s1, lo] = query_tile(t, S, Wk);
       const int m = s1 - s0, n = s1 - lo;
@@ -290,28 +201,28 @@ static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p_heads, T* dk_heads, T* 
       // o_s = Σ_j P[s, j]·v_j  ->  d_P = d_o·vᵀ
       gemm_ld(false, true, m, n, hd, T(1), d_o, HD, v_g, KD, T(0), d_p, Kt);
       // o_s = Σ_j P[s, j]·v_j  ->  d_v += Pᵀ·d_o
-      gemm_ld(true, false, n, hd, m, T(1), p, Kt, d_o, HD, T(1), dv_h + int64_t{lo} * hd, hd);
+      gemm_ld(true, false, n, hd, m, T(1), p, Kt, d_o, HD, T(1), d_v_h + int64_t{lo} * hd, hd);
       // P = softmax_row(z)  ->  d_z, in place of d_P
       for (int r = 0; r < m; ++r) {
-        softmax_row_backward_any(d_p + int64_t{r} * Kt, p + int64_t{r} * Kt, n);
+        softmax_row_backward(d_p + int64_t{r} * Kt, p + int64_t{r} * Kt, n);
       }
       // z = q·kᵀ/sqrt(hd)  ->  d_q = d_z·k/sqrt(hd) (each tile's rows of head h written once)
       gemm_ld(false, false, m, hd, n, scale, d_p, Kt, k_g, KD, T(0),
               d_q + int64_t{s0} * HD + h * hd, HD);
       // z = q·kᵀ/sqrt(hd)  ->  d_k += d_zᵀ·q/sqrt(hd)
-      gemm_ld(true, false, n, hd, m, scale, d_p, Kt, q_h, HD, T(1), dk_h + int64_t{lo} * hd, hd);
+      gemm_ld(true, false, n, hd, m, scale, d_p, Kt, q_h, HD, T(1), d_k_h + int64_t{lo} * hd, hd);
     }
   });
   for (int h = 0; h < d.H; ++h) {
     const int g = h / group;
-    const T* dk_h = dk_heads + int64_t{h} * S * hd;
-    const T* dv_h = dv_heads + int64_t{h} * S * hd;
+    const T* d_k_h = d_k_heads + int64_t{h} * S * hd;
+    const T* d_v_h = d_v_heads + int64_t{h} * S * hd;
     for (int s = 0; s < S; ++s) {
       T* dk = d_k + int64_t{s} * KD + g * hd;
       T* dv = d_v + int64_t{s} * KD + g * hd;
       for (int c = 0; c < hd; ++c) {
-        dk[c] += dk_h[int64_t{s} * hd + c];
-        dv[c] += dv_h[int64_t{s} * hd + c];
+        dk[c] += d_k_h[int64_t{s} * hd + c];
+        dv[c] += d_v_h[int64_t{s} * hd + c];
       }
     }
   }

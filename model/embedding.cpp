@@ -6,7 +6,6 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "model/fast_exp.hpp"
 #include "model/parallel.hpp"
@@ -37,8 +36,8 @@ void embedding_backward(T* d_table, const T* d_out, const int32_t* ids, int N, i
 }
 
 template <class T>
-double cross_entropy_forward_backward(T* d_logits, const T* logits, const int32_t* targets, int N,
-                                      int V, double scale) {
+double cross_entropy_forward_backward(T* d_logits, double* row_loss, const T* logits,
+                                      const int32_t* targets, int N, int V, double scale) {
   for (int t = 0; t < N; ++t) {
     if (targets[t] < 0 || targets[t] >= V) {
       throw std::out_of_range("cross-entropy: target id " + std::to_string(targets[t]) +
@@ -47,7 +46,6 @@ double cross_entropy_forward_backward(T* d_logits, const T* logits, const int32_
   }
   // Rows are independent tasks; their losses are added in row order afterwards, so the total
   // does not depend on the threads.
-  std::vector<double> row_loss(static_cast<size_t>(N));
   parallel_tasks(N, [&](int64_t t) {
     const T* z = logits + static_cast<size_t>(t) * V;
     T* dz = d_logits + static_cast<size_t>(t) * V;
@@ -72,15 +70,15 @@ double cross_entropy_forward_backward(T* d_logits, const T* logits, const int32_
     dz[y] -= static_cast<T>(scale);
   });
   double total = 0.0;
-  for (double l : row_loss) total += l;
+  for (int t = 0; t < N; ++t) total += row_loss[t];
   return total;
 }
 
-#define MOE_EMBEDDING_INSTANTIATE(T)                                                     \
-  template void embedding_forward<T>(T*, const int32_t*, const T*, int, int, int);       \
-  template void embedding_backward<T>(T*, const T*, const int32_t*, int, int);           \
-  template double cross_entropy_forward_backward<T>(T*, const T*, const int32_t*, int, int, \
-                                                    double);
+#define MOE_EMBEDDING_INSTANTIATE(T)                                                         \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, int, int, int);           \
+  template void embedding_backward<T>(T*, const T*, const int32_t*, int, int);               \
+  template double cross_entropy_forward_backward<T>(T*, double*, const T*, const int32_t*, int, \
+                                                    int, double);
 MOE_EMBEDDING_INSTANTIATE(float)
 MOE_EMBEDDING_INSTANTIATE(double)
 #undef MOE_EMBEDDING_INSTANTIATE

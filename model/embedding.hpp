@@ -24,9 +24,11 @@ void embedding_backward(T* d_table,         // [V, D]
 // Softmax cross-entropy of logits against next-token targets, fused with its backward.
 // Returns Σ_t (logsumexp(logits[t]) − logits[t][targets[t]]) accumulated in double; writes
 // d_logits = (softmax(logits) − onehot(targets)) · scale, where scale is 1 / (tokens in the
-// global mean), so that the gradient is that of the global mean loss.
+// global mean), so that the gradient is that of the global mean loss. Rows run as parallel tasks;
+// their losses, kept in row_loss, are added in row order.
 template <class T>
 double cross_entropy_forward_backward(T* d_logits,             // [N, V]
+                                      double* row_loss,        // [N] scratch
                                       const T* logits,         // [N, V]
                                       const int32_t* targets,  // [N]
                                       int N, int V, double scale);

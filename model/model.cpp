@@ -73,6 +73,7 @@ void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_siz
   a.logits.assign(N * c.vocab, T(0));
   a.layer_balance_loss.assign(L, 0.0);
   a.d_logits.assign(N * c.vocab, T(0));
+  a.row_loss.assign(N, 0.0);
   a.rope = rope_table_make(c.seq_len, c.head_dim, c.rope_theta);
   const AttnDims ad = attn_dims_from(c);
   const MoeDims md = moe_dims_from(c);
@@ -161,8 +162,8 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
   rmsnorm_forward(a.final_normed.data(), rstd + last * N, resid + last * ND, dense + m.final_norm,
                   N, D, c.norm_eps);
   linear_forward(a.logits.data(), a.final_normed.data(), dense + m.lm_head, N, D, V);
-  return cross_entropy_forward_backward(a.d_logits.data(), a.logits.data(), b.targets, N, V,
-                                        b.loss_scale);
+  return cross_entropy_forward_backward(a.d_logits.data(), a.row_loss.data(), a.logits.data(),
+                                        b.targets, N, V, b.loss_scale);
 }
 
 template <class T>

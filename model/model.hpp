@@ -66,6 +66,7 @@ template <class T> struct ModelActs {
   std::vector<T> final_normed;   // [N, D]
   std::vector<T> logits;         // [N, V]
   std::vector<T> d_logits;       // [N, V] written by forward (fused cross-entropy)
+  std::vector<double> row_loss;  // [N] the cross-entropy's per-token losses (scratch)
   std::vector<T> d_resid, d_normed, d_final;  // [N, D] backward scratch
   std::vector<double> layer_balance_loss;     // [L] this rank's share, from the last forward
   RopeTable rope;                  // cos/sin for S positions

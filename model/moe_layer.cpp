@@ -177,9 +177,13 @@ template <class T> void shared_expert_forward(T* out, MoeSaved<T>& s, const T* i
 // The shared expert overlaps the dispatch all-to-all when asked to and when there is one (an EP
 // group of more than one rank); otherwise it is one more task next to the routed experts, where
 // the rank's other threads can take it.
-static bool shared_overlaps_dispatch(const MoeDims& d, const EpExchange& ex) {
+namespace {
+
+bool shared_overlaps_dispatch(const MoeDims& d, const EpExchange& ex) {
   return d.overlap_shared && ex.comm().size() > 1;
 }
+
+}  // namespace
 
 template <class T>
 void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,

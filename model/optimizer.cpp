@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
-#include <vector>
 
 namespace moe {
 
@@ -68,17 +67,20 @@ double sum_squares_serial(const float* x, size_t n) {
 }  // namespace
 
 double sum_squares(std::span<const float> values) {
-  // Fixed chunks summed in a fixed order whatever the thread count: deterministic.
-  constexpr size_t kChunk = 1 << 16;
-  const size_t n = values.size(), chunks = (n + kChunk - 1) / kChunk;
+  // At most kMaxChunks chunks of at least kMinChunk values, fixed by n alone and summed in order:
+  // the same whatever the thread count.
+  constexpr size_t kMinChunk = 1 << 16, kMaxChunks = 256;
+  const size_t n = values.size();
+  const size_t chunk = std::max(kMinChunk, (n + kMaxChunks - 1) / kMaxChunks);
+  const size_t chunks = (n + chunk - 1) / chunk;
   if (chunks <= 1) return sum_squares_serial(values.data(), n);
-  std::vector<double> part(chunks);
+  double part[kMaxChunks];
 #pragma omp parallel for schedule(static)
   for (size_t c = 0; c < chunks; ++c) {
-    part[c] = sum_squares_serial(values.data() + c * kChunk, std::min(kChunk, n - c * kChunk));
+    part[c] = sum_squares_serial(values.data() + c * chunk, std::min(chunk, n - c * chunk));
   }
   double total = 0;
-  for (double p : part) total += p;
+  for (size_t c = 0; c < chunks; ++c) total += part[c];
   return total;
 }
 

@@ -1,14 +1,45 @@
-// MOE_SIMD_CLONES: an elementwise kernel compiled for several x86-64 levels (SSE2, AVX2, AVX-512),
-// one picked once at load time for the CPU it runs on (GCC's target_clones, an ifunc resolver).
-// The kernels use only IEEE operations that give the same bits at every vector width, and
-// moe_model is built with -ffp-contract=off (no multiply-add fused into an FMA on the wider
-// levels), so every clone computes bitwise the same results: only the speed differs.
-// Other compilers and architectures get the plain function.
+// The float elementwise kernels (SwiGLU, the attention softmax rows) are compiled three times:
+// for SSE2 (any x86-64), AVX2 (x86-64-v3) and AVX-512 (x86-64-v4), and each call goes to the
+// level simd_level() names: the best this CPU has, unless a test forced a lower one. The build
+// needs no -march. Every level gives the same bits: the kernels use only IEEE operations that
+// round the same at every vector width, and moe_model is built with -ffp-contract=off (no a·b + c
+// fused into an FMA in the wider levels). tests/model/test_simd.cpp checks each level the CPU has
+// against the plain formula and reports the others as skipped.
+// Other compilers and architectures get the SSE2 (plain) build three times.
 #pragma once
 
+namespace moe {
+
+enum class SimdLevel { kSse2 = 0, kAvx2 = 1, kAvx512 = 2 };
+
+const char* simd_level_name(SimdLevel level);  // "sse2", "avx2", "avx512"
+bool simd_level_supported(SimdLevel level);    // by this CPU
+SimdLevel simd_level();                        // the level kernels run at now
+// Runs the kernels at `level` from now on (tests); std::invalid_argument if the CPU lacks it.
+void simd_level_force(SimdLevel level);
+void simd_level_reset();  // back to the best level the CPU has
+
+}  // namespace moe
+
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define MOE_SIMD_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define MOE_SIMD_TARGET_AVX512 [[gnu::target("arch=x86-64-v4")]]
+#define MOE_SIMD_TARGET_AVX2 [[gnu::target("arch=x86-64-v3")]]
 #else
-#define MOE_SIMD_CLONES
+#define MOE_SIMD_TARGET_AVX512
+#define MOE_SIMD_TARGET_AVX2
 #endif
+
+// Defines `static void name params` that calls `impl args` compiled at the level simd_level()
+// names. `impl` must be [[gnu::always_inline]] (with all it calls inline): then it is compiled
+// into each level's function rather than called at the default level.
+#define MOE_SIMD_KERNEL(name, impl, params, args)                   \
+  MOE_SIMD_TARGET_AVX512 static void name##_avx512 params { impl args; } \
+  MOE_SIMD_TARGET_AVX2 static void name##_avx2 params { impl args; }     \
+  static void name##_sse2 params { impl args; }                          \
+  static void name params {                                              \
+    switch (::moe::simd_level()) {                                       \
+      case ::moe::SimdLevel::kAvx512: return name##_avx512 args;         \
+      case ::moe::SimdLevel::kAvx2: return name##_avx2 args;             \
+      default: return name##_sse2 args;                                  \
+    }                                                                    \
+  }

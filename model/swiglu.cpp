@@ -27,7 +27,7 @@ template <class T> T clamp_bound(float limit) {
 constexpr int64_t kParallelMin = 8192;
 
 template <class T>
-inline void forward_block(T* h, const T* g, const T* v, int64_t n, T lim) {
+[[gnu::always_inline]] inline void forward_block(T* h, const T* g, const T* v, int64_t n, T lim) {
   for (int64_t i = 0; i < n; ++i) {
     const T gi = g[i], vi = v[i];  // values, not references into memory, for min/max
     const T gc = std::min(gi, lim);                 // g' = min(g, limit)
@@ -37,8 +37,8 @@ inline void forward_block(T* h, const T* g, const T* v, int64_t n, T lim) {
 }
 
 template <class T>
-inline void backward_block(T* d_g, T* d_v, const T* d_h, const T* g, const T* v, int64_t n,
-                           T lim) {
+[[gnu::always_inline]] inline void backward_block(T* d_g, T* d_v, const T* d_h, const T* g,
+                                                   const T* v, int64_t n, T lim) {
   for (int64_t i = 0; i < n; ++i) {
     const T gi = g[i], vi = v[i];
     const T gc = std::min(gi, lim);
@@ -54,15 +54,14 @@ inline void backward_block(T* d_g, T* d_v, const T* d_h, const T* g, const T* v,
   }
 }
 
-// The float loops, one clone per instruction-set level (model/simd.hpp).
-MOE_SIMD_CLONES void forward_block_f32(float* h, const float* g, const float* v, int64_t n,
-                                       float lim) {
-  forward_block(h, g, v, n, lim);
-}
-MOE_SIMD_CLONES void backward_block_f32(float* d_g, float* d_v, const float* d_h, const float* g,
-                                        const float* v, int64_t n, float lim) {
-  backward_block(d_g, d_v, d_h, g, v, n, lim);
-}
+// The float loops, one build per instruction-set level (model/simd.hpp).
+MOE_SIMD_KERNEL(forward_block_f32, forward_block,
+                (float* h, const float* g, const float* v, int64_t n, float lim),
+                (h, g, v, n, lim))
+MOE_SIMD_KERNEL(backward_block_f32, backward_block,
+                (float* d_g, float* d_v, const float* d_h, const float* g, const float* v,
+                 int64_t n, float lim),
+                (d_g, d_v, d_h, g, v, n, lim))
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 """How the Python tests launch moe_rt under mpiexec: --oversubscribe only when the ranks exceed the
-cores, Open MPI's run-as-root variables only as root, one BLAS thread per rank."""
+cores, Open MPI's run-as-root variables only as root. moe_rt picks its threads per rank itself
+(--threads, else the cores it may use / ranks on the node)."""
 import os
 
 
@@ -14,5 +15,4 @@ def run_env():
     env = dict(os.environ)
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     return env

@@ -1,7 +1,8 @@
 // Results do not depend on the number of threads: the parallel tasks (experts, attention heads and
 // tiles, cross-entropy rows, AdamW, the norm's chunks, the blocks of a split GEMM) give bitwise
-// the same training step on one thread as on two or three. CTest runs with one thread (OMP_NUM_THREADS=1); these tests set the count
-// themselves, so that the threaded paths run on every machine, even a one-core one.
+// the same training step on one thread as on two or three. CTest runs with one thread
+// (OMP_NUM_THREADS=1); these tests set the count themselves, so that the threaded paths run on
+// every machine, even a one-core one.
 #include <gtest/gtest.h>
 #include <omp.h>
 

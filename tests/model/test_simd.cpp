@@ -1,0 +1,101 @@
+// Every instruction-set level of the float elementwise kernels (model/simd.hpp) against its CPU
+// twin: the same formula compiled here at the default level (SSE2, no FMA: -ffp-contract=off),
+// compared bit for bit. A level this CPU lacks is reported as skipped, never passed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "model/simd.hpp"
+#include "model/softmax_rows.hpp"
+#include "model/swiglu.hpp"
+
+namespace moe {
+namespace {
+
+class SimdLevels : public ::testing::TestWithParam<SimdLevel> {
+ protected:
+  void SetUp() override {
+    if (!simd_level_supported(GetParam())) {
+      GTEST_SKIP() << "this CPU has no " << simd_level_name(GetParam());
+    }
+    simd_level_force(GetParam());
+  }
+  void TearDown() override { simd_level_reset(); }
+};
+
+uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
+
+// Normal, large and tiny inputs, with and without the clamp.
+TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
+  ASSERT_EQ(simd_level(), GetParam());
+  const int64_t n = 20000;
+  std::vector<float> g(n), v(n), d_h(n), h(n), d_g(n), d_v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float u = static_cast<float>(i) / n;
+    g[i] = (i % 7 == 0) ? -100.0f + 200.0f * u : 12.0f * std::sin(37.0f * u);
+    v[i] = 11.0f * std::cos(23.0f * u);
+    d_h[i] = (i % 5 == 0) ? 1e-30f : std::sin(5.0f * u);
+  }
+  for (float limit : {10.0f, 0.0f}) {
+    swiglu_forward(h.data(), g.data(), v.data(), n, limit);
+    swiglu_backward(d_g.data(), d_v.data(), d_h.data(), g.data(), v.data(), n, limit);
+    const float lim = limit > 0 ? limit : std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) {
+      const float gc = std::min(g[i], lim), vc = std::min(std::max(v[i], -lim), lim);
+      const float sig = stable_sigmoid(gc);
+      const float want_h = gc * sig * vc;
+      const float dg = d_h[i] * vc * sig * (1.0f + gc * (1.0f - sig));
+      const float want_dg = g[i] <= lim ? dg : 0.0f;
+      const float want_dv = (v[i] >= -lim && v[i] <= lim) ? d_h[i] * (gc * sig) : 0.0f;
+      ASSERT_EQ(bits(h[i]), bits(want_h)) << "h[" << i << "], limit " << limit;
+      ASSERT_EQ(bits(d_g[i]), bits(want_dg)) << "d_g[" << i << "], limit " << limit;
+      ASSERT_EQ(bits(d_v[i]), bits(want_dv)) << "d_v[" << i << "], limit " << limit;
+    }
+  }
+}
+
+// Rows of the lengths a query tile sees (up to 159 at deepseek4-tiny), every visible window.
+TEST_P(SimdLevels, SoftmaxRowsMatchTheScalarFormulaBitwise) {
+  for (int n : {1, 15, 16, 17, 64, 159}) {
+    for (int first = 0; first < n; first += 7) {
+      for (int last = first; last < n; last += 11) {
+        std::vector<float> row(n), want(n), d_row(n), d_want(n);
+        for (int c = 0; c < n; ++c) {
+          row[c] = 3.0f * std::sin(0.37f * c + n) - (c % 13 == 0 ? 90.0f : 0.0f);
+          d_row[c] = std::cos(0.11f * c * n);
+        }
+        want = row;
+        softmax_row_masked(row.data(), first, last, n);
+        softmax_row_masked_impl(want.data(), first, last, n);  // compiled here: SSE2
+        d_want = d_row;
+        softmax_row_backward(d_row.data(), row.data(), n);
+        softmax_row_backward_impl(d_want.data(), want.data(), n);
+        for (int c = 0; c < n; ++c) {
+          ASSERT_EQ(bits(row[c]), bits(want[c])) << "n " << n << " [" << first << ", " << last
+                                                 << "] column " << c;
+          ASSERT_EQ(bits(d_row[c]), bits(d_want[c])) << "backward, column " << c;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, SimdLevels,
+                         ::testing::Values(SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512),
+                         [](const ::testing::TestParamInfo<SimdLevel>& info) {
+                           return std::string(simd_level_name(info.param));
+                         });
+
+TEST(SimdLevel, ForcingALevelTheCpuLacksIsAnError) {
+  if (simd_level_supported(SimdLevel::kAvx512)) GTEST_SKIP() << "this CPU has every level";
+  EXPECT_THROW(simd_level_force(SimdLevel::kAvx512), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace moe
