@@ -1,5 +1,5 @@
 // Helpers shared by the benchmark programs of bench/: summary statistics of repeated timings (the
-// median and the spread), the machine and BLAS banner every program prints first, the BLAS thread
+// median and the spread), the machine and BLAS banner every program prints first, the thread
 // count per rank, a minimal `--name value` argument reader, and the MPI `main` of every program.
 // Benchmarks are programs, not tests (STYLE.md): nothing here asserts a speed.
 #pragma once
@@ -88,7 +88,7 @@ inline void print_banner(const Comm& world, const char* program, const std::stri
                          int blas_threads) {
   if (world.rank() != 0) return;
   std::printf("# %s: %s\n", program, what.c_str());
-  std::printf("# ranks %d, BLAS threads per rank %d\n", world.size(), blas_threads);
+  std::printf("# ranks %d, threads per rank %d\n", world.size(), blas_threads);
   std::printf("# machine: %s\n", machine_description().c_str());
   std::printf("# BLAS: %s\n", blas_info().c_str());
   std::printf("# env: %s\n", blas_env_description().c_str());

@@ -239,7 +239,7 @@ const std::vector<OptionField>& option_fields() {
             [](auto& c) -> auto& { return c.grad_clip; }),
       field("ep", "N", "expert-parallel group size P (0: largest divisor of W <= E)",
             [](auto& c) -> auto& { return c.ep; }),
-      field("threads", "N", "BLAS threads per rank (0: usable cores / ranks on the node, >= 1)",
+      field("threads", "N", "threads per rank (0: usable cores / ranks on the node, >= 1)",
             [](auto& c) -> auto& { return c.threads; }),
   };
   return fields;

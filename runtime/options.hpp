@@ -39,7 +39,7 @@ struct RunConfig {
   bool overwrite = false;                        // --overwrite: replace an existing --stats file
   int trace_every = 0;                           // --trace-every: routing traces, 0 = off
   int ep = 0;                                    // --ep: P, 0 = default_ep_size(W, E)
-  int threads = 0;                               // --threads: BLAS threads, 0 = cores / ranks
+  int threads = 0;                               // --threads: per rank, 0 = cores / ranks
 
   // Actions and provenance; not configuration, so not part of run_config_to_text.
   bool help = false;          // --help: the caller prints options_help_text() and exits

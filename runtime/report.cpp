@@ -11,7 +11,7 @@
 namespace moe {
 
 void report_config(const RunConfig& cfg, const RunShape& s) {
-  std::printf("moe_rt: %s on %d ranks (EP group %d, %d replicas), %d BLAS thread(s) per rank\n",
+  std::printf("moe_rt: %s on %d ranks (EP group %d, %d replicas), %d thread(s) per rank\n",
               cfg.model_name.c_str(), s.world_size, s.ep_size, s.world_size / s.ep_size,
               s.threads);
   std::printf("  %s\n", blas_info().c_str());
