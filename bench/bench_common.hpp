@@ -68,9 +68,8 @@ inline std::string blas_env_description() {
 }
 
 // Threads per rank: `requested` if > 0, else cores / ranks on this node (at least 1), as the
-// training loop does; for the model (blas_set_threads) and for OpenBLAS's own threads, which the
-// benchmarks' plain cblas_sgemm references use. Collective over `world` (the node split).
-// Returns the count set.
+// training loop does; the model's threads, with OpenBLAS single-threaded inside them
+// (blas_set_threads). Collective over `world` (the node split). Returns the count set.
 inline int set_blas_threads(const Comm& world, int requested) {
   int n = requested;
   if (n <= 0) {
@@ -79,9 +78,18 @@ inline int set_blas_threads(const Comm& world, int requested) {
     n = std::max(1, cores / node.size());
   }
   blas_set_threads(n);
-  blas_set_library_threads(n);
   return n;
 }
+
+// While alive, OpenBLAS runs on n threads of its own: for the plain cblas_sgemm references (the
+// rate "sgemm reaches on this machine"). Back to single-threaded, as the model needs, at the end.
+class LibraryThreads {
+ public:
+  explicit LibraryThreads(int n) { blas_set_library_threads(n); }
+  ~LibraryThreads() { blas_set_library_threads(1); }
+  LibraryThreads(const LibraryThreads&) = delete;
+  LibraryThreads& operator=(const LibraryThreads&) = delete;
+};
 
 // Rank 0 prints the banner: program, what it measures, machine, BLAS library and kernel.
 inline void print_banner(const Comm& world, const char* program, const std::string& what,

@@ -4,7 +4,8 @@
 //   sgemm/M/K/N           cblas_sgemm row-major, C[M,N] = A[M,K]·B[K,N]: the grid M = 256..2048,
 //                         K, N in {128, 256, 2048}; the median of the fastest one is printed at the
 //                         end as "sgemm peak over the model's shapes".
-//   gemm_checked/...      moe::gemm (model/blas.hpp: argument checks, then cblas_sgemm).
+//   gemm_checked/...      moe::gemm (model/blas.hpp: argument checks, then cblas_sgemm, split
+//                         over the model's threads in fixed blocks when large).
 //   linear_fwd/...        model/linear.hpp linear_forward, against sgemm_nn/... on the same shape.
 //   linear_bwd/...        linear_backward (d_in += d_out·Wᵀ, d_W += inᵀ·d_out), against
 //                         sgemm_bwd_pair/..., the same two cblas_sgemm calls.
@@ -20,11 +21,13 @@
 //
 // MoE layer FLOPs per token (forward; backward is twice that):
 //   2·D·E (router) + K·3·2·D·F (routed experts) + 3·2·D·Fs (shared expert).
-// Every benchmark reports the median, mean, stddev and cv of 5 repetitions, in real time (BLAS
-// threads run beside the timed thread).
+// Every benchmark reports the median, mean, stddev and cv of 5 repetitions, in real time (other
+// threads run beside the timed thread). The plain cblas_sgemm references run on N OpenBLAS
+// threads, the model's code on N OpenMP threads with OpenBLAS single-threaded inside, as in
+// training.
 //
 // Run: build/bench/bench_gemm [--blas-threads N] [Google Benchmark flags, e.g.
-//      --benchmark_filter=moe_layer]. Default: cores BLAS threads, about 40 s.
+//      --benchmark_filter=moe_layer]. Default: N = cores, about 40 s.
 // Legend: M, N, K GEMM dimensions in sgemm/...; rows, in, out of a linear layer; D model width,
 // F expert width, Fs shared width, E experts, K experts per token (model legend elsewhere).
 #include <benchmark/benchmark.h>
@@ -70,7 +73,10 @@ void set_flops(benchmark::State& state, double flops_per_iteration) {
 // inside, as in training. Each benchmark sets the one it measures; both counts are --blas-threads.
 int g_threads = 1;
 void use_cblas_threads() { moe::blas_set_library_threads(g_threads); }
-void use_model_threads() { moe::blas_set_threads(g_threads); }
+void use_model_threads() {
+  moe::blas_set_threads(g_threads);
+  moe::blas_set_library_threads(1);
+}
 
 // ---- plain GEMMs ------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 // bench_step: whole training steps of a preset (deepseek4-tiny by default): tokens/s, model FLOP/s
 // and MFU, and where the time goes.
 //
-//  1. sgemm rates, measured on every rank at once with the BLAS threads training uses, summed over
-//     ranks (the machine's aggregate): the peak = the best median over a few of the model's large
+//  1. sgemm rates, measured on every rank at once, plain cblas_sgemm on as many OpenBLAS threads
+//     as training has threads per rank (training itself calls OpenBLAS single-threaded from its
+//     own threads), summed over ranks (the machine's aggregate): the peak = the best median over a few of the model's large
 //     shapes (bench_gemm sweeps the whole grid), and the rate on this step's own GEMM shapes
 //     (model_flops.hpp: the GEMM list of one step, replayed through cblas_sgemm).
 //  2. train_run (runtime/train.hpp, quiet) for --steps steps; the first step is discarded; the
@@ -88,15 +89,19 @@ int run(int argc, char** argv) {
   // 1. sgemm rates, every rank at once, summed.
   const double flops_per_token = 3 * model_forward_flops_per_token(mc);  // forward + backward
   const std::vector<GemmCall> gemms = step_gemms(mc, W, P);
-  world.barrier();
-  double peak = 0;
-  for (const auto& [M, K, N] : {std::array{2048, 256, 2048}, std::array{1024, 256, 2048},
-                                std::array{256, 256, 2048}, std::array{2048, 2048, 2048}}) {
-    peak = std::max(peak, sgemm_rate(M, K, N, 5));
+  double peak = 0, replay_s = 0;
+  {
+    const LibraryThreads reference(threads);  // plain cblas_sgemm on OpenBLAS's own threads
+    world.barrier();
+    for (const auto& [M, K, N] : {std::array{2048, 256, 2048}, std::array{1024, 256, 2048},
+                                  std::array{256, 256, 2048}, std::array{2048, 2048, 2048}}) {
+      peak = std::max(peak, sgemm_rate(M, K, N, 5));
+    }
+    world.barrier();
+    replay_s = gemm_replay_seconds(gemms, 7);
   }
   peak = sum_over_ranks(world, peak);
-  world.barrier();
-  const double replay_s = max_over_ranks(world, gemm_replay_seconds(gemms, 7));
+  replay_s = max_over_ranks(world, replay_s);
   const double same_shapes = sum_over_ranks(world, gemm_flops(gemms) / replay_s);
 
   // 2. The training loop itself.

@@ -65,6 +65,21 @@ const bool kOpenBlasSingleThreaded = [] {
   return true;
 }();
 
+// OpenBLAS's OpenMP build ignores openblas_set_num_threads for its GEMMs: it follows OpenMP's
+// thread count, and called from a parallel region libgomp gave fewer threads than that count (a
+// one-thread team, dynamic adjustment, a thread limit) it waits forever for threads that do not
+// exist (reproduced: a test stuck in sgemm_thread_nn). moe_rt calls OpenBLAS from such regions, so
+// that build is refused with a message saying how to switch, rather than left to hang.
+void require_openblas_without_openmp() {
+  if (openblas_get_parallel() == 2) {
+    throw BlasError(
+        "OpenBLAS's OpenMP build is loaded (" + std::string(openblas_get_config()) +
+        "); moe_rt runs OpenBLAS single-threaded inside its own OpenMP threads, which that build "
+        "can deadlock on. Use its pthread or serial build: on Debian, 'update-alternatives "
+        "--config libopenblas.so.0-x86_64-linux-gnu' (or install libopenblas0-pthread)");
+  }
+}
+
 template <class T>
 void gemm_call(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda,
                const T* B, int ldb, T beta, T* C, int ldc) {
@@ -178,8 +193,9 @@ void blas_set_threads(int n) {
     throw BlasError("blas_set_threads refused: thread count must be >= 1, got " +
                     std::to_string(n));
   }
+  require_openblas_without_openmp();
+  openblas_set_num_threads(1);
   omp_set_num_threads(n);
-  openblas_set_num_threads(1);  // see kOpenBlasSingleThreaded
 }
 
 void blas_set_library_threads(int n) {
@@ -187,6 +203,7 @@ void blas_set_library_threads(int n) {
     throw BlasError("openblas_set_num_threads refused: thread count must be >= 1, got " +
                     std::to_string(n));
   }
+  require_openblas_without_openmp();
   openblas_set_num_threads(n);
 }
 

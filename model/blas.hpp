@@ -49,6 +49,8 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha,
 
 // The model's threads from now on (OpenMP: the parallel loops and tasks of model/, and the blocks
 // a large GEMM is split into); n >= 1, else BlasError. OpenBLAS itself stays single-threaded.
+// BlasError too when the OpenBLAS loaded is its OpenMP build, which can deadlock when called from
+// the model's threads: the message says how to switch to the pthread build.
 void blas_set_threads(int n);
 
 // OpenBLAS's own threads, for the benchmarks' plain cblas calls (the reference rates); the next

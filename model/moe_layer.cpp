@@ -198,7 +198,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     s.scores.resize(s.logits.size());
     s.expert_idx.resize(static_cast<size_t>(N) * d.K);
     s.weights.resize(s.expert_idx.size());
-    // Router in a fixed-order loop: routing is bitwise independent of N and of BLAS threading.
+    // Router in a fixed-order loop: routing is bitwise independent of N and of the threads.
     router_logits_forward(s.logits.data(), in, w.router, N, d.D, d.E);
     score_forward(s.scores.data(), s.logits.data(), N, d.E, d.score);
     select_experts(s, routing, d, N);

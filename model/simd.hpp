@@ -21,7 +21,9 @@ void simd_level_reset();  // back to the best level the CPU has
 
 }  // namespace moe
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// A build whose baseline already has AVX2 (-march=native, -march=x86-64-v3) compiles all three
+// at that baseline: a target narrower than the baseline cannot inline the kernels' code.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX2__)
 #define MOE_SIMD_TARGET_AVX512 [[gnu::target("arch=x86-64-v4")]]
 #define MOE_SIMD_TARGET_AVX2 [[gnu::target("arch=x86-64-v3")]]
 #else
@@ -30,16 +32,17 @@ void simd_level_reset();  // back to the best level the CPU has
 #endif
 
 // Defines `static void name params` that calls `impl args` compiled at the level simd_level()
-// names. `impl` must be [[gnu::always_inline]] (with all it calls inline): then it is compiled
-// into each level's function rather than called at the default level.
-#define MOE_SIMD_KERNEL(name, impl, params, args)                   \
-  MOE_SIMD_TARGET_AVX512 static void name##_avx512 params { impl args; } \
-  MOE_SIMD_TARGET_AVX2 static void name##_avx2 params { impl args; }     \
-  static void name##_sse2 params { impl args; }                          \
-  static void name params {                                              \
-    switch (::moe::simd_level()) {                                       \
-      case ::moe::SimdLevel::kAvx512: return name##_avx512 args;         \
-      case ::moe::SimdLevel::kAvx2: return name##_avx2 args;             \
-      default: return name##_sse2 args;                                  \
-    }                                                                    \
+// names. `impl` must be [[gnu::always_inline]], and each level's function is [[gnu::flatten]]:
+// everything it calls is compiled into it at its level, at any optimisation level, rather than
+// called at the default one.
+#define MOE_SIMD_KERNEL(name, impl, params, args)                                         \
+  MOE_SIMD_TARGET_AVX512 [[gnu::flatten]] static void name##_avx512 params { impl args; } \
+  MOE_SIMD_TARGET_AVX2 [[gnu::flatten]] static void name##_avx2 params { impl args; }     \
+  [[gnu::flatten]] static void name##_sse2 params { impl args; }                          \
+  static void name params {                                                               \
+    switch (::moe::simd_level()) {                                                        \
+      case ::moe::SimdLevel::kAvx512: return name##_avx512 args;                          \
+      case ::moe::SimdLevel::kAvx2: return name##_avx2 args;                              \
+      default: return name##_sse2 args;                                                   \
+    }                                                                                     \
   }

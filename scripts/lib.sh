@@ -9,7 +9,7 @@
 #   moe_launcher N  fills the array moe_launch with `mpirun -np N` and the options for N ranks:
 #                   --oversubscribe only when N exceeds the cores, --bind-to none only when N is
 #                   below them (Open MPI binds each rank to one core when N <= 2, where its
-#                   cores/ranks BLAS threads would share it), and exports Open MPI's run-as-root
+#                   cores/ranks threads would share it), and exports Open MPI's run-as-root
 #                   variables only as root
 moe_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 moe_build_dir=${MOE_RT_BUILD_DIR:-$moe_root/build}

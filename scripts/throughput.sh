@@ -13,7 +13,7 @@
 # The OpenBLAS guards OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for these runs (the kernel
 # OpenBLAS then picks is printed); --oversubscribe is added only when the ranks exceed the cores,
 # --bind-to none only when they are fewer (Open MPI would otherwise bind each rank to one core,
-# where its cores/ranks BLAS threads would share it), and the run-as-root variables only as root.
+# where its cores/ranks threads would share it), and the run-as-root variables only as root.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$moe_root"

@@ -1,6 +1,7 @@
 """How the Python tests launch moe_rt under mpiexec: --oversubscribe only when the ranks exceed the
 cores, Open MPI's run-as-root variables only as root. moe_rt picks its threads per rank itself
-(--threads, else the cores it may use / ranks on the node)."""
+(--threads, else the cores it may use / ranks on the node); OPENBLAS_NUM_THREADS=1 only keeps
+OpenBLAS from starting threads of its own at load, which moe_rt never uses."""
 import os
 
 
@@ -15,4 +16,5 @@ def run_env():
     env = dict(os.environ)
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     return env

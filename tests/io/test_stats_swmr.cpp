@@ -4,6 +4,7 @@
 // The writer runs in a forked child that makes no MPI calls; pipes keep the two in lock-step.
 // Legend: N rows, L layers, E experts, K top-k, V vocabulary, W ranks, T traced tokens.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,12 +41,31 @@ pid_t run_child(Body body) {
   ::_exit(0);
 }
 
+// waitpid, but at most 60 s: a child still running then is killed and reported.
+pid_t wait_child(pid_t pid, int* status) {
+  for (int i = 0; i < 6000; ++i) {
+    const pid_t done = ::waitpid(pid, status, WNOHANG);
+    if (done != 0) return done;
+    ::usleep(10000);
+  }
+  ADD_FAILURE() << "child " << pid << " still running after 60 s: killed";
+  ::kill(pid, SIGKILL);
+  return ::waitpid(pid, status, 0);
+}
+
 // One byte through a pipe, for lock-step between the processes.
 void send_byte(int fd) {
   const char c = 'x';
   if (::write(fd, &c, 1) != 1) throw std::runtime_error("pipe write failed");
 }
+// Waits at most 60 s: a child that died or got stuck (fork from a process with MPI's threads
+// running is not guaranteed to give a working child) fails the test instead of hanging it.
 bool receive_byte(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 60'000) != 1) {
+    ADD_FAILURE() << "no answer from the other process within 60 s";
+    return false;
+  }
   char c = 0;
   return ::read(fd, &c, 1) == 1;
 }
@@ -68,7 +88,7 @@ TEST(StatsCrash, SigkillAfterFiveRowsKeepsAllFive) {
     ::raise(SIGKILL);  // no close, no destructor
   });
   int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_EQ(wait_child(pid, &status), pid);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
   const H5Id file = open_file(path);  // SWMR read: the superblock still says "being written"
   EXPECT_EQ(committed_rows(file.get()), 5u);
@@ -86,12 +106,15 @@ TEST(StatsCrash, SigkillDuringAppendsKeepsEveryCompletedRow) {
     send_byte(ready[1]);
     write_rows(w, 5, 1000000);  // until killed, most likely inside an append
   });
-  ASSERT_TRUE(receive_byte(ready[0]));
+  ::close(ready[1]);  // the child's end: a child that dies early gives EOF, not a wait
+  const bool child_ready = receive_byte(ready[0]);
+  if (!child_ready) ::kill(pid, SIGKILL);
+  ASSERT_TRUE(child_ready);
   ::usleep(20000 + std::random_device{}() % 20000);
   ::kill(pid, SIGKILL);
   int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ::close(ready[0]), ::close(ready[1]);
+  ASSERT_EQ(wait_child(pid, &status), pid);
+  ::close(ready[0]);
   const H5Id file = open_file(path);
   const size_t n = committed_rows(file.get());
   EXPECT_GE(n, 5u);
@@ -119,7 +142,11 @@ TEST(StatsSwmr, ReaderSeesRowsAppearWhileTheWriterRuns) {
     }
     receive_byte(to_child[0]);  // stay open until the reader is done
   });
-  ASSERT_TRUE(receive_byte(to_parent[0]));
+  ::close(to_parent[1]), ::close(to_child[0]);  // the child's ends
+  if (!receive_byte(to_parent[0])) {
+    ::kill(pid, SIGKILL);
+    FAIL() << "the writer did not start";
+  }
   {
     const H5Id file = open_file(path);
     H5Id step(MOE_H5_CHECK(H5Dopen2(file.get(), "/steps/step", H5P_DEFAULT)), H5Dclose);
@@ -127,7 +154,10 @@ TEST(StatsSwmr, ReaderSeesRowsAppearWhileTheWriterRuns) {
     EXPECT_EQ(dataset_dims(step.get())[0], 0u);
     for (int s = 0; s < kRows; ++s) {
       send_byte(to_child[1]);
-      ASSERT_TRUE(receive_byte(to_parent[0]));
+      if (!receive_byte(to_parent[0])) {
+        ::kill(pid, SIGKILL);
+        FAIL() << "the writer did not append row " << s;
+      }
       MOE_H5_CHECK(H5Drefresh(step.get()));
       MOE_H5_CHECK(H5Drefresh(load.get()));
       EXPECT_EQ(dataset_dims(step.get())[0], hsize_t(s + 1));
@@ -137,9 +167,9 @@ TEST(StatsSwmr, ReaderSeesRowsAppearWhileTheWriterRuns) {
   }
   send_byte(to_child[1]);
   int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_EQ(wait_child(pid, &status), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-  for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) ::close(fd);
+  for (int fd : {to_child[1], to_parent[0]}) ::close(fd);
 }
 
 }  // namespace
