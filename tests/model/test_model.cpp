@@ -9,7 +9,7 @@
 
 #include "comm/communicator.hpp"
 #include "model/model.hpp"
-#include "model/rng.hpp"
+#include "random_batch.hpp"
 
 namespace moe {
 namespace {
@@ -70,18 +70,8 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
   routing.groups = mc.groups;
   routing.group_topk = mc.group_topk;
 
-  const int N = c.batch_per_rank * c.seq_len;
-  std::vector<int32_t> tokens(N), targets(N);
-  const uint64_t stream = rng_stream(5, "tokens");
-  for (int i = 0; i < N; ++i) {
-    tokens[i] = static_cast<int32_t>(rng_below(stream, i, c.vocab));
-    targets[i] = static_cast<int32_t>(rng_below(stream, 1000 + i, c.vocab));
-  }
-  ModelBatch batch;
-  batch.tokens = tokens.data();
-  batch.targets = targets.data();
-  batch.loss_scale = 1.0 / N;
-  batch.num_global_sequences = c.batch_per_rank;
+  const testing_util::RandomBatch data(c, 5);
+  const ModelBatch& batch = data.batch;
   ModelActs<double> acts;
   model_acts_reserve(acts, c, c.batch_per_rank, 1, placement.max_local());
 
