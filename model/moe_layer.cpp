@@ -174,11 +174,11 @@ template <class T> void shared_expert_forward(T* out, MoeSaved<T>& s, const T* i
 
 }  // namespace
 
+namespace {
+
 // The shared expert overlaps the dispatch all-to-all when asked to and when there is one (an EP
 // group of more than one rank); otherwise it is one more task next to the routed experts, where
 // the rank's other threads can take it.
-namespace {
-
 bool shared_overlaps_dispatch(const MoeDims& d, const EpExchange& ex) {
   return d.overlap_shared && ex.comm().size() > 1;
 }
