@@ -223,6 +223,11 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
   m.compact_on_close = storage.compact_on_close;
   const H5Id fapl = stats_fapl();
   const H5Id fcpl = h5_untimed_plist(H5P_FILE_CREATE);  // untimed root group
+  // File space in 4 KiB pages: no metadata block smaller than a page straddles one. Linux acts on
+  // SIGKILL only between the pages of a write(), so a block that straddled one could be left half
+  // written by a kill during a flush, and its dataset unreadable (seen in 3 of 2000 kills).
+  MOE_H5_CHECK(H5Pset_file_space_strategy(fcpl.get(), H5F_FSPACE_STRATEGY_PAGE, 0, 1));
+  MOE_H5_CHECK(H5Pset_file_space_page_size(fcpl.get(), 4096));
   const unsigned flags = fs::exists(path) ? H5F_ACC_TRUNC : H5F_ACC_EXCL;
   m.file = H5Id(MOE_H5_CHECK(H5Fcreate(path.c_str(), flags, fcpl.get(), fapl.get())), H5Fclose);
   try {
