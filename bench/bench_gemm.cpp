@@ -213,7 +213,7 @@ struct MoeBench {
   int N = 0;
 
   MoeBench(int tokens, bool round_robin) : N(tokens) {
-    const ModelConfig cfg = options_preset("deepseek4-tiny");
+    const ModelConfig cfg = preset_model("deepseek4-tiny");
     dims = moe_dims_from(cfg);
     placement = ExpertPlacement{dims.E, 1};
     off = moe_layout(dense, experts, dims, /*layer=*/3, cfg.layers, placement, 0);

@@ -47,7 +47,7 @@ int run(int argc, char** argv) {
   const std::string routing_name = arg_text(argc, argv, "--routing", "topk");
   const int threads =
       set_blas_threads(world, static_cast<int>(arg_int(argc, argv, "--threads", 0)));
-  const ModelConfig cfg = options_preset("deepseek4-tiny");
+  const ModelConfig cfg = preset_model("deepseek4-tiny");
   MoeDims dims = moe_dims_from(cfg);
   const int P = default_ep_size(W, dims.E);
   print_banner(world, "bench_moe_layer",

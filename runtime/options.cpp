@@ -1,4 +1,4 @@
-// Presets, option parsing and the configuration as text. One table (option_fields) lists every
+// Option parsing and the configuration as text. One table (option_fields) lists every
 // configuration option once, with its help and how to read and write its value; --help, the
 // config-file keys, parsing and run_config_to_text are all generated from it, so they cannot
 // disagree. Boost parses the syntax (names, `key = value` lines); values are converted here,
@@ -24,49 +24,6 @@ namespace moe {
 namespace {
 
 namespace po = boost::program_options;
-
-// ---- presets ---------------------------------------------------------------------------------
-
-struct Preset {
-  const char* name;
-  const char* summary;
-  ModelConfig model;
-};
-
-// SPEC §2. Every field is spelled out, so a change of ModelConfig's defaults cannot move a preset.
-constexpr ModelConfig kDeepseek4Tiny{
-    .vocab = 2048, .d_model = 128, .layers = 7, .hash_layers = 3,
-    .heads = 4, .kv_heads = 1, .head_dim = 32,
-    .experts = 8, .top_k = 3, .shared_experts = 1, .ffn_dim = 128,
-    .seq_len = 256, .batch_per_rank = 1,
-    .score_func = ScoreFunc::kSqrtSoftplus, .route_scale = 1.5f, .swiglu_limit = 10.0f,
-    .rope_theta = 10000.0f, .sliding_window = 128, .norm_eps = 1e-6f};
-
-// Small enough for unit tests at 8 ranks; the window is below S so the sliding path is exercised.
-constexpr ModelConfig kMicro{
-    .vocab = 64, .d_model = 16, .layers = 3, .hash_layers = 1,
-    .heads = 2, .kv_heads = 1, .head_dim = 8,
-    .experts = 4, .top_k = 2, .shared_experts = 1, .ffn_dim = 16,
-    .seq_len = 16, .batch_per_rank = 1,
-    .score_func = ScoreFunc::kSqrtSoftplus, .route_scale = 1.5f, .swiglu_limit = 10.0f,
-    .rope_theta = 10000.0f, .sliding_window = 8, .norm_eps = 1e-6f};
-
-const std::vector<Preset>& presets() {
-  static const std::vector<Preset> table = {
-      {"deepseek4-tiny",
-       "SPEC §2: V=2048 D=128 L=7 (3 hash) E=8 K=3 shared=1 F=128 S=256",
-       kDeepseek4Tiny},
-      {"micro", "for tests: V=64 D=16 L=3 (1 hash) E=4 K=2 shared=1 F=16 S=16 window=8",
-       kMicro},
-  };
-  return table;
-}
-
-std::string preset_list() {
-  std::string list;
-  for (const Preset& p : presets()) list += (list.empty() ? "" : ", ") + std::string(p.name);
-  return list;
-}
 
 // ---- values: text in, text out ----------------------------------------------------------------
 
@@ -247,7 +204,7 @@ const std::vector<OptionField>& option_fields() {
 
 RunConfig default_run_config() {
   RunConfig cfg;
-  cfg.model = options_preset(kDefaultModelName);
+  cfg.model = preset_model(kDefaultModelName);
   return cfg;
 }
 
@@ -329,20 +286,6 @@ void require_nonnegative(double value, const char* option) {
 
 }  // namespace
 
-std::vector<std::string> options_preset_names() {
-  std::vector<std::string> names;
-  for (const Preset& p : presets()) names.emplace_back(p.name);
-  return names;
-}
-
-ModelConfig options_preset(std::string_view name) {
-  for (const Preset& p : presets()) {
-    if (name == p.name) return p.model;
-  }
-  throw ConfigError("--model: unknown preset '" + std::string(name) + "' (valid: " +
-                    preset_list() + ")");
-}
-
 RunConfig options_parse(int argc, const char* const* argv) {
   const po::variables_map cli = parse_command_line(argc, argv);
   RunConfig cfg;
@@ -360,7 +303,7 @@ RunConfig options_parse(int argc, const char* const* argv) {
   } else if (file.count("model")) {
     cfg.model_name = file["model"].as<std::string>();
   }
-  cfg.model = options_preset(cfg.model_name);
+  cfg.model = preset_model(cfg.model_name);
   try {
     apply_values(cfg, file);  // the file over the preset,
   } catch (const ConfigError& e) {
@@ -379,12 +322,12 @@ std::string options_help_text() {
       << "Model options default to the chosen preset; the defaults shown are deepseek4-tiny's.\n\n"
       << config_options(true) << "\n"
       << action_options() << "\nPresets (--model):\n";
-  for (const Preset& p : presets()) out << "  " << p.name << ": " << p.summary << "\n";
+  for (const ModelPreset& p : preset_table()) out << "  " << p.name << ": " << p.summary << "\n";
   return out.str();
 }
 
 void run_config_validate(const RunConfig& cfg) {
-  options_preset(cfg.model_name);  // a known preset name, even when every field is overridden
+  preset_model(cfg.model_name);  // a known preset name, even when every field is overridden
   model_config_validate(cfg.model);
   if (cfg.steps <= 0) {
     throw ConfigError("--steps must be positive, got " + std::to_string(cfg.steps));

@@ -1,4 +1,4 @@
-// The run's configuration (SPEC §7): the model presets, command-line and config-file parsing with
+// The run's configuration (SPEC §7): command-line and config-file parsing with
 // Boost.Program_options, validation, and the resolved configuration as re-readable text.
 // Precedence: command line > `--config FILE` > the preset chosen by `--model` (from the command
 // line, else the file, else deepseek4-tiny). Every problem is a ConfigError naming the option.
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "runtime/presets.hpp"
 
 namespace moe {
 
@@ -46,13 +47,6 @@ struct RunConfig {
   bool print_config = false;  // --print-config: the caller prints run_config_to_text() and exits
   std::string config_path;    // --config FILE, "" if none
 };
-
-// The names of the built-in presets, in the order of --help.
-std::vector<std::string> options_preset_names();
-
-// The model of a preset: `deepseek4-tiny` (SPEC §2) or `micro` (a few thousand parameters, for
-// tests). Throws ConfigError naming --model and listing the valid presets.
-ModelConfig options_preset(std::string_view name);
 
 // Parses argv (argv[0] is the program name). With --help, returns at once with `help` set and
 // nothing else resolved. Otherwise reads --config if given, applies the precedence above and

@@ -18,7 +18,7 @@ namespace {
 RunConfig seed_regime(double bias_rate, double aux_weight) {
   RunConfig cfg;
   cfg.model_name = "deepseek4-tiny";
-  cfg.model = options_preset("deepseek4-tiny");
+  cfg.model = preset_model("deepseek4-tiny");
   cfg.steps = 21;
   cfg.lr = 3e-5;
   cfg.warmup_steps = 2;

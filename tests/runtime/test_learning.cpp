@@ -19,7 +19,7 @@ TEST(Learning, MicroModelApproachesTheEntropyFloor) {
   const Comm world = Comm::world();
   RunConfig cfg;
   cfg.model_name = "micro";
-  cfg.model = options_preset("micro");
+  cfg.model = preset_model("micro");
   cfg.model.batch_per_rank = 16 / world.size();
   cfg.steps = 1000;
   cfg.lr = 1e-2;

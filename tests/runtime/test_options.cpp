@@ -87,7 +87,7 @@ void expect_run_eq(const RunConfig& a, const RunConfig& b) {
 }
 
 TEST(Presets, DeepseekTinyIsSpecSection2) {
-  const ModelConfig c = options_preset("deepseek4-tiny");
+  const ModelConfig c = preset_model("deepseek4-tiny");
   EXPECT_EQ(c.vocab, 2048);
   EXPECT_EQ(c.d_model, 128);
   EXPECT_EQ(c.layers, 7);
@@ -110,18 +110,18 @@ TEST(Presets, DeepseekTinyIsSpecSection2) {
 }
 
 TEST(Presets, EveryPresetIsValidAndUnknownListsThem) {
-  EXPECT_EQ(options_preset_names(), (std::vector<std::string>{"deepseek4-tiny", "micro"}));
-  for (const std::string& name : options_preset_names()) {
-    EXPECT_NO_THROW(model_config_validate(options_preset(name))) << name;
+  EXPECT_EQ(preset_names(), (std::vector<std::string>{"deepseek4-tiny", "micro"}));
+  for (const std::string& name : preset_names()) {
+    EXPECT_NO_THROW(model_config_validate(preset_model(name))) << name;
   }
-  EXPECT_EQ(options_preset("micro").vocab, 64);
-  EXPECT_THROW(options_preset("deepseek4-huge"), ConfigError);
+  EXPECT_EQ(preset_model("micro").vocab, 64);
+  EXPECT_THROW(preset_model("deepseek4-huge"), ConfigError);
   expect_config_error({"--model", "deepseek4-huge"}, {"--model", "deepseek4-huge", "micro"});
 }
 
 TEST(Options, DefaultsAreThePreset) {
   const RunConfig cfg = parse({});
-  expect_model_eq(cfg.model, options_preset("deepseek4-tiny"));
+  expect_model_eq(cfg.model, preset_model("deepseek4-tiny"));
   EXPECT_EQ(cfg.model_name, "deepseek4-tiny");
   EXPECT_EQ(cfg.steps, 200);
   EXPECT_EQ(cfg.seed, 1234u);
@@ -134,7 +134,7 @@ TEST(Options, DefaultsAreThePreset) {
   EXPECT_FALSE(cfg.help);
   EXPECT_FALSE(cfg.print_config);
   EXPECT_TRUE(cfg.stats_path.empty());  // a new file under runs/ at run time
-  expect_model_eq(parse({"--model", "micro"}).model, options_preset("micro"));
+  expect_model_eq(parse({"--model", "micro"}).model, preset_model("micro"));
 }
 
 TEST(Options, CommandLineOverridesPreset) {

@@ -38,7 +38,7 @@ TEST(RunStats, FileHoldsExactlyWhatTheRunComputed) {
                                .string();
   RunConfig cfg;
   cfg.model_name = "micro";
-  cfg.model = options_preset("micro");
+  cfg.model = preset_model("micro");
   cfg.steps = 4;
   cfg.threads = 1;
   cfg.stats_path = path;

@@ -18,7 +18,7 @@ namespace {
 RunConfig micro_run(int steps, int global_batch, int world_size) {
   RunConfig cfg;
   cfg.model_name = "micro";
-  cfg.model = options_preset("micro");
+  cfg.model = preset_model("micro");
   cfg.model.batch_per_rank = global_batch / world_size;
   cfg.steps = steps;
   cfg.lr = 3e-3;
@@ -77,7 +77,7 @@ TEST(TrainInvariance, MicroSameRoutingAndLossOnAnyRankCount) {
 TEST(TrainInvariance, DeepseekTinySameRoutingAndLossOnAnyRankCount) {
   RunConfig cfg = micro_run(2, 8, 1);
   cfg.model_name = "deepseek4-tiny";
-  cfg.model = options_preset("deepseek4-tiny");
+  cfg.model = preset_model("deepseek4-tiny");
   check_rank_invariance(cfg, 8);
 }
 
