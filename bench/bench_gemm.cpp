@@ -49,6 +49,7 @@
 #include "model/rng.hpp"
 #include "model/swiglu.hpp"
 #include "runtime/options.hpp"
+#include "runtime/presets.hpp"
 
 namespace moe::bench {
 namespace {

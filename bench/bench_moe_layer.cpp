@@ -22,6 +22,7 @@
 #include "model/moe_layer.hpp"
 #include "model/rng.hpp"
 #include "runtime/options.hpp"
+#include "runtime/presets.hpp"
 
 namespace moe::bench {
 namespace {

@@ -34,6 +34,7 @@
 #include "model/model.hpp"
 #include "model/phase_timer.hpp"
 #include "runtime/options.hpp"
+#include "runtime/presets.hpp"
 #include "runtime/train.hpp"
 
 namespace moe::bench {

@@ -223,11 +223,12 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
   m.compact_on_close = storage.compact_on_close;
   const H5Id fapl = stats_fapl();
   const H5Id fcpl = h5_untimed_plist(H5P_FILE_CREATE);  // untimed root group
-  // File space in 4 KiB pages: no metadata block smaller than a page straddles one. Linux acts on
+  // File space in pages: no metadata block smaller than a page straddles one. Linux acts on
   // SIGKILL only between the pages of a write(), so a block that straddled one could be left half
-  // written by a kill during a flush, and its dataset unreadable (seen in 3 of 2000 kills).
+  // written by a kill during a flush, and its dataset unreadable (seen in 3 of 2000 kills). No
+  // free space is tracked (persist 0): in SWMR write mode HDF5 reuses none anyway.
   MOE_H5_CHECK(H5Pset_file_space_strategy(fcpl.get(), H5F_FSPACE_STRATEGY_PAGE, 0, 1));
-  MOE_H5_CHECK(H5Pset_file_space_page_size(fcpl.get(), 4096));
+  MOE_H5_CHECK(H5Pset_file_space_page_size(fcpl.get(), kStatsFilePageBytes));
   const unsigned flags = fs::exists(path) ? H5F_ACC_TRUNC : H5F_ACC_EXCL;
   m.file = H5Id(MOE_H5_CHECK(H5Fcreate(path.c_str(), flags, fcpl.get(), fapl.get())), H5Fclose);
   try {

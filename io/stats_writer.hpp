@@ -78,6 +78,10 @@ struct TraceRow {
   std::span<const float> weights;     // [L, T, K] combine weights
 };
 
+// The live file's space is allocated in pages of this size, so that no metadata block smaller than
+// a page straddles one: a kill during a flush cannot tear it (docs/hdf5-schema.md, "Crash safety").
+inline constexpr int64_t kStatsFilePageBytes = 4096;
+
 // Storage of the per-step datasets. The defaults are the measured choice (docs/hdf5-schema.md);
 // tests and benchmarks may change them, the file layout stays the same.
 struct StatsStorage {

@@ -19,6 +19,7 @@
 
 #include "io/token_data.hpp"
 #include "model/balance.hpp"
+#include "runtime/presets.hpp"
 
 namespace moe {
 namespace {

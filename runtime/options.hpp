@@ -6,11 +6,9 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "model/config.hpp"
-#include "runtime/presets.hpp"
 
 namespace moe {
 

@@ -1,4 +1,4 @@
-// The built-in model presets (SPEC §2): `--model NAME` starts the configuration from one of them.
+// The built-in model presets: `--model NAME` starts the configuration from one of them.
 #pragma once
 
 #include <string>

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <random>
 #include <stdexcept>
@@ -33,9 +34,13 @@ using testing_util::TempDir;
 class WriterProcess {
  public:
   explicit WriterProcess(std::vector<std::string> args) {
-    int to_child[2], from_child[2];
+    // A write to a writer that died fails with EPIPE (and the test with it) instead of killing
+    // this process with SIGPIPE.
+    ::signal(SIGPIPE, SIG_IGN);
+    int to_child[2] = {-1, -1}, from_child[2] = {-1, -1};
     if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
-      throw std::runtime_error("pipe2 failed");
+      for (int fd : {to_child[0], to_child[1]}) ::close(fd);
+      throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
     }
     args.insert(args.begin(), MOE_STATS_WRITER_CHILD);
     std::vector<char*> argv;
@@ -49,11 +54,15 @@ class WriterProcess {
     posix_spawn_file_actions_destroy(&actions);
     ::close(to_child[0]), ::close(from_child[1]);  // the child's ends: its exit gives EOF here
     to_child_ = to_child[1], from_child_ = from_child[0];
-    if (rc != 0) throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
+    if (rc != 0) {
+      pid_ = -1;
+      ::close(to_child_), ::close(from_child_);
+      throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
+    }
   }
   ~WriterProcess() {
     if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
+      kill();
       ::waitpid(pid_, nullptr, 0);
     }
     ::close(to_child_), ::close(from_child_);
@@ -76,9 +85,13 @@ class WriterProcess {
     char c = 0;
     return ::read(from_child_, &c, 1) == 1;
   }
-  void kill() { ::kill(pid_, SIGKILL); }
-  // waitpid, but at most 60 s: a writer still running then is killed and reported.
+  void kill() {
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+  }
+  // The writer's wait status; waits at most 60 s: a writer still running then is killed and
+  // reported. Once only.
   int wait() {
+    if (pid_ <= 0) throw std::logic_error("WriterProcess::wait: no writer to wait for");
     int status = 0;
     pid_t done = 0;
     for (int i = 0; i < 6000 && done == 0; ++i) {
@@ -88,9 +101,11 @@ class WriterProcess {
     if (done == 0) {
       ADD_FAILURE() << "writer " << pid_ << " still running after 60 s: killed";
       kill();
-      ::waitpid(pid_, &status, 0);
+      done = ::waitpid(pid_, &status, 0);
     }
+    const int err = errno;
     pid_ = -1;
+    if (done < 0) throw std::runtime_error(std::string("waitpid: ") + std::strerror(err));
     return status;
   }
 
@@ -142,7 +157,8 @@ TEST(StatsCrash, NoDatasetHeaderStraddlesAPage) {
   TempDir dir;
   const std::string path = dir.file("run.h5");
   WriterProcess writer({"kill-after", path, "300"});
-  writer.wait();
+  const int status = writer.wait();
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
   const H5Id file = open_file(path);
   H5Id fcpl(MOE_H5_CHECK(H5Fget_create_plist(file.get())), H5Pclose);
   H5F_fspace_strategy_t strategy{};
@@ -151,7 +167,7 @@ TEST(StatsCrash, NoDatasetHeaderStraddlesAPage) {
   MOE_H5_CHECK(H5Pget_file_space_strategy(fcpl.get(), &strategy, &persist, &threshold));
   MOE_H5_CHECK(H5Pget_file_space_page_size(fcpl.get(), &page));
   EXPECT_EQ(strategy, H5F_FSPACE_STRATEGY_PAGE);
-  EXPECT_EQ(page, 4096u);
+  EXPECT_EQ(page, static_cast<hsize_t>(kStatsFilePageBytes));
   int checked = 0;
   for (const char* group : {"/steps", "/routing", "/perf", "/trace"}) {
     H5Id g(MOE_H5_CHECK(H5Gopen2(file.get(), group, H5P_DEFAULT)), H5Gclose);
@@ -163,7 +179,7 @@ TEST(StatsCrash, NoDatasetHeaderStraddlesAPage) {
                                        H5O_INFO_BASIC | H5O_INFO_HDR, H5P_DEFAULT));
       if (o.type != H5O_TYPE_DATASET || o.hdr.nchunks != 1) continue;
       ++checked;
-      EXPECT_EQ(o.addr / 4096, (o.addr + o.hdr.space.total - 1) / 4096)
+      EXPECT_EQ(o.addr / page, (o.addr + o.hdr.space.total - 1) / page)
           << group << " #" << i << " header at " << o.addr << ", " << o.hdr.space.total << " bytes";
     }
   }

@@ -6,6 +6,7 @@
 
 #include "comm/communicator.hpp"
 #include "runtime/options.hpp"
+#include "runtime/presets.hpp"
 #include "runtime/train.hpp"
 
 namespace moe {

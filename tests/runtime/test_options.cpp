@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/options.hpp"
+#include "runtime/presets.hpp"
 #include "test_tempdir.hpp"
 
 namespace moe {

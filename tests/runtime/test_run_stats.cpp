@@ -10,6 +10,7 @@
 
 #include "comm/communicator.hpp"
 #include "runtime/options.hpp"
+#include "runtime/presets.hpp"
 #include "runtime/train.hpp"
 
 namespace moe {
