@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "io/input_file.hpp"
 #include "io/token_data.hpp"
 
 namespace moe {
@@ -16,8 +17,9 @@ namespace {
 
 std::vector<int32_t> hash_table_file_read(const std::string& path, int hash_layers, int vocab,
                                           int top_k) {
+  if (const std::string problem = input_file_problem(path); !problem.empty()) fail(path, problem);
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "missing or unreadable");
+  if (!in) fail(path, "cannot be opened for reading");
   int32_t header[256] = {0};
   if (!in.read(reinterpret_cast<char*>(header), sizeof header)) fail(path, "truncated header");
   if (header[0] != kHashTableMagic) {

@@ -15,43 +15,55 @@ std::string h5_message_text(hid_t msg_id) {
   return text;
 }
 
+struct StackText {
+  std::string all;        // every entry, outermost first
+  std::string innermost;  // the last entry's description: the cause (e.g. the system's errno)
+};
+
 // H5Ewalk2 callback: appends one stack entry, "func: desc (major: X, minor: Y)".
 herr_t h5_collect_entry(unsigned depth, const H5E_error2_t* entry, void* client) {
-  auto* text = static_cast<std::string*>(client);
-  if (depth > 0) text->append("; ");
-  text->append(entry->func_name ? entry->func_name : "?");
-  text->append(": ");
+  auto* text = static_cast<StackText*>(client);
+  if (depth > 0) text->all.append("; ");
+  text->all.append(entry->func_name ? entry->func_name : "?");
+  text->all.append(": ");
   // Some descriptions embed a ctime() string and its newline; the message stays one line.
   std::string desc = entry->desc ? entry->desc : "";
   std::replace(desc.begin(), desc.end(), '\n', ' ');
-  text->append(desc);
-  text->append(" (major: " + h5_message_text(entry->maj_num) +
-               ", minor: " + h5_message_text(entry->min_num) + ")");
+  text->all.append(desc);
+  text->all.append(" (major: " + h5_message_text(entry->maj_num) +
+                   ", minor: " + h5_message_text(entry->min_num) + ")");
+  text->innermost = desc;
   return 0;
 }
 
-}  // namespace
-
-std::string h5_error_stack_text() {
+StackText h5_error_stack() {
   // Walk a copy: H5Eget_msg is itself an API call and would clear the live stack under the walk.
   // H5Eget_current_stack also clears the current stack, ready for the next call.
+  StackText text;
   const hid_t stack = H5Eget_current_stack();
-  if (stack < 0) return "the HDF5 error stack could not be read";
-  std::string text;
+  if (stack < 0) {
+    text.all = "the HDF5 error stack could not be read";
+    return text;
+  }
   if (H5Eget_num(stack) <= 0) {
-    text = "no HDF5 error stack";
+    text.all = "no HDF5 error stack";
   } else if (H5Ewalk2(stack, H5E_WALK_DOWNWARD, h5_collect_entry, &text) < 0) {
-    text += " [error stack walk failed]";
+    text.all += " [error stack walk failed]";
   }
   H5Eclose_stack(stack);
   return text;
 }
 
+}  // namespace
+
 void h5_silence_auto_print() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 void h5_fail(const char* call, const char* file, int line) {
-  throw Hdf5Error("HDF5 call failed: " + std::string(call) + " -> " + h5_error_stack_text() + " (" +
-                  file + ":" + std::to_string(line) + ")");
+  // The cause first (often the system's own words, "No space left on device"), then the stack.
+  const StackText stack = h5_error_stack();
+  const std::string cause = stack.innermost.empty() ? "" : ": " + stack.innermost;
+  throw Hdf5Error("HDF5 call failed: " + std::string(call) + cause + " (" + file + ":" +
+                  std::to_string(line) + "); HDF5 stack: " + stack.all);
 }
 
 H5Id& H5Id::operator=(H5Id&& other) noexcept {

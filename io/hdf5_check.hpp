@@ -18,13 +18,9 @@ class Hdf5Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Builds the message from the current error stack, clears the stack and throws. Out of line so
-// the macro stays small.
+// Builds the message from the current error stack (the call, its innermost cause, then every
+// entry on one line), clears the stack and throws. Out of line so the macro stays small.
 [[noreturn]] void h5_fail(const char* call, const char* file, int line);
-
-// The current thread's HDF5 error stack as one line ("func: desc (major/minor); ..."), then
-// clears it. "no HDF5 error stack" when it is empty.
-std::string h5_error_stack_text();
 
 // Turns off HDF5's automatic printing of error stacks. The setting is per thread in a thread-safe
 // HDF5 build, so every entry point that makes HDF5 calls calls this first (it is cheap).

@@ -138,6 +138,19 @@ H5Id stats_fapl() {
 // complete file.
 void stats_compact(const std::string& path) {
   const std::string tmp = path + ".compact";
+  // The copy is at most the file's size. Without room for it, HDF5 1.10.8's H5Ocopy was seen to
+  // crash (SIGSEGV) when the disk filled, rather than fail.
+  std::error_code size_ec, space_ec;
+  const uintmax_t need = fs::file_size(path, size_ec) + (1u << 20);
+  const fs::path dir = fs::path(path).parent_path();
+  const fs::space_info space = fs::space(dir.empty() ? fs::path(".") : dir, space_ec);
+  if (!size_ec && !space_ec && space.available < need) {
+    std::fprintf(stderr,
+                 "warning: statistics file '%s' is complete but was not compacted: %ju bytes "
+                 "free, the copy needs up to %ju\n",
+                 path.c_str(), space.available, need);
+    return;
+  }
   try {
     h5_copy_file(path, tmp, h5_untimed_plist(H5P_FILE_CREATE).get(), stats_fapl().get());
     fs::rename(tmp, path);
@@ -199,7 +212,14 @@ void StatsWriter::check_path(const std::string& path, bool overwrite) {
   }
   const fs::file_status status = fs::status(file, ec);
   if (fs::is_directory(status)) throw path_error(path, "is a directory");
-  if (!fs::exists(status)) return;
+  if (!fs::exists(status)) {
+    // HDF5 creates exclusively (O_EXCL), which refuses a link to nothing.
+    if (fs::is_symlink(fs::symlink_status(file, ec))) {
+      throw path_error(path, "is a link to '" + fs::read_symlink(file, ec).string() +
+                                 "', which does not exist");
+    }
+    return;
+  }
   if (!fs::is_regular_file(status)) throw path_error(path, "exists and is not a regular file");
   if (!overwrite && fs::file_size(file, ec) != 0) {
     throw path_error(path, "already exists; pass --overwrite to replace it");

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "io/input_file.hpp"
 #include "io/synthetic_data.hpp"
 
 namespace moe {
@@ -24,11 +25,8 @@ DataError data_error(const std::string& path, const std::string& problem) {
 
 // The whole file in memory. Distinguishes a missing file from one that exists but cannot be read.
 std::vector<char> read_file_bytes(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) throw data_error(path, "missing: no such file");
-  if (!std::filesystem::is_regular_file(status)) {
-    throw data_error(path, "unreadable: not a regular file");
+  if (const std::string problem = input_file_problem(path); !problem.empty()) {
+    throw data_error(path, problem);
   }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw data_error(path, "unreadable: cannot open for reading");

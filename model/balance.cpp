@@ -2,7 +2,9 @@
 #include "model/balance.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -187,19 +189,17 @@ void route_random(int32_t* expert_idx, uint64_t stream, int64_t first_global_tok
 
 ForcedRouting forced_routing_from_name(std::string_view spec) {
   ForcedRouting f;
+  // The same strict form as every numeric option: the whole rest is one decimal number.
   auto number_after = [&](std::string_view prefix, double lo, double hi) {
-    const std::string text(spec.substr(prefix.size()));
-    size_t used = 0;
+    const std::string_view text = spec.substr(prefix.size());
     double v = -1;
-    try {
-      v = std::stod(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != text.size() || text.empty() || !(v >= lo && v <= hi)) {
-      throw ConfigError("--force-balance: '" + std::string(spec) + "' needs a number in [" +
-                        std::to_string(lo) + ", " + std::to_string(hi) + "] after '" +
-                        std::string(prefix) + "'");
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty() ||
+        !(v >= lo && v <= hi)) {
+      char range[48];
+      std::snprintf(range, sizeof range, "[%g, %g]", lo, hi);
+      throw ConfigError("--force-balance: '" + std::string(spec) + "' needs a number in " + range +
+                        " after '" + std::string(prefix) + "'");
     }
     return v;
   };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "model/embedding.hpp"
 #include "model/linear.hpp"
@@ -57,6 +58,38 @@ RoutingState routing_state_make(const ModelConfig& c, RoutingMode forced, uint64
     hash_table_init(&r.hash_tables[l * table], c.vocab, c.experts, c.top_k, seed, l);
   }
   return r;
+}
+
+ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
+  const double V = c.vocab, D = c.d_model, L = c.layers, E = c.experts, K = c.top_k,
+               F = c.ffn_dim, Fs = static_cast<double>(c.shared_experts) * c.ffn_dim,
+               H = c.heads, HD = H * c.head_dim, KD = static_cast<double>(c.kv_heads) * c.head_dim,
+               S = c.seq_len, N = static_cast<double>(c.batch_per_rank) * c.seq_len;
+  const double local = std::ceil(E / std::max(1, ep_size));
+  // Keys a query tile of 32 sees (attn_keys_per_tile, in doubles).
+  const double keys = c.sliding_window > 0 ? std::min<double>(S, c.sliding_window + 31.0) : S;
+  const double dense = 2 * V * D + L * (2 * D + 2 * D * HD + 2 * D * KD + D * E + 3 * D * Fs) + D;
+  const double experts = L * local * 3 * D * F;
+  const double rows = ep_size * N * std::min(K, local);  // MoE rows received, worst case
+  const double per_layer = 2 * N * (HD + KD) + N * H * keys       // attention q, k, v, concat, probs
+                           + 5 * N * E + 3 * N * K * D          // router, dispatch rows
+                           + 5 * rows * D + 6 * rows * F + 6 * N * Fs;  // experts and shared
+  const double acts = L * per_layer + (4 * L + 6) * N * D + 2 * N * V;
+  ModelMemory m;
+  m.param_bytes = 4.0 * sizeof(float) * (dense + experts);
+  m.act_bytes = sizeof(float) * acts;
+  const std::pair<double, const char*> tensors[] = {
+      {V * D, "embedding [V, D] (--vocab, --d-model)"},
+      {D * HD, "attention projection [D, H·hd] (--d-model, --heads, --head-dim)"},
+      {D * F, "expert weight [D, F] (--d-model, --ffn-dim)"},
+      {N * V, "logits [B·S, V] (--batch-per-rank, --seq-len, --vocab)"},
+      {N * H * keys, "attention probabilities (--batch-per-rank, --seq-len, --heads)"},
+      {rows * F, "expert rows [rows, F] (--batch-per-rank, --seq-len, --top-k, --ffn-dim)"},
+      {L * N * D, "residual stream [L, B·S, D] (--layers, --batch-per-rank, --seq-len, --d-model)"}};
+  for (const auto& [elements, name] : tensors) {
+    if (elements > m.max_tensor) m.max_tensor = elements, m.max_tensor_name = name;
+  }
+  return m;
 }
 
 template <class T>

@@ -55,6 +55,20 @@ struct RoutingState {
 // replaces every layer's routing; kTopK means natural routing.
 RoutingState routing_state_make(const ModelConfig& cfg, RoutingMode forced, uint64_t seed);
 
+// Bytes one rank holds for a model, counted from the configuration alone (nothing is allocated, so
+// it is safe on absurd sizes): parameters, gradients and AdamW's two moments of both arenas, and
+// the activations model_acts_reserve sizes for `batch_per_rank` sequences (the MoE rows at their
+// worst case, every local expert receiving K rows per token of every EP rank). Doubles: the
+// counts may exceed any integer type for configurations that are then refused.
+struct ModelMemory {
+  double param_bytes = 0;   // parameters + gradients + AdamW m, v (fp32)
+  double act_bytes = 0;     // saved activations and their gradients (fp32)
+  double max_tensor = 0;    // elements of the largest single tensor
+  const char* max_tensor_name = "";  // which one, with the options that size it
+  double total() const { return param_bytes + act_bytes; }
+};
+ModelMemory model_memory_estimate(const ModelConfig& cfg, int ep_size);
+
 // Everything one step keeps from forward for backward, sized once for B sequences.
 template <class T> struct ModelActs {
   PhaseTimes* times = nullptr;   // phase timers of forward and backward, or none

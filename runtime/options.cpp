@@ -9,6 +9,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/input_file.hpp"
 #include "io/token_data.hpp"
 #include "model/balance.hpp"
 #include "runtime/presets.hpp"
@@ -57,7 +59,7 @@ void value_from_text(const std::string& option, const std::string& text, double&
   number_from_text(option, text, out, "a finite number");
 }
 void value_from_text(const std::string& option, const std::string& text, float& out) {
-  number_from_text(option, text, out, "a finite number");
+  number_from_text(option, text, out, "a finite number within float range, |x| <= 3.4e38");
 }
 void value_from_text(const std::string&, const std::string& text, std::string& out) { out = text; }
 void value_from_text(const std::string& option, const std::string& text, bool& out) {
@@ -197,7 +199,7 @@ const std::vector<OptionField>& option_fields() {
             [](auto& c) -> auto& { return c.grad_clip; }),
       field("ep", "N", "expert-parallel group size P (0: largest divisor of W <= E)",
             [](auto& c) -> auto& { return c.ep; }),
-      field("threads", "N", "threads per rank (0: usable cores / ranks on the node, >= 1)",
+      field("threads", "N", "threads per rank, at most 1024 (0: usable cores / ranks on the node)",
             [](auto& c) -> auto& { return c.threads; }),
   };
   return fields;
@@ -265,6 +267,9 @@ po::variables_map parse_command_line(int argc, const char* const* argv) {
 }
 
 po::variables_map parse_config_file(const std::string& path) {
+  if (const std::string problem = input_file_problem(path); !problem.empty()) {
+    throw ConfigError("--config: config file '" + path + "': " + problem);
+  }
   std::ifstream in(path);
   if (!in) throw ConfigError("--config: cannot open config file '" + path + "'");
   po::variables_map values;
@@ -334,6 +339,15 @@ void run_config_validate(const RunConfig& cfg) {
     throw ConfigError("--steps must be positive, got " + std::to_string(cfg.steps));
   }
   if (!(cfg.lr > 0.0)) throw ConfigError("--lr must be positive, got " + number_to_text(cfg.lr));
+  // The optimizer computes in float: these must not become infinite there.
+  const std::pair<double, const char*> float_options[] = {
+      {cfg.lr, "--lr"}, {cfg.weight_decay, "--weight-decay"}, {cfg.grad_clip, "--grad-clip"}};
+  for (const auto& [value, option] : float_options) {
+    if (std::abs(value) > std::numeric_limits<float>::max()) {
+      throw ConfigError(std::string(option) + " = " + number_to_text(value) +
+                        " is beyond float range (|x| <= 3.4e38), in which the optimizer computes");
+    }
+  }
   if (cfg.warmup_steps < 0) {
     throw ConfigError("--warmup-steps must be >= 0, got " + std::to_string(cfg.warmup_steps));
   }
@@ -358,6 +372,10 @@ void run_config_validate(const RunConfig& cfg) {
                         std::to_string(per_group) + ")");
     }
   }
+  if (!cfg.hash_table_path.empty() && m.hash_layers == 0) {
+    throw ConfigError("--hash-table '" + cfg.hash_table_path +
+                      "' given, but --hash-layers is 0: no layer would use it");
+  }
   if (cfg.trace_every < 0) {
     throw ConfigError("--trace-every must be >= 0 (0 = off), got " +
                       std::to_string(cfg.trace_every));
@@ -365,8 +383,9 @@ void run_config_validate(const RunConfig& cfg) {
   if (cfg.ep < 0) {
     throw ConfigError("--ep must be >= 0 (0 = default), got " + std::to_string(cfg.ep));
   }
-  if (cfg.threads < 0) {
-    throw ConfigError("--threads must be >= 0 (0 = default), got " + std::to_string(cfg.threads));
+  if (cfg.threads < 0 || cfg.threads > kMaxThreads) {
+    throw ConfigError("--threads must be in [0, " + std::to_string(kMaxThreads) +
+                      "] (0 = default), got " + std::to_string(cfg.threads));
   }
   try {
     token_source_check_spec(cfg.data);

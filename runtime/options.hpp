@@ -14,6 +14,7 @@ namespace moe {
 
 inline constexpr const char* kDefaultModelName = "deepseek4-tiny";
 inline constexpr const char* kNoStats = "none";  // --stats none: write no statistics file
+inline constexpr int kMaxThreads = 1024;  // --threads above this is refused
 
 struct RunConfig {
   ModelConfig model;                             // the preset, then any overrides

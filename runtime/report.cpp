@@ -16,6 +16,10 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
               s.threads);
   std::printf("  %s\n", blas_info().c_str());
   std::printf("  parameters: %zu replicated + %zu in experts\n", s.dense_params, s.expert_params);
+  std::printf("  memory per rank: about %.0f MiB (parameters, gradients, AdamW %.0f; activations "
+              "%.0f)\n",
+              s.memory.total() / 1048576.0, s.memory.param_bytes / 1048576.0,
+              s.memory.act_bytes / 1048576.0);
   std::printf("  data: %s\n", s.data.c_str());
   std::printf("  statistics: %s\n", s.stats_path.empty() ? "(none)" : s.stats_path.c_str());
   std::printf("  ------------------------------------------------------------\n");

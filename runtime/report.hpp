@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#include "model/model.hpp"
 #include "runtime/options.hpp"
 #include "runtime/train.hpp"
 
@@ -13,6 +14,7 @@ namespace moe {
 struct RunShape {
   int world_size = 1, ep_size = 1, threads = 1;
   size_t dense_params = 0, expert_params = 0;  // expert_params: every expert once
+  ModelMemory memory;                          // one rank's, model_memory_estimate
   std::string data, stats_path;
 };
 

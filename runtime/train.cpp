@@ -3,10 +3,13 @@
 #include "runtime/train.hpp"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "io/hash_table_file.hpp"
@@ -32,6 +35,38 @@ int resolve_threads(const RunConfig& cfg, const Comm& world) {
   cpu_set_t mask;
   if (sched_getaffinity(0, sizeof mask, &mask) == 0) cores = std::max(1, CPU_COUNT(&mask));
   return std::max(1, cores / node.size());
+}
+
+std::string gib_text(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
+
+// Refuses, before anything is allocated, a model that cannot run here: a tensor of 2^31 elements
+// or more (BLAS and the kernels index with int), or ranks that together need more than their
+// node's physical memory (model_memory_estimate). Without it such sizes hang in set-up loops,
+// die of the out-of-memory killer, or abort every rank with bad_alloc.
+void memory_check(const ModelConfig& mc, int ep_size, int node_ranks) {
+  const ModelMemory m = model_memory_estimate(mc, ep_size);
+  const char* options = "--vocab, --d-model, --layers, --experts, --ffn-dim, --seq-len or "
+                        "--batch-per-rank";
+  if (m.max_tensor >= 2147483648.0) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3g", m.max_tensor);
+    throw ConfigError(std::string("the model's ") + m.max_tensor_name + " would have " + count +
+                      " elements, more than the 2^31 - 1 the kernels can index");
+  }
+  const double node_bytes =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (node_bytes > 0 && m.total() * node_ranks > node_bytes) {
+    throw ConfigError("the model needs about " + gib_text(m.total()) + " per rank (parameters, " +
+                      "gradients and AdamW state " + gib_text(m.param_bytes) + ", activations " +
+                      gib_text(m.act_bytes) + "); the " + std::to_string(node_ranks) +
+                      " rank(s) on this node would need " + gib_text(m.total() * node_ranks) +
+                      ", more than its " + gib_text(node_bytes) + ": reduce " + options +
+                      ", or spread the ranks over more nodes");
+  }
 }
 
 RoutingState make_routing(const RunConfig& cfg) {
@@ -128,6 +163,9 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   const int W = world.size(), rank = world.rank();
   const int P = cfg.ep > 0 ? cfg.ep : default_ep_size(W, mc.experts);
 
+  // Ranks sharing this node's memory: a collective every rank reaches whatever its input.
+  const int node_ranks = world.split_shared().size();
+
   // Everything that can fail on bad input, before the first collective; then all ranks agree.
   std::unique_ptr<TokenSource> data;
   RoutingState routing;
@@ -136,6 +174,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   std::string error;
   try {
     parallel_config_validate(mc, W, P);
+    memory_check(mc, P, node_ranks);
     data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed);
     summary.data_description = data->describe();
     if (const auto* synth = dynamic_cast<const SyntheticSource*>(data.get())) {
@@ -170,7 +209,8 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     report_config(cfg, RunShape{W, P, threads, trainer.num_dense_params(),
                                 static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model *
                                     mc.ffn_dim,
-                                summary.data_description, summary.stats_path});
+                                model_memory_estimate(mc, P), summary.data_description,
+                                summary.stats_path});
   }
   summary.steps.reserve(cfg.steps);
   std::vector<double> phase_sum(kNumPhases, 0.0);  // over the steps after the first

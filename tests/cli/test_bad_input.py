@@ -39,6 +39,14 @@ def write_shard(path, tokens, magic=20240520, version=1, count=None):
     (["--force-balance", "sometimes"], ["--force-balance"]),
     (["--ep", "3"], ["--ep"]),
     (["--data", "parquet:/x"], ["--data"]),
+    (["--threads", "100000"], ["--threads", "1024"]),
+    (["--lr", "1e308"], ["--lr", "float range"]),
+    (["--force-balance", "zipf: 1"], ["--force-balance", "zipf:"]),
+    (["--hash-layers", "0", "--hash-table", "/x"], ["--hash-table", "--hash-layers"]),
+    # Sizes no machine holds: refused in set-up, before any allocation (which used to hang or be
+    # killed for memory), naming the tensor or the memory needed.
+    (["--seq-len", "2000000000"], ["--seq-len", "2^31"]),
+    (["--experts", "100000000", "--ep", "1"], ["GiB per rank", "--experts"]),
 ])
 def test_bad_option(run_moe, args, words):
     assert_one_clear_error(run_moe(MICRO + args), *words)
@@ -58,6 +66,18 @@ def test_config_file_unknown_key(run_moe, tmp_path):
     cfg.write_text("steps = 2\nno-such-key = 3\n")
     assert_one_clear_error(run_moe(["--model", "micro", "--config", str(cfg)]), "no-such-key",
                            str(cfg))
+
+
+def test_config_file_that_is_a_directory(run_moe, tmp_path):
+    # A directory opens as an empty stream: it used to be read as no keys and the run went on.
+    assert_one_clear_error(run_moe(MICRO + ["--config", str(tmp_path)]), str(tmp_path),
+                           "not a regular file")
+
+
+def test_stats_path_that_is_a_dangling_link(run_moe, tmp_path):
+    link = tmp_path / "run.h5"
+    link.symlink_to(tmp_path / "absent" / "run.h5")
+    assert_one_clear_error(run_moe(MICRO + ["--stats", str(link)]), str(link), "does not exist")
 
 
 def test_config_file_missing(run_moe, tmp_path):

@@ -235,6 +235,14 @@ TEST(StatsPath, PathThatIsADirectoryIsNamed) {
   EXPECT_TRUE(contains(msg, dir.file("sub")) && contains(msg, "is a directory")) << msg;
 }
 
+TEST(StatsPath, DanglingLinkIsNamed) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  fs::create_symlink(dir.file("elsewhere.h5"), path);
+  const std::string msg = path_problem(path, false);
+  EXPECT_TRUE(contains(msg, path) && contains(msg, "which does not exist")) << msg;
+}
+
 TEST(StatsPath, UnwritableDirectoryIsNamed) {
   TempDir dir;
   const std::string sub = dir.file("ro");

@@ -1,6 +1,7 @@
 // Tests of the file-backed token sources: llm.c shard round trip and sampling rule, every error
 // case of SPEC §5 (the DataError names the file and the problem), raw text, the `--data` factory.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -104,11 +105,29 @@ TEST(TokenShard, MissingFileIsNamed) {
   expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path, "missing");
 }
 
-TEST(TokenShard, DirectoryIsUnreadable) {
+TEST(TokenShard, DirectoryIsNotARegularFile) {
   TempDir dir;
   const std::string path = dir.file("subdir");
   fs::create_directories(path);
-  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path, "unreadable");
+  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path,
+                    "not a regular file (a directory)");
+}
+
+// A FIFO would block the open until something writes to it.
+TEST(TokenShard, FifoIsNotARegularFile) {
+  TempDir dir;
+  const std::string path = dir.file("pipe.bin");
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path,
+                    "not a regular file");
+}
+
+TEST(TokenShard, DanglingLinkIsMissing) {
+  TempDir dir;
+  const std::string path = dir.file("link.bin");
+  fs::create_symlink(dir.file("absent.bin"), path);
+  expect_data_error([&] { FileTokenSource::open_shard(path, 512, 16); }, path,
+                    "missing: a link to no file");
 }
 
 TEST(TokenShard, FileShorterThanHeaderIsTruncated) {

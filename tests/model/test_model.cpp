@@ -1,6 +1,6 @@
 // Whole-model gradient check: finite differences in double precision over every parameter of a
 // micro configuration (embedding, norms, attention, router, shared and routed experts, LM head),
-// with hash, top-k (biased) and forced round-robin layers.
+// with hash, top-k (biased) and forced round-robin layers. Also the model's memory estimate.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -126,6 +126,44 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"round_robin", RoutingMode::kRoundRobin, 0.5, BalanceLossForm::kDeepSeek, 1, 1},
         ModelCase{"random", RoutingMode::kRandom, 0.0, BalanceLossForm::kDeepSeek, 1, 1}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// The memory estimate counts the parameters exactly: 16 bytes (value, gradient, AdamW m and v)
+// per element of both arenas of the EP rank holding the most experts, for uneven splits too.
+TEST(ModelMemory, ParameterBytesMatchTheLayout) {
+  ModelConfig c = micro_config();
+  c.experts = 5;
+  for (int shared : {0, 2}) {
+    c.shared_experts = shared;
+    for (int P : {1, 2, 3, 5}) {
+      const ExpertPlacement placement{c.experts, P};
+      const ModelLayout layout = model_layout(c, placement, 0);  // rank 0 owns the most experts
+      const double elements = layout.dense.num_elements + layout.experts.num_elements;
+      EXPECT_EQ(model_memory_estimate(c, P).param_bytes, 16.0 * elements)
+          << "P=" << P << " shared=" << shared;
+    }
+  }
+}
+
+// Sizes far past any machine give a finite estimate at once, naming the tensor that breaks int
+// indexing, rather than overflowing or allocating.
+TEST(ModelMemory, AbsurdSizesAreCountedNotAllocated) {
+  ModelConfig c = micro_config();
+  c.layers = 100'000'000;
+  c.experts = 1'000'000;
+  c.seq_len = 2'000'000'000;
+  const ModelMemory m = model_memory_estimate(c, 1);
+  EXPECT_TRUE(std::isfinite(m.total()));
+  EXPECT_GT(m.total(), 1e18);
+  EXPECT_GE(m.max_tensor, 2147483648.0);
+  EXPECT_NE(std::string(m.max_tensor_name), "");
+  // Growing the batch grows the activations, not the parameters.
+  ModelConfig big = micro_config();
+  big.batch_per_rank *= 4;
+  EXPECT_EQ(model_memory_estimate(big, 1).param_bytes,
+            model_memory_estimate(micro_config(), 1).param_bytes);
+  EXPECT_GT(model_memory_estimate(big, 1).act_bytes,
+            3.9 * model_memory_estimate(micro_config(), 1).act_bytes);
+}
 
 }  // namespace
 }  // namespace moe
