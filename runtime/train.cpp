@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 
@@ -189,24 +190,39 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   } catch (const std::exception& e) {
     error = e.what();
   }
-  try {
-    setup_agree(world, error);
-  } catch (const SetupError&) {
-    // Another rank failed: no run happened, so leave no header-only statistics file behind.
-    if (stats) {
-      const std::string path = stats->path();
-      stats.reset();
-      std::error_code ignored;
-      std::filesystem::remove(path, ignored);
+  // All ranks agree on `error`; when any failed, no run happens, so no header-only statistics
+  // file is left behind.
+  auto agree = [&](const std::string& local_error) {
+    try {
+      setup_agree(world, local_error);
+    } catch (const SetupError&) {
+      if (stats) {
+        const std::string path = stats->path();
+        stats.reset();
+        std::error_code ignored;
+        std::filesystem::remove(path, ignored);
+      }
+      throw;
     }
-    throw;
-  }
+  };
+  agree(error);
   const int threads = resolve_threads(cfg, world);
   blas_set_threads(threads);
 
-  Trainer trainer(cfg, world, std::move(data), std::move(routing), stats.get());
+  // Allocation can still fail where others use the node's memory: agreed on the same way. The
+  // Trainer's collectives (communicator splits) come before its allocations, so every rank
+  // reaches the agreement.
+  std::unique_ptr<Trainer> trainer;
+  try {
+    trainer = std::make_unique<Trainer>(cfg, world, std::move(data), std::move(routing),
+                                        stats.get());
+  } catch (const std::bad_alloc&) {
+    error = "out of memory allocating the model (estimated " +
+            gib_text(model_memory_estimate(mc, P).total()) + " per rank)";
+  }
+  agree(error);
   if (rank == 0 && !quiet) {
-    report_config(cfg, RunShape{W, P, threads, trainer.num_dense_params(),
+    report_config(cfg, RunShape{W, P, threads, trainer->num_dense_params(),
                                 static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model *
                                     mc.ffn_dim,
                                 model_memory_estimate(mc, P), summary.data_description,
@@ -215,10 +231,10 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   summary.steps.reserve(cfg.steps);
   std::vector<double> phase_sum(kNumPhases, 0.0);  // over the steps after the first
   for (int step = 0; step < cfg.steps; ++step) {
-    StepRecord rec = trainer.step(step);
+    StepRecord rec = trainer->step(step);
     if (rank == 0 && !quiet) report_step(rec);
     if (step > 0 || cfg.steps == 1) {
-      for (int p = 0; p < kNumPhases; ++p) phase_sum[p] += trainer.times().seconds[p];
+      for (int p = 0; p < kNumPhases; ++p) phase_sum[p] += trainer->times().seconds[p];
     }
     summary.steps.push_back(std::move(rec));
   }
