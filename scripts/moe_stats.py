@@ -66,6 +66,13 @@ def write_plots(runs, out_dir, dpi=80):
 # Command line
 
 
+def positive_int(text):
+    """argparse type: a whole number >= 1 (argparse then reports a bad one in its usage line)."""
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def build_parser():
     usage_block = __doc__.split("\n\nThe file layout")[0]
     parser = argparse.ArgumentParser(prog=PROG, description=usage_block,
@@ -87,7 +94,7 @@ def build_parser():
     p.add_argument("run_a", help="run A (solid lines)")
     p.add_argument("run_b", nargs="?", help="run B (dashed lines)")
     p.add_argument("--out", required=True, help="output folder (created if missing)")
-    p.add_argument("--dpi", type=int, default=80, help="resolution of the PNG files")
+    p.add_argument("--dpi", type=positive_int, default=80, help="resolution of the PNG files")
     return parser
 
 

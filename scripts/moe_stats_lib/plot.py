@@ -49,8 +49,12 @@ def step_axis(ax):
 
 def save(plt, fig, out_dir, filename, dpi):
     path = os.path.join(out_dir, filename)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as err:
+        raise StatsError(f"{path}: cannot write the figure ({err.strerror or err})") from None
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -103,7 +107,8 @@ def plot_balance(plt, runs, tags):
 
 
 def plot_bias(plt, runs, tags):
-    layers = np.nonzero(topk_mask(runs[0]))[0]
+    # Layers that route top-k in either run (outside top-k layers a run's bias stays 0).
+    layers = np.nonzero(np.logical_or.reduce([topk_mask(run) for run in runs]))[0]
     if layers.size == 0:
         return None
     fig, axes = panel_grid(plt, layers.size, "Router bias per expert (top-k layers)")

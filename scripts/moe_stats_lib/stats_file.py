@@ -9,6 +9,8 @@ Shapes: N complete rows (steps), L layers, E experts, W ranks.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -29,7 +31,17 @@ OPTIONAL_PER_STEP = (
     "steps/step_time_s", "routing/load_cv", "routing/rank_overload", "routing/balance_loss",
     "perf/phase_time",
 )
+# Dimensions of every per-step dataset, rows first: [N], [N, L], [N, L, E], [N, L, W], ...
+PER_STEP_NDIM = {name: 1 for name in REQUIRED_PER_STEP + OPTIONAL_PER_STEP
+                 if name.startswith("steps/")}
+PER_STEP_NDIM.update({"routing/expert_load": 3, "routing/rank_load": 3, "routing/bias": 3,
+                      "routing/load_variance": 2, "routing/max_violation": 2,
+                      "routing/load_cv": 2, "routing/rank_overload": 2,
+                      "routing/balance_loss": 2, "perf/phase_time": 3})
 ROUTING_LABELS = {"hash": "Hash Routed", "topk": "Top-K Routed", "forced": "Forced"}
+# A SWMR reader retries a metadata block whose checksum fails, sleeping twice as long each time;
+# at HDF5's default of 100 attempts a truncated or damaged file holds the reader for ever.
+SWMR_READ_ATTEMPTS = 20
 
 
 class StatsError(Exception):
@@ -80,8 +92,43 @@ def decode(value):
     return value
 
 
+@functools.lru_cache(maxsize=None)
+def hdf5_library():
+    """The HDF5 C library h5py runs on (ctypes), found among this process's mappings; None where
+    that cannot be done (not Linux, or the symbol is missing)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "/libhdf5" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        if ".so" not in path or "hdf5_hl" in path:
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+            setter = lib.H5Pset_metadata_read_attempts
+        except (OSError, AttributeError):
+            continue
+        setter.argtypes = [ctypes.c_int64, ctypes.c_uint]
+        setter.restype = ctypes.c_int
+        return lib
+    return None
+
+
+def open_swmr(path):
+    """h5py.File opened for SWMR reading with SWMR_READ_ATTEMPTS metadata read attempts, so that
+    a damaged file fails in a millisecond instead of hanging (h5py has no call for the setting)."""
+    lib = hdf5_library()
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    if lib is None or lib.H5Pset_metadata_read_attempts(fapl.id, SWMR_READ_ATTEMPTS) < 0:
+        return h5py.File(path, "r", libver="latest", swmr=True)
+    flags = h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ
+    return h5py.File(h5py.h5f.open(os.fsencode(path), flags, fapl=fapl))
+
+
 def open_stats_file(path):
-    """h5py.File for reading, SWMR first so that a file being written can be read."""
+    """h5py.File for reading: a plain open, which checks a closed file's length; a file being
+    written (or whose writer died) refuses that, and is opened for SWMR reading instead."""
     if not os.path.exists(path):
         raise StatsError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -93,13 +140,15 @@ def open_stats_file(path):
     if not is_hdf5:
         raise StatsError(f"{path}: not an HDF5 file")
     try:
-        return h5py.File(path, "r", libver="latest", swmr=True)
-    except (OSError, ValueError):
-        pass  # written without SWMR support (or by an older library): a plain open reads it
-    try:
         return h5py.File(path, "r")
     except OSError as err:
-        raise StatsError(f"{path}: cannot open as HDF5 ({str(err).splitlines()[0]})") from None
+        plain_error = str(err).splitlines()[0]
+    if "truncated" in plain_error:
+        raise StatsError(f"{path}: truncated file ({plain_error})")
+    try:
+        return open_swmr(path)
+    except (OSError, ValueError, RuntimeError):
+        raise StatsError(f"{path}: cannot open as HDF5 ({plain_error})") from None
 
 
 def check_format(path, attrs):
@@ -110,7 +159,9 @@ def check_format(path, attrs):
         raise StatsError(f"{path}: not a moe_rt statistics file "
                          f"(format is {fmt!r}, expected {FORMAT_NAME!r})")
     version = attrs.get("format_version")
-    if not isinstance(version, (int, float)) or isinstance(version, bool):
+    if isinstance(version, float) and version.is_integer():
+        version = int(version)
+    if not isinstance(version, int) or isinstance(version, bool):
         raise StatsError(f"{path}: no integer 'format_version' attribute "
                          f"(this script reads version {FORMAT_VERSION})")
     if version > FORMAT_VERSION:
@@ -120,6 +171,28 @@ def check_format(path, attrs):
     if version < 1:
         raise StatsError(f"{path}: unknown format_version {version} "
                          f"(this script reads version {FORMAT_VERSION})")
+
+
+def check_per_step_shapes(path, f, names):
+    """Each per-step dataset is a numeric dataset of PER_STEP_NDIM dimensions, and they agree on
+    L, E and W: [N, L, E] for the expert load and bias, [N, L] for per-layer values, [N, L, W]."""
+    for name in names:
+        obj = f[name]
+        if not isinstance(obj, h5py.Dataset):
+            raise StatsError(f"{path}: /{name} is not a dataset")
+        if obj.ndim != PER_STEP_NDIM[name]:
+            raise StatsError(f"{path}: /{name} has {obj.ndim} dimensions, expected "
+                             f"{PER_STEP_NDIM[name]} (rows first)")
+        if not np.issubdtype(obj.dtype, np.number):
+            raise StatsError(f"{path}: /{name} holds {obj.dtype}, expected numbers")
+    layers, experts = f["routing/expert_load"].shape[1:]
+    want = {"routing/bias": (layers, experts), "routing/rank_load": (layers, None)}
+    want.update({name: (layers,) for name in names if PER_STEP_NDIM[name] == 2})
+    for name, dims in want.items():
+        if name in names and any(d is not None and d != got
+                                 for d, got in zip(dims, f[name].shape[1:])):
+            raise StatsError(f"{path}: /{name} has row shape {f[name].shape[1:]}, but "
+                             f"/routing/expert_load has {layers} layers x {experts} experts")
 
 
 def complete_rows(path, f, names):
@@ -145,6 +218,7 @@ def read_per_step(path, f):
             raise StatsError(f"{path}: missing dataset /{name} "
                              f"(required by format_version {FORMAT_VERSION})")
     names = list(REQUIRED_PER_STEP) + [n for n in OPTIONAL_PER_STEP if n in f]
+    check_per_step_shapes(path, f, names)
     n = complete_rows(path, f, names)
     return {name: f[name][:n] for name in names}
 
@@ -158,13 +232,21 @@ def read_strings(f, name):
 def load_run(path):
     """Reads and checks one statistics file; raises StatsError naming the file."""
     with open_stats_file(path) as f:
-        attrs = {key: decode(value) for key, value in f.attrs.items()}
-        check_format(path, attrs)
-        if "layers/routing" not in f:
-            raise StatsError(f"{path}: missing dataset /layers/routing")
-        routing = read_strings(f, "layers/routing")
-        data = read_per_step(path, f)
-        phases = read_strings(f, "perf/phases")
+        try:
+            attrs = {key: decode(value) for key, value in f.attrs.items()}
+            check_format(path, attrs)
+            if "layers/routing" not in f:
+                raise StatsError(f"{path}: missing dataset /layers/routing")
+            routing = read_strings(f, "layers/routing")
+            data = read_per_step(path, f)
+            phases = read_strings(f, "perf/phases")
+        except (OSError, RuntimeError, KeyError) as err:  # HDF5 could not read what the file holds
+            raise StatsError(f"{path}: cannot read, the file is truncated or damaged "
+                             f"({str(err).splitlines()[0]})") from None
+    unknown = sorted({str(kind) for kind in routing} - set(ROUTING_LABELS))
+    if unknown:
+        raise StatsError(f"{path}: /layers/routing holds {', '.join(unknown)}; expected "
+                         f"{', '.join(ROUTING_LABELS)}")
     run = Run(path=path, attrs=attrs, routing=routing, data=data, phases=phases)
     if len(routing) != run.num_layers:
         raise StatsError(f"{path}: /layers/routing has {len(routing)} layers but "

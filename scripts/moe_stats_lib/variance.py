@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,8 +64,9 @@ def variance_mismatches(run, rows):
         bad = ~(np.abs(stored - computed) <= VARIANCE_REL_TOL * scale)   # NaN counts as bad
         for layer in np.nonzero(bad)[0]:
             messages.append(f"{run.path}: /routing/load_variance at step {int(run.steps[row])} "
-                            f"layer {layer} is {stored[layer]!r} but the variance of "
-                            f"/routing/expert_load is {computed[layer]!r}; using the latter")
+                            f"layer {layer} is {float(stored[layer])!r} but the variance of "
+                            f"/routing/expert_load is {float(computed[layer])!r}; using the "
+                            f"latter")
     return messages
 
 
@@ -72,7 +74,8 @@ def routing_mismatches(run_a, run_b):
     if run_a.routing == run_b.routing:
         return []
     return [f"{run_b.path}: layer routing {list(run_b.routing)} differs from {run_a.path} "
-            f"{list(run_a.routing)}; the table labels and TOTAL follow run A"]
+            f"{list(run_a.routing)}; the labels follow run A, TOTAL takes the layers top-k in "
+            f"both"]
 
 
 def variance_headers(step0, step1, two_runs):
@@ -98,9 +101,13 @@ def variance_table(run_a, run_b, step0, step1):
                              tuple(float(c[layer]) for c in columns),
                              change(columns[-2][layer], columns[-1][layer]))
                  for layer in range(run_a.num_layers))
-    mask = topk_mask(run_a)
+    # Layers that route top-k in every run compared: a layer that is hash-routed in either run
+    # is not the bias's to balance.
+    mask = topk_mask(run_a) & (topk_mask(run_b) if run_b is not None else True)
     sums = tuple(float(c[mask].sum()) for c in columns)
-    total = VarianceRow("TOTAL/AVG", "Top-K Only", sums, change(sums[-2], sums[-1]))
+    # Without top-k layers there is nothing to total: n/a, not a 0.00% that reads as no change.
+    total = VarianceRow("TOTAL/AVG", "Top-K Only", sums,
+                        change(sums[-2], sums[-1]) if mask.any() else None)
     title = (f"=== {run_a.attrs.get('model', 'moe_rt')} Load Balancing Variance Analysis "
              f"(Step {step0} vs Step {step1}) ===")
     return VarianceTable(title, variance_headers(step0, step1, run_b is not None), rows, total,
@@ -167,9 +174,12 @@ def render_csv(table):
     return out.getvalue()
 
 
+STEP_PATTERN = re.compile(r"-?[0-9]+")  # ASCII digits only: str.isdigit() also takes "²"
+
+
 def parse_steps(text):
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
+    if len(parts) != 2 or not all(STEP_PATTERN.fullmatch(p) for p in parts):
         raise StatsError(f"--steps {text!r}: expected two step numbers, e.g. --steps 0,20")
     return int(parts[0]), int(parts[1])
 

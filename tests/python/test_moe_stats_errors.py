@@ -47,6 +47,34 @@ def plain_hdf5(path):
     return path
 
 
+def truncated(path):
+    """A closed file cut short (a copy interrupted): HDF5's SWMR reader used to retry it for ever."""
+    whole = sf.write_stats(path + ".whole", sf.build_run("A"))
+    with open(whole, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data[:len(data) // 2])
+    return path
+
+
+def with_dataset(name, data):
+    """A moe_rt.stats file whose `name` is replaced by `data` (None: by a group)."""
+    def make(path):
+        sf.write_stats(path, sf.build_run("A"))
+        with h5py.File(path, "a") as f:
+            del f[name]
+            if data is None:
+                f.create_group(name)
+            else:
+                f[name] = data
+        return path
+    return make
+
+
+def nan_version(path):
+    return sf.write_stats(path, sf.build_run("A"), attrs={"format_version": float("nan")})
+
+
 CASES = {
     "missing": (missing, ["no such file"]),
     "not_hdf5": (not_hdf5, ["not an HDF5 file"]),
@@ -56,6 +84,17 @@ CASES = {
     "newer_version": (newer_version, ["format_version 2", "supports (version 1)"]),
     "empty": (empty, ["empty statistics file", "no complete steps"]),
     "missing_dataset": (missing_dataset, ["/routing/expert_load"]),
+    "truncated": (truncated, ["truncated file"]),
+    "nan_version": (nan_version, ["no integer 'format_version'"]),
+    "load_is_a_group": (with_dataset("routing/expert_load", None),
+                        ["/routing/expert_load is not a dataset"]),
+    "load_is_1d": (with_dataset("routing/expert_load", list(range(sf.NUM_STEPS))),
+                   ["/routing/expert_load has 1 dimensions, expected 3"]),
+    "variance_too_narrow": (with_dataset("routing/load_variance",
+                                         [[1.0, 2.0]] * sf.NUM_STEPS),
+                            ["/routing/load_variance has row shape (2,)"]),
+    "routing_not_names": (with_dataset("layers/routing", list(range(sf.NUM_LAYERS))),
+                          ["/layers/routing holds", "expected hash, topk, forced"]),
 }
 
 

@@ -2,6 +2,8 @@
 labels and a legend (a colour bar for the heatmaps)."""
 import os
 
+import pytest
+
 import moe_stats
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -59,6 +61,21 @@ def test_every_figure_has_title_labels_and_legend(run_a, run_b, tmp_path, monkey
         assert legends or colorbars, name
         if colorbars:
             assert colorbars[0].get_ylabel(), name
+
+
+def test_figure_that_cannot_be_written(cli, run_a, tmp_path):
+    # The folder exists, but a directory stands where the first figure would go.
+    (tmp_path / "figures" / "expert_load_A.png").mkdir(parents=True)
+    code, out, err = cli("plot", run_a, "--out", tmp_path / "figures")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "expert_load_A.png" in err and "cannot write" in err
+
+
+@pytest.mark.parametrize("dpi", ["0", "-5", "x"])
+def test_bad_dpi_is_a_usage_error(cli, run_a, tmp_path, dpi):
+    with pytest.raises(SystemExit) as info:
+        cli("plot", run_a, "--out", tmp_path / "figures", f"--dpi={dpi}")
+    assert info.value.code == 2
 
 
 def test_plot_into_an_unwritable_place(cli, run_a, tmp_path):

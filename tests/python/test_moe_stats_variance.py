@@ -224,6 +224,34 @@ def test_no_warning_when_stored_variance_agrees(cli, run_a, run_b):
     assert cli("variance", run_a, run_b, "--steps", "0,20")[2] == ""
 
 
-def test_bad_steps_option(cli, run_a):
-    code, _, err = cli("variance", run_a, "--steps", "0;20")
-    assert code == 2 and "--steps" in err
+@pytest.mark.parametrize("steps", ["0;20", "0,²", "--1,3", "0,20,3"])
+def test_bad_steps_option(cli, run_a, steps):
+    code, _, err = cli("variance", run_a, f"--steps={steps}")
+    assert code == 2 and "--steps" in err and len(err.splitlines()) == 1
+
+
+def with_routing(tmp_path, variant, kinds):
+    run = sf.build_run(variant)
+    run["strings"]["layers/routing"] = kinds
+    return sf.write_stats(str(tmp_path / f"{variant}_{'_'.join(kinds)}.h5"), run)
+
+
+def test_total_takes_the_layers_top_k_in_both_runs(cli, run_a, tmp_path):
+    # Run B routes layer 2 by hash: it leaves TOTAL, which then sums layers 3..5 only.
+    kinds = sf.routing_kinds()
+    kinds[2] = "hash"
+    b = with_routing(tmp_path, "B", kinds)
+    code, out, err = cli("variance", run_a, b, "--steps", "0,20")
+    assert code == 0 and "TOTAL takes the layers top-k in both" in err
+    routing, v0, va, vb = numpy_columns(run_a, b, 0, 20)
+    both = np.array([k == "topk" for k in kinds])
+    total = parse_text(out)[-1]
+    assert [float(c) for c in total[2:5]] == pytest.approx(
+        [v0[both].sum(), va[both].sum(), vb[both].sum()], abs=0.005)
+
+
+def test_total_is_na_without_top_k_layers(cli, tmp_path):
+    a = with_routing(tmp_path, "A", ["hash"] * sf.NUM_LAYERS)
+    code, out, _ = cli("variance", a, "--steps", "0,20")
+    assert code == 0
+    assert parse_text(out)[-1][-1] == "n/a"  # not 0.00%, which would read as "no change"
