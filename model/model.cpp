@@ -71,21 +71,28 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
   const double dense = 2 * V * D + L * (2 * D + 2 * D * HD + 2 * D * KD + D * E + 3 * D * Fs) + D;
   const double experts = L * local * 3 * D * F;
   const double rows = ep_size * N * std::min(K, local);  // MoE rows received, worst case
-  const double per_layer = 2 * N * (HD + KD) + N * H * keys       // attention q, k, v, concat, probs
-                           + 5 * N * E + 3 * N * K * D          // router, dispatch rows
-                           + 5 * rows * D + 6 * rows * F + 6 * N * Fs;  // experts and shared
-  const double acts = L * per_layer + (4 * L + 6) * N * D + 2 * N * V;
+  // Per layer: attention's q, k, v, concat, probabilities and its backward scratch; the router's
+  // logits, scores and their gradients; the dispatched rows; the experts' and shared expert's
+  // inputs, hidden states and gradients. The MoE rows are reserved for the worst case, so that
+  // part is an upper bound.
+  const double attention = 2 * N * (HD + KD) + N * H * keys + S * (4 * HD + 2 * KD) + H * 32 * keys;
+  const double moe = 5 * N * E + 3 * N * K * D + 5 * rows * D + 6 * rows * F + 6 * N * Fs;
+  const double acts = L * (attention + moe) + (4 * L + 6) * N * D + 2 * N * V;
   ModelMemory m;
   m.param_bytes = 4.0 * sizeof(float) * (dense + experts);
   m.act_bytes = sizeof(float) * acts;
+  // The tensors indexed with int (rows times a width), which must stay below 2^31 elements.
   const std::pair<double, const char*> tensors[] = {
       {V * D, "embedding [V, D] (--vocab, --d-model)"},
       {D * HD, "attention projection [D, H·hd] (--d-model, --heads, --head-dim)"},
+      {D * E, "router [D, E] (--d-model, --experts)"},
       {D * F, "expert weight [D, F] (--d-model, --ffn-dim)"},
+      {N * D, "hidden states [B·S, D] (--batch-per-rank, --seq-len, --d-model)"},
       {N * V, "logits [B·S, V] (--batch-per-rank, --seq-len, --vocab)"},
+      {N * E, "router scores [B·S, E] (--batch-per-rank, --seq-len, --experts)"},
       {N * H * keys, "attention probabilities (--batch-per-rank, --seq-len, --heads)"},
-      {rows * F, "expert rows [rows, F] (--batch-per-rank, --seq-len, --top-k, --ffn-dim)"},
-      {L * N * D, "residual stream [L, B·S, D] (--layers, --batch-per-rank, --seq-len, --d-model)"}};
+      {N * K * D, "dispatched rows [B·S·K, D] (--batch-per-rank, --seq-len, --top-k)"},
+      {rows * std::max(D, F), "expert rows [rows, max(D, F)] (--seq-len, --top-k, --ffn-dim)"}};
   for (const auto& [elements, name] : tensors) {
     if (elements > m.max_tensor) m.max_tensor = elements, m.max_tensor_name = name;
   }

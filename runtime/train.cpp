@@ -29,13 +29,12 @@ namespace {
 
 // --threads, else the cores this process may run on (mpirun may bind it to fewer than the node
 // has) shared among the ranks of its node, at least 1.
-int resolve_threads(const RunConfig& cfg, const Comm& world) {
+int resolve_threads(const RunConfig& cfg, int node_ranks) {
   if (cfg.threads > 0) return cfg.threads;
-  const Comm node = world.split_shared();
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu_set_t mask;
   if (sched_getaffinity(0, sizeof mask, &mask) == 0) cores = std::max(1, CPU_COUNT(&mask));
-  return std::max(1, cores / node.size());
+  return std::max(1, cores / node_ranks);
 }
 
 std::string gib_text(double bytes) {
@@ -48,8 +47,9 @@ std::string gib_text(double bytes) {
 // or more (BLAS and the kernels index with int), or ranks that together need more than their
 // node's physical memory (model_memory_estimate). Without it such sizes hang in set-up loops,
 // die of the out-of-memory killer, or abort every rank with bad_alloc.
-void memory_check(const ModelConfig& mc, int ep_size, int node_ranks) {
-  const ModelMemory m = model_memory_estimate(mc, ep_size);
+// The physical memory is the node's: a cgroup limit (a container, a Slurm allocation) lower than
+// it is not seen, and a run over that limit is still killed by the system.
+void memory_check(const ModelMemory& m, int node_ranks) {
   const char* options = "--vocab, --d-model, --layers, --experts, --ffn-dim, --seq-len or "
                         "--batch-per-rank";
   if (m.max_tensor >= 2147483648.0) {
@@ -66,7 +66,8 @@ void memory_check(const ModelConfig& mc, int ep_size, int node_ranks) {
                       gib_text(m.act_bytes) + "); the " + std::to_string(node_ranks) +
                       " rank(s) on this node would need " + gib_text(m.total() * node_ranks) +
                       ", more than its " + gib_text(node_bytes) + ": reduce " + options +
-                      ", or spread the ranks over more nodes");
+                      ", raise --ep (fewer experts per rank), or spread the ranks over more "
+                      "nodes");
   }
 }
 
@@ -132,11 +133,11 @@ double median_tokens_per_s(const TrainSummary& s) {
 // The MFU denominator: one core's sgemm rate on the model's LM-head shape, times the cores the
 // job uses on its node(s). Rank 0 measures while the others wait in a barrier (Open MPI yields
 // the core when oversubscribed).
-void measure_sgemm_peak(TrainSummary& s, const RunConfig& cfg, const Comm& world, int threads) {
-  const Comm node = world.split_shared();
+void measure_sgemm_peak(TrainSummary& s, const RunConfig& cfg, const Comm& world, int node_ranks,
+                        int threads) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int nodes = std::max(1, world.size() / node.size());
-  s.peak_cores = std::min(cores, node.size() * threads) * nodes;
+  const int nodes = std::max(1, world.size() / node_ranks);
+  s.peak_cores = std::min(cores, node_ranks * threads) * nodes;
   if (world.rank() == 0) {
     const ModelConfig& m = cfg.model;
     s.peak_gflops = blas_sgemm_gflops(m.seq_len, m.d_model, m.vocab, 0.3) * s.peak_cores;
@@ -164,10 +165,13 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   const int W = world.size(), rank = world.rank();
   const int P = cfg.ep > 0 ? cfg.ep : default_ep_size(W, mc.experts);
 
-  // Ranks sharing this node's memory: a collective every rank reaches whatever its input.
+  // Ranks sharing this node's memory and cores: a collective every rank reaches whatever its
+  // input (the options were agreed on in main).
   const int node_ranks = world.split_shared().size();
+  const ModelMemory memory = model_memory_estimate(mc, P);
 
-  // Everything that can fail on bad input, before the first collective; then all ranks agree.
+  // Everything that can fail on bad input, before any collective a failed rank would miss; then
+  // all ranks agree.
   std::unique_ptr<TokenSource> data;
   RoutingState routing;
   std::unique_ptr<RunStats> stats;
@@ -175,7 +179,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   std::string error;
   try {
     parallel_config_validate(mc, W, P);
-    memory_check(mc, P, node_ranks);
+    memory_check(memory, node_ranks);
     data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed);
     summary.data_description = data->describe();
     if (const auto* synth = dynamic_cast<const SyntheticSource*>(data.get())) {
@@ -206,7 +210,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     }
   };
   agree(error);
-  const int threads = resolve_threads(cfg, world);
+  const int threads = resolve_threads(cfg, node_ranks);
   blas_set_threads(threads);
 
   // Allocation can still fail where others use the node's memory: agreed on the same way. The
@@ -217,15 +221,17 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     trainer = std::make_unique<Trainer>(cfg, world, std::move(data), std::move(routing),
                                         stats.get());
   } catch (const std::bad_alloc&) {
-    error = "out of memory allocating the model (estimated " +
-            gib_text(model_memory_estimate(mc, P).total()) + " per rank)";
+    error = "out of memory allocating the model (estimated " + gib_text(memory.total()) +
+            " per rank)";
+  } catch (const std::exception& e) {
+    error = e.what();
   }
   agree(error);
   if (rank == 0 && !quiet) {
     report_config(cfg, RunShape{W, P, threads, trainer->num_dense_params(),
                                 static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model *
                                     mc.ffn_dim,
-                                model_memory_estimate(mc, P), summary.data_description,
+                                memory, summary.data_description,
                                 summary.stats_path});
   }
   summary.steps.reserve(cfg.steps);
@@ -241,7 +247,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   summarize_phases(summary, world, phase_sum);
   summary.model_gflops = 3.0 * model_forward_flops_per_token(mc) * median_tokens_per_s(summary) *
                          1e-9;
-  if (measure_peak) measure_sgemm_peak(summary, cfg, world, threads);
+  if (measure_peak) measure_sgemm_peak(summary, cfg, world, node_ranks, threads);
   return summary;
 }
 

@@ -37,11 +37,12 @@ from moe_stats_lib.plot import (panel_grid, plot_balance, plot_bias, plot_expert
                                 step_axis)
 from moe_stats_lib.plot import write_plots as _write_plots
 from moe_stats_lib.stats_file import (FORMAT_NAME, FORMAT_VERSION, OPTIONAL_PER_STEP,
-                                      REQUIRED_PER_STEP, ROUTING_LABELS, Run, StatsError,
-                                      balance_layers, check_format, check_same_shape,
-                                      complete_rows, decode, entropy_floor, load_run,
-                                      open_stats_file, parse_config_text, rank_overload,
-                                      read_per_step, read_strings, routing_label, row_of_step,
+                                      REQUIRED_PER_STEP, ROUTING_LABELS, SWMR_READ_ATTEMPTS, Run,
+                                      StatsError, balance_layers, check_format,
+                                      check_same_shape, complete_rows, decode, entropy_floor,
+                                      hdf5_library, load_run, open_stats_file, open_swmr,
+                                      parse_config_text, rank_overload, read_per_step,
+                                      read_strings, routing_label, row_of_step, swmr_fapl,
                                       topk_mask)
 from moe_stats_lib.summary import (SUMMARY_CONFIG_KEYS, render_summary,
                                    summary_config_lines, summary_layer_rows,

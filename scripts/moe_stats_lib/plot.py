@@ -53,6 +53,8 @@ def save(plt, fig, out_dir, filename, dpi):
         fig.savefig(path, dpi=dpi)
     except OSError as err:
         raise StatsError(f"{path}: cannot write the figure ({err.strerror or err})") from None
+    except ValueError as err:  # e.g. an image too large for the --dpi asked
+        raise StatsError(f"{path}: cannot draw the figure ({err})") from None
     finally:
         plt.close(fig)
     return path

@@ -38,6 +38,7 @@ PER_STEP_NDIM.update({"routing/expert_load": 3, "routing/rank_load": 3, "routing
                       "routing/load_variance": 2, "routing/max_violation": 2,
                       "routing/load_cv": 2, "routing/rank_overload": 2,
                       "routing/balance_loss": 2, "perf/phase_time": 3})
+assert set(PER_STEP_NDIM) == set(REQUIRED_PER_STEP + OPTIONAL_PER_STEP)
 ROUTING_LABELS = {"hash": "Hash Routed", "topk": "Top-K Routed", "forced": "Forced"}
 # A SWMR reader retries a metadata block whose checksum fails, sleeping twice as long each time;
 # at HDF5's default of 100 attempts a truncated or damaged file holds the reader for ever.
@@ -94,33 +95,36 @@ def decode(value):
 
 @functools.lru_cache(maxsize=None)
 def hdf5_library():
-    """The HDF5 C library h5py runs on (ctypes), found among this process's mappings; None where
-    that cannot be done (not Linux, or the symbol is missing)."""
+    """The HDF5 C library h5py itself calls, through ctypes: h5py's own extension module resolves
+    the symbols through its dependencies, so a second libhdf5 in the process cannot be picked by
+    mistake. None where that fails (h5py built another way)."""
     try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "/libhdf5" in line}
-    except OSError:
+        lib = ctypes.CDLL(h5py.h5p.__file__)
+        for name in ("H5Pset_metadata_read_attempts", "H5Pget_metadata_read_attempts"):
+            getattr(lib, name).restype = ctypes.c_int
+        lib.H5Pset_metadata_read_attempts.argtypes = [ctypes.c_int64, ctypes.c_uint]
+        lib.H5Pget_metadata_read_attempts.argtypes = [ctypes.c_int64,
+                                                      ctypes.POINTER(ctypes.c_uint)]
+    except (OSError, AttributeError):
         return None
-    for path in sorted(paths):
-        if ".so" not in path or "hdf5_hl" in path:
-            continue
-        try:
-            lib = ctypes.CDLL(path)
-            setter = lib.H5Pset_metadata_read_attempts
-        except (OSError, AttributeError):
-            continue
-        setter.argtypes = [ctypes.c_int64, ctypes.c_uint]
-        setter.restype = ctypes.c_int
-        return lib
-    return None
+    return lib
 
 
-def open_swmr(path):
-    """h5py.File opened for SWMR reading with SWMR_READ_ATTEMPTS metadata read attempts, so that
-    a damaged file fails in a millisecond instead of hanging (h5py has no call for the setting)."""
+def swmr_fapl():
+    """A file-access property list with SWMR_READ_ATTEMPTS metadata read attempts (h5py has no
+    call for the setting), or None where the HDF5 library cannot be reached."""
     lib = hdf5_library()
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     if lib is None or lib.H5Pset_metadata_read_attempts(fapl.id, SWMR_READ_ATTEMPTS) < 0:
+        return None
+    return fapl
+
+
+def open_swmr(path):
+    """h5py.File opened for SWMR reading, with bounded read attempts so that a damaged file fails
+    in a millisecond instead of hanging."""
+    fapl = swmr_fapl()
+    if fapl is None:
         return h5py.File(path, "r", libver="latest", swmr=True)
     flags = h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ
     return h5py.File(h5py.h5f.open(os.fsencode(path), flags, fapl=fapl))
@@ -198,12 +202,7 @@ def check_per_step_shapes(path, f, names):
 def complete_rows(path, f, names):
     """N: the number of rows present in every per-step dataset (a writer appends one by one),
     less trailing rows whose /steps/step still holds the fill value -1 (not yet written)."""
-    lengths = []
-    for name in names:
-        if f[name].ndim == 0:
-            raise StatsError(f"{path}: /{name} is a scalar, expected one row per step")
-        lengths.append(f[name].shape[0])
-    n = min(lengths)
+    n = min(f[name].shape[0] for name in names)  # every one has rows (check_per_step_shapes)
     steps = f["steps/step"][:n]
     while n > 0 and steps[n - 1] < 0:
         n -= 1

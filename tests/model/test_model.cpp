@@ -156,13 +156,14 @@ TEST(ModelMemory, AbsurdSizesAreCountedNotAllocated) {
   EXPECT_GT(m.total(), 1e18);
   EXPECT_GE(m.max_tensor, 2147483648.0);
   EXPECT_NE(std::string(m.max_tensor_name), "");
-  // Growing the batch grows the activations, not the parameters.
+  // Growing the batch grows the activations (not 4x: attention's backward scratch is sized per
+  // sequence), not the parameters.
   ModelConfig big = micro_config();
   big.batch_per_rank *= 4;
   EXPECT_EQ(model_memory_estimate(big, 1).param_bytes,
             model_memory_estimate(micro_config(), 1).param_bytes);
   EXPECT_GT(model_memory_estimate(big, 1).act_bytes,
-            3.9 * model_memory_estimate(micro_config(), 1).act_bytes);
+            2.0 * model_memory_estimate(micro_config(), 1).act_bytes);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 """`moe_stats.py summary` and reading: the key facts of a run, string attributes stored as str or
 bytes, a file still being written (incomplete rows, SWMR), the script run as a program."""
+import ctypes
 import os
 import subprocess
 import sys
@@ -115,6 +116,36 @@ def test_reads_a_file_open_for_swmr_writing(cli, tmp_path):
     finally:
         writer.communicate("done\n", timeout=30)
     assert writer.returncode == 0
+
+
+def test_damaged_file_of_a_killed_writer_is_an_error_not_a_hang(tmp_path):
+    # A writer killed while its file is open for SWMR writing, then one dataset header damaged:
+    # HDF5's SWMR reader would retry its checksum for ever (100 attempts, doubling sleeps).
+    path = str(tmp_path / "killed.h5")
+    writer = subprocess.Popen([sys.executable, sf.__file__, "swmr-writer", path, "5"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "ready"
+    with moe_stats.open_swmr(path) as f:
+        group = f["routing"]
+        header = group.id.links.get_info(b"expert_load").u  # the dataset's object header
+    writer.kill()
+    writer.communicate(timeout=30)
+    with open(path, "r+b") as f:
+        f.seek(header + 16)
+        f.write(b"\xff" * 8)
+    proc = subprocess.run([sys.executable, SCRIPT, "summary", path], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.count("\n") == 1 and "truncated or damaged" in proc.stderr, proc.stderr
+
+
+def test_swmr_reads_bound_the_metadata_read_attempts():
+    fapl = moe_stats.swmr_fapl()
+    assert fapl is not None, "h5py's HDF5 library was not reachable through ctypes"
+    attempts = ctypes.c_uint(0)
+    assert moe_stats.hdf5_library().H5Pget_metadata_read_attempts(
+        fapl.id, ctypes.byref(attempts)) >= 0
+    assert attempts.value == moe_stats.SWMR_READ_ATTEMPTS == 20
 
 
 def test_script_runs_as_a_program(run_a):
