@@ -51,8 +51,8 @@ from moe_stats_lib.variance import (VARIANCE_REL_TOL, VarianceRow, VarianceTable
                                     default_steps, format_percent, improvement, layer_variances,
                                     markdown_line, pad_rows, parse_steps, relative_change,
                                     render_csv, render_markdown, render_text, routing_mismatches,
-                                    row_cells, table_grid, variance_headers, variance_mismatches,
-                                    variance_table)
+                                    row_cells, stored_variance_warning, table_grid,
+                                    variance_headers, variance_mismatches, variance_table)
 
 PROG = "moe_stats.py"
 
@@ -105,7 +105,9 @@ def warn(messages, stream):
 
 
 def command_summary(args, out, err):
-    out.write(render_summary(load_run(args.run)))
+    run = load_run(args.run)
+    out.write(render_summary(run))
+    warn(stored_variance_warning(run), err)
 
 
 def command_variance(args, out, err):

@@ -9,7 +9,7 @@ import numpy as np
 
 from .stats_file import (entropy_floor, parse_config_text, rank_overload, routing_label,
                          topk_mask)
-from .variance import pad_rows
+from .variance import all_layer_variances, pad_rows
 
 SUMMARY_CONFIG_KEYS = (
     "score-func", "route-scale", "bias-update-rate", "seq-aux-loss-weight", "force-balance",
@@ -57,7 +57,7 @@ def summary_progress_lines(run):
 
 
 def summary_layer_rows(run):
-    var = run.data["routing/load_variance"]
+    var = all_layer_variances(run)  # recomputed, as the variance table does
     viol = run.data["routing/max_violation"]
     over = rank_overload(run)
     rows = [["layer", "routing", "mean var", "last var", "last max viol", "last rank overload"]]

@@ -54,6 +54,27 @@ def relative_change(old, new):
     return float((new - old) / old)
 
 
+def all_layer_variances(run):
+    """[N, L] layer_variances at every row."""
+    return np.var(run.data["routing/expert_load"].astype(np.float64), axis=2)
+
+
+def stored_variance_warning(run):
+    """One warning when /routing/load_variance differs anywhere from the recomputed variance
+    (the summary reads every row; the table warns row by row instead)."""
+    stored = run.data["routing/load_variance"]
+    computed = all_layer_variances(run)
+    scale = np.maximum(np.abs(stored), np.abs(computed))
+    bad = ~(np.abs(stored - computed) <= VARIANCE_REL_TOL * scale)   # NaN counts as bad
+    if not bad.any():
+        return []
+    row, layer = (int(i) for i in np.argwhere(bad)[0])
+    return [f"{run.path}: /routing/load_variance differs from the variance of "
+            f"/routing/expert_load in {int(bad.sum())} of {bad.size} values (first at step "
+            f"{int(run.steps[row])} layer {layer}: {float(stored[row, layer])!r} against "
+            f"{float(computed[row, layer])!r}); using the latter"]
+
+
 def variance_mismatches(run, rows):
     """Warnings where /routing/load_variance differs from the recomputed variance."""
     messages = []

@@ -220,8 +220,23 @@ def test_stored_variance_is_cross_checked(cli, tmp_path):
     assert parse_text(out)[3][3] == "68.00"  # the recomputed value
 
 
+def test_summary_uses_and_checks_the_recomputed_variance(cli, tmp_path):
+    run = sf.build_run("A")
+    run["datasets"]["routing/load_variance"] = run["datasets"]["routing/load_variance"].copy()
+    run["datasets"]["routing/load_variance"][20, 2] = 1e9
+    path = sf.write_stats(str(tmp_path / "bad_var.h5"), run)
+    code, out, err = cli("summary", path)
+    assert code == 0
+    warnings = err.splitlines()
+    assert len(warnings) == 1 and "1 of" in warnings[0] and "step 20 layer 2" in warnings[0]
+    assert "1000000000.0" in warnings[0] and "np.float64" not in warnings[0]
+    layer2 = next(l for l in out.splitlines() if l.split()[:1] == ["2"])
+    assert layer2.split()[-3] == "68.00"  # last var: the recomputed value
+
+
 def test_no_warning_when_stored_variance_agrees(cli, run_a, run_b):
     assert cli("variance", run_a, run_b, "--steps", "0,20")[2] == ""
+    assert cli("summary", run_a)[2] == ""
 
 
 @pytest.mark.parametrize("steps", ["0;20", "0,²", "--1,3", "0,20,3"])
