@@ -59,13 +59,18 @@ def all_layer_variances(run):
     return np.var(run.data["routing/expert_load"].astype(np.float64), axis=2)
 
 
+def disagrees(stored, computed):
+    """Where a stored variance is not the recomputed one within VARIANCE_REL_TOL (NaN counts)."""
+    scale = np.maximum(np.abs(stored), np.abs(computed))
+    return ~(np.abs(stored - computed) <= VARIANCE_REL_TOL * scale)
+
+
 def stored_variance_warning(run):
     """One warning when /routing/load_variance differs anywhere from the recomputed variance
     (the summary reads every row; the table warns row by row instead)."""
     stored = run.data["routing/load_variance"]
     computed = all_layer_variances(run)
-    scale = np.maximum(np.abs(stored), np.abs(computed))
-    bad = ~(np.abs(stored - computed) <= VARIANCE_REL_TOL * scale)   # NaN counts as bad
+    bad = disagrees(stored, computed)
     if not bad.any():
         return []
     row, layer = (int(i) for i in np.argwhere(bad)[0])
@@ -81,9 +86,7 @@ def variance_mismatches(run, rows):
     for row in rows:
         stored = run.data["routing/load_variance"][row]
         computed = layer_variances(run, row)
-        scale = np.maximum(np.abs(stored), np.abs(computed))
-        bad = ~(np.abs(stored - computed) <= VARIANCE_REL_TOL * scale)   # NaN counts as bad
-        for layer in np.nonzero(bad)[0]:
+        for layer in np.nonzero(disagrees(stored, computed))[0]:
             messages.append(f"{run.path}: /routing/load_variance at step {int(run.steps[row])} "
                             f"layer {layer} is {float(stored[layer])!r} but the variance of "
                             f"/routing/expert_load is {float(computed[layer])!r}; using the "
