@@ -127,6 +127,67 @@ def test_live_reader_sees_steps_appear_and_sigkill_keeps_completed_steps(moe_rt_
         assert (load.sum(axis=2) == load.sum(axis=2)[0, 0]).all()  # every row complete
 
 
+def rank_pid(launcher_pid, rank):
+    """The pid of world rank `rank` among the launcher's descendants (from /proc), or None."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            pid = int(entry)
+            ancestor = pid
+            while ancestor > 1:  # a descendant of this test's launcher, not another job's
+                try:
+                    with open(f"/proc/{ancestor}/stat") as f:
+                        ancestor = int(f.read().rsplit(")", 1)[1].split()[1])
+                except OSError:
+                    break
+                if ancestor == launcher_pid:
+                    return pid
+    return None
+
+
+def test_a_rank_killed_mid_run_ends_the_job_and_keeps_every_printed_step(moe_rt_bin, tmp_path):
+    # Rank 1 dies (SIGKILL) while the run goes on: the launcher ends the job, no rank waits for
+    # ever in a collective, and every step rank 0 printed has its complete row in the file.
+    path = tmp_path / "rank_killed.h5"
+    proc = subprocess.Popen(launcher(2) + [moe_rt_bin] + MICRO +
+                            ["--steps", "1000000", "--stats", str(path)],
+                            env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        rows = 0
+        while time.time() < deadline and rows < 5:
+            time.sleep(0.2)
+            try:
+                with open_stats(path) as f:
+                    rows = complete_rows(f)
+            except OSError:
+                continue  # the file is being created
+        victim = rank_pid(proc.pid, 1)
+        assert rows >= 5 and victim is not None, (rows, victim)
+        os.kill(victim, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    assert proc.returncode != 0
+    printed = step_lines(out)
+    assert printed, out
+    with open_stats(path) as f:
+        n = complete_rows(f)
+        loss = f["/steps/loss"][:n]
+    assert n >= printed[-1][0] + 1, (n, printed[-1])
+    for step, value in printed:
+        assert loss[step] == pytest.approx(value, abs=5e-5), step
+
+
 def test_default_path_is_new_for_each_run(run_moe, tmp_path):
     names = []
     for _ in range(2):
