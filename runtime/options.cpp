@@ -284,9 +284,13 @@ po::variables_map parse_config_file(const std::string& path) {
   return values;
 }
 
+// The optimizer and the bias update compute in float: a value past its range would become inf.
+constexpr double kFloatMax = std::numeric_limits<float>::max();
+
 void require_nonnegative(double value, const char* option) {
-  if (!(value >= 0.0)) {
-    throw ConfigError(std::string(option) + " must be >= 0, got " + number_to_text(value));
+  if (!(value >= 0.0 && value <= kFloatMax)) {
+    throw ConfigError(std::string(option) + " must be >= 0 and within float range " +
+                      "(<= 3.4e38), got " + number_to_text(value));
   }
 }
 
@@ -338,15 +342,9 @@ void run_config_validate(const RunConfig& cfg) {
   if (cfg.steps <= 0) {
     throw ConfigError("--steps must be positive, got " + std::to_string(cfg.steps));
   }
-  if (!(cfg.lr > 0.0)) throw ConfigError("--lr must be positive, got " + number_to_text(cfg.lr));
-  // The optimizer computes in float: these must not become infinite there.
-  const std::pair<double, const char*> float_options[] = {
-      {cfg.lr, "--lr"}, {cfg.weight_decay, "--weight-decay"}, {cfg.grad_clip, "--grad-clip"}};
-  for (const auto& [value, option] : float_options) {
-    if (std::abs(value) > std::numeric_limits<float>::max()) {
-      throw ConfigError(std::string(option) + " = " + number_to_text(value) +
-                        " is beyond float range (|x| <= 3.4e38), in which the optimizer computes");
-    }
+  if (!(cfg.lr > 0.0 && cfg.lr <= kFloatMax)) {
+    throw ConfigError("--lr must be positive and within float range (<= 3.4e38), got " +
+                      number_to_text(cfg.lr));
   }
   if (cfg.warmup_steps < 0) {
     throw ConfigError("--warmup-steps must be >= 0, got " + std::to_string(cfg.warmup_steps));
