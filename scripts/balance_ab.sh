@@ -10,7 +10,7 @@
 # the preset regime, the variance of both runs every 50 steps: when the bias wins.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-cd "$moe_root"
+# No cd: OUT and the default runs/ folder are relative to the caller's directory.
 regime=${1:-seed}
 case "$regime" in
   seed) steps=${STEPS:-21}; train=(--lr 3e-5 --warmup-steps 2) ;;
@@ -32,12 +32,12 @@ echo "run B: --bias-update-rate 0.001 --seq-aux-loss-weight 0.0001 ($out/B.h5)"
   --seq-aux-loss-weight 0.0001 --stats "$out/B.h5" > "$out/B.log"
 
 last=$((steps - 1))
-python3 scripts/moe_stats.py variance "$out/A.h5" "$out/B.h5" --steps "0,$last" --markdown
+python3 "$moe_root/scripts/moe_stats.py" variance "$out/A.h5" "$out/B.h5" --steps "0,$last" --markdown
 if [[ $regime == preset ]]; then
   echo
   echo "summed top-k load variance every 50 steps (A | B | improvement):"
   for ((s = 0; s < steps; s += 50)); do
-    python3 scripts/moe_stats.py variance "$out/A.h5" "$out/B.h5" --steps "0,$s" --csv |
+    python3 "$moe_root/scripts/moe_stats.py" variance "$out/A.h5" "$out/B.h5" --steps "0,$s" --csv |
       awk -F, -v s="$s" '$1 == "TOTAL/AVG" { printf "  step %4d  %14.2f %14.2f %7.2f%%\n", s, $4, $5, $6 }'
   done
 fi

@@ -5,7 +5,11 @@
 #   moe_build_dir   the build folder: $MOE_RT_BUILD_DIR, else $moe_root/build
 #   moe_build T     scripts/setup.sh (quiet when all is installed), then configure (Release) and
 #                   build target T in moe_build_dir; silent on success; on failure it shows the
-#                   log and exits 1, the message naming the calling script
+#                   log and exits 1, the message naming the calling script. The folder's other
+#                   settings are kept: after scripts/test.sh, build/ treats warnings as errors
+#                   (CI's setting), so a local change that warns fails these builds too
+#   moe_model_args ARGS...  fills the array moe_model with `--model deepseek4-tiny`, or leaves it
+#                   empty when ARGS choose the model themselves (--model or --config)
 #   moe_launcher N  fills the array moe_launch with `mpirun -np N` and the options for N ranks:
 #                   --oversubscribe only when N exceeds the cores, --bind-to none only when N is
 #                   below them (Open MPI binds each rank to one core when N <= 2, where its
@@ -31,6 +35,14 @@ moe_build() {
     echo "$me: build failed" >&2
     exit 1
   fi
+}
+
+moe_model_args() {
+  local arg
+  moe_model=(--model deepseek4-tiny)
+  for arg in "$@"; do
+    case "$arg" in --model|--model=*|--config|--config=*) moe_model=() ;; esac
+  done
 }
 
 moe_launcher() {

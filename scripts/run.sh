@@ -5,12 +5,10 @@
 # when running as root.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-cd "$moe_root"
+# No cd: relative paths in the options (--config, --stats, --data tokens:PATH) and the default
+# runs/ folder are the caller's.
 
 moe_build moe_rt
 moe_launcher "${NP:-8}"
-model=(--model deepseek4-tiny)
-for arg in "$@"; do
-  case "$arg" in --model|--model=*|--config|--config=*) model=() ;; esac
-done
-exec "${moe_launch[@]}" "$moe_build_dir/moe_rt" "${model[@]}" "$@"
+moe_model_args "$@"
+exec "${moe_launch[@]}" "$moe_build_dir/moe_rt" "${moe_model[@]}" "$@"

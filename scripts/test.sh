@@ -10,7 +10,8 @@ bash scripts/setup.sh
 build=${MOE_RT_BUILD_DIR:-$root/build}
 jobs=$(nproc)
 mkdir -p "$build"
-if ! cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMOE_RT_WERROR=ON >"$build/configure.log" 2>&1; then
+if ! cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMOE_RT_WERROR=ON -DMOE_RT_BUILD_TESTS=ON \
+    >"$build/configure.log" 2>&1; then
   cat "$build/configure.log" >&2
   echo "test.sh: cmake configure failed" >&2
   exit 1
@@ -19,4 +20,5 @@ grep -F '[' "$build/configure.log" | grep -E '✓|✗' || true
 cmake --build "$build" -j"$jobs"
 
 # MPI tests declare how many processors they use, so ctest -j never runs more ranks than fit.
-ctest --test-dir "$build" --output-on-failure -j"$jobs" "$@"
+# No test found (a filter matching nothing, tests not built) is a failure, not a pass.
+ctest --test-dir "$build" --output-on-failure --no-tests=error -j"$jobs" "$@"

@@ -16,7 +16,7 @@
 # where its cores/ranks threads would share it), and the run-as-root variables only as root.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-cd "$moe_root"
+# No cd: relative paths in the extra options are the caller's.
 
 moe_build moe_rt
 
@@ -38,6 +38,7 @@ mean_violation() {
 
 rows=()
 kernel=""
+moe_model_args "$@"
 for np in $ranks; do
   moe_launcher "$np"
   tps_natural="" viol_natural=""
@@ -46,7 +47,7 @@ for np in $ranks; do
     [[ $mode == round-robin ]] && force=round-robin
     log="$tmp/np$np-$mode.log"
     if ! env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${moe_launch[@]}" "$moe_build_dir/moe_rt" \
-        --model deepseek4-tiny --steps "$steps" --force-balance "$force" \
+        "${moe_model[@]}" --steps "$steps" --force-balance "$force" \
         --stats "$tmp/np$np-$mode.h5" "$@" >"$log" 2>&1; then
       tail -n 30 "$log" >&2
       echo "throughput.sh: moe_rt failed at $np ranks, $mode routing" >&2
@@ -70,7 +71,7 @@ for np in $ranks; do
 done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
-echo "deepseek4-tiny, $steps steps per run; $cpu, $cores cores"
+echo "${moe_model[1]:-the model of: $*}, $steps steps per run; $cpu, $cores cores"
 echo "BLAS: ${kernel:-unknown}"
 printf '%6s  %-12s %10s %14s %18s\n' ranks mode "tokens/s" "mean max_viol" "cost of imbalance"
 for row in "${rows[@]}"; do

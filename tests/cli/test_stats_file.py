@@ -95,6 +95,41 @@ def test_same_command_gives_identical_statistics(run_moe, tmp_path):
         assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
 
 
+def rank_process(launcher_pid, rank):
+    """(pid, environment) of world rank `rank` among the launcher's descendants, from /proc, or
+    (None, {})."""
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if env.get(b"OMPI_COMM_WORLD_RANK") != str(rank).encode():
+            continue
+        ancestor = int(entry)
+        while ancestor > 1:  # a descendant of this test's launcher, not another job's
+            try:
+                with open(f"/proc/{ancestor}/stat") as f:
+                    ancestor = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                break
+            if ancestor == launcher_pid:
+                return int(entry), env
+    return None, {}
+
+
+def remove_shared_memory_of(env):
+    """Open MPI's shared-memory segments of the job a rank's environment names: a job killed
+    whole (launcher too) leaves them in /dev/shm, one per rank, for ever."""
+    jobid = env.get(b"OMPI_MCA_ess_base_jobid")
+    if not jobid or not os.path.isdir("/dev/shm"):
+        return
+    suffix = "." + format(int(jobid), "x") + "."
+    for name in os.listdir("/dev/shm"):
+        if name.startswith("vader_segment.") and suffix in name:
+            os.remove(os.path.join("/dev/shm", name))
+
+
 def test_live_reader_sees_steps_appear_and_sigkill_keeps_completed_steps(moe_rt_bin, tmp_path):
     path = tmp_path / "killed.h5"
     proc = subprocess.Popen(launcher(2) + [moe_rt_bin] + MICRO +
@@ -116,8 +151,10 @@ def test_live_reader_sees_steps_appear_and_sigkill_keeps_completed_steps(moe_rt_
         assert len(seen) >= 3 and seen[-1] >= 10, f"rows seen by the live reader: {seen}"
         assert seen == sorted(seen) and seen[-1] > seen[0], seen
     finally:
+        _, env = rank_process(proc.pid, 0)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
+        remove_shared_memory_of(env)
     with open_stats(path) as f:
         n = complete_rows(f)
         assert n >= seen[-1]
@@ -125,30 +162,6 @@ def test_live_reader_sees_steps_appear_and_sigkill_keeps_completed_steps(moe_rt_
         assert np.isfinite(f["/steps/loss"][:n]).all()
         load = f["/routing/expert_load"][:n]
         assert (load.sum(axis=2) == load.sum(axis=2)[0, 0]).all()  # every row complete
-
-
-def rank_pid(launcher_pid, rank):
-    """The pid of world rank `rank` among the launcher's descendants (from /proc), or None."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-            pid = int(entry)
-            ancestor = pid
-            while ancestor > 1:  # a descendant of this test's launcher, not another job's
-                try:
-                    with open(f"/proc/{ancestor}/stat") as f:
-                        ancestor = int(f.read().rsplit(")", 1)[1].split()[1])
-                except OSError:
-                    break
-                if ancestor == launcher_pid:
-                    return pid
-    return None
 
 
 def test_a_rank_killed_mid_run_ends_the_job_and_keeps_every_printed_step(moe_rt_bin, tmp_path):
@@ -169,7 +182,7 @@ def test_a_rank_killed_mid_run_ends_the_job_and_keeps_every_printed_step(moe_rt_
                     rows = complete_rows(f)
             except OSError:
                 continue  # the file is being created
-        victim = rank_pid(proc.pid, 1)
+        victim, _ = rank_process(proc.pid, 1)
         assert rows >= 5 and victim is not None, (rows, victim)
         os.kill(victim, signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
