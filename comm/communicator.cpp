@@ -163,6 +163,25 @@ template <class T> void Comm::gather(std::span<const T> send, std::span<T> recv,
                            static_cast<int>(send.size()), mpi_type<T>(), root, comm_));
 }
 
+template <class T>
+void Comm::gatherv(std::span<const T> send, std::span<T> recv, std::span<const int> counts,
+                   std::span<const int> displs, int root) const {
+  if (rank_ == root) {
+    if (counts.size() != static_cast<size_t>(size_) || displs.size() != counts.size()) {
+      throw std::invalid_argument("Comm::gatherv: counts and displs need one entry per rank");
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (counts[r] < 0 || displs[r] < 0 ||
+          static_cast<size_t>(displs[r]) + static_cast<size_t>(counts[r]) > recv.size()) {
+        throw std::invalid_argument("Comm::gatherv: rank " + std::to_string(r) +
+                                    "'s block does not fit in recv");
+      }
+    }
+  }
+  MOE_MPI_CHECK(MPI_Gatherv(send.data(), static_cast<int>(send.size()), mpi_type<T>(), recv.data(),
+                            counts.data(), displs.data(), mpi_type<T>(), root, comm_));
+}
+
 template <class T> void Comm::broadcast(std::span<T> data, int root) const {
   MOE_MPI_CHECK(MPI_Bcast(data.data(), static_cast<int>(data.size()), mpi_type<T>(), root, comm_));
 }
@@ -181,6 +200,8 @@ void Comm::barrier() const { MOE_MPI_CHECK(MPI_Barrier(comm_)); }
                                            std::span<const int>, std::span<const int>) const;  \
   template void Comm::allgather<T>(std::span<const T>, std::span<T>) const;                    \
   template void Comm::gather<T>(std::span<const T>, std::span<T>, int) const;                 \
+  template void Comm::gatherv<T>(std::span<const T>, std::span<T>, std::span<const int>,       \
+                                 std::span<const int>, int) const;                             \
   template void Comm::broadcast<T>(std::span<T>, int) const;
 MOE_COMM_INSTANTIATE(float)
 MOE_COMM_INSTANTIATE(double)

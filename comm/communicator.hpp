@@ -73,6 +73,11 @@ class Comm {
   template <class T> void allgather(std::span<const T> send, std::span<T> recv) const;
   // Gathers `send` (the same size on every rank) to `root`, rank-major; recv is used on root only.
   template <class T> void gather(std::span<const T> send, std::span<T> recv, int root) const;
+  // Gathers `send` (its size may differ between ranks) to `root`: rank r's elements land at
+  // recv[displs[r]], counts[r] of them; recv, counts and displs are used on root only.
+  template <class T>
+  void gatherv(std::span<const T> send, std::span<T> recv, std::span<const int> counts,
+               std::span<const int> displs, int root) const;
   template <class T> void broadcast(std::span<T> data, int root) const;
   void barrier() const;
 

@@ -101,6 +101,11 @@ void write_root_attributes(hid_t file, const StatsHeader& h) {
       {"num_experts", h.num_experts}, {"top_k", h.top_k},     {"vocab", h.vocab},
       {"hash_layers", h.hash_layers}, {"seq_len", h.seq_len}, {"batch_per_rank", h.batch_per_rank}};
   for (const auto& [name, value] : ints) h5_write_int_attr(file, name, value);
+  if (!h.resumed_from.empty()) {
+    h5_write_string_attr(file, "resumed_from", h.resumed_from);
+    h5_write_attr(file, "resumed_from_step", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                  &h.resumed_from_step);
+  }
 }
 
 // Latest format: checksummed metadata and the extensible-array chunk index that SWMR needs. Locks

@@ -51,6 +51,11 @@ struct StatsHeader {
   std::vector<int32_t> hash_tables;        // [L_h, V, K] expert ids
   std::vector<std::string> phase_names;    // [num_phases], at least one
   int trace_tokens = 0;                    // T; 0 = no /trace group
+  // A resumed run: the statistics file of the run it continues (absolute path) and the last step
+  // of that file it keeps (its checkpoint's step); rows here start at resumed_from_step + 1.
+  // Written as root attributes only when resumed_from is not empty.
+  std::string resumed_from;
+  int64_t resumed_from_step = -1;
 };
 
 // One step, global values (already reduced over ranks).

@@ -1,4 +1,4 @@
-// Per-phase wall-clock timers for one rank's step (issue: where does a step's time go?). A
+// Per-phase wall-clock timers for one rank's step: where does a step's time go? A
 // ScopedPhase adds the time between its construction and destruction to one slot of PhaseTimes;
 // with a null PhaseTimes it does nothing, so code paths stay the same with timing off.
 #pragma once
@@ -23,6 +23,7 @@ enum class Phase : int {
   kAllReduce,         // gradient, loss and load all-reduces
   kOptimizer,         // clipping, AdamW, bias update
   kStats,             // balance metrics, gathering, HDF5 writing
+  kCheckpoint,        // gathering and writing a checkpoint (charged to the step after it)
   kCount
 };
 inline constexpr int kNumPhases = static_cast<int>(Phase::kCount);
@@ -31,7 +32,7 @@ inline constexpr int kNumPhases = static_cast<int>(Phase::kCount);
 inline constexpr std::array<const char*, kNumPhases> kPhaseNames = {
     "attention", "router", "dispatch", "experts", "combine",
     "attention_bwd", "router_bwd", "dispatch_bwd", "experts_bwd", "combine_bwd",
-    "other", "allreduce", "optimizer", "stats"};
+    "other", "allreduce", "optimizer", "stats", "checkpoint"};
 
 struct PhaseTimes {
   std::array<double, kNumPhases> seconds{};  // accumulated since the last reset

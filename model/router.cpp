@@ -27,7 +27,12 @@ T stable_softplus(T x) {
 // The strict total order of top-k: a ranks before b when its value is larger, or equal with a
 // lower expert index.
 template <class T>
+// NaN ranks after every number (NaNs among themselves by index): a diverged row still routes, to
+// valid experts, deterministically, and the step's non-finite loss then stops the run on every
+// rank. Throwing here instead would stop only the ranks whose rows hold the NaN.
 bool ranks_before(T value_a, int a, T value_b, int b) {
+  const bool nan_a = std::isnan(value_a), nan_b = std::isnan(value_b);
+  if (nan_a || nan_b) return nan_a == nan_b ? a < b : nan_b;
   return value_a > value_b || (value_a == value_b && a < b);
 }
 
@@ -125,12 +130,6 @@ void route_topk(int32_t* expert_idx, const T* scores, const float* bias, int N, 
   for (int n = 0; n < N; ++n) {
     const T* s = scores + int64_t{n} * E;
     auto value = [&](int e) { return bias != nullptr ? s[e] + T(bias[e]) : s[e]; };
-    for (int e = 0; e < E; ++e) {
-      if (std::isnan(value(e))) {
-        throw std::domain_error("route_topk: row " + std::to_string(n) + ", expert " +
-                                std::to_string(e) + ": score + bias is NaN");
-      }
-    }
     // K passes; pass j takes the best expert ranking after pass j-1's pick. No scratch memory,
     // and the result is exactly the first K of the total order, ties included.
     int prev = -1;

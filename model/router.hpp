@@ -34,8 +34,8 @@ void score_backward(T* d_logits,        // [N,E] +=
 
 // The K largest of scores + bias per row, in descending order of that value; on ties the lower
 // expert index wins and comes first. bias may be nullptr (no bias). The biased value is computed
-// in T as scores[e] + T(bias[e]). Throws std::domain_error naming the row on a NaN value, which
-// has no place in an order (a NaN score means training has already diverged).
+// in T as scores[e] + T(bias[e]). A NaN value ranks after every number (a NaN score means training
+// has diverged: the run's non-finite check stops it after the step).
 template <class T>
 void route_topk(int32_t* expert_idx,  // [N,K]
                 const T* scores,      // [N,E]

@@ -1,21 +1,72 @@
 // moe_rt: the program. Parses options on every rank, agrees on set-up errors, trains, and prints
 // the story on rank 0. An error after set-up aborts the whole job so that no rank hangs.
+// Exit status: 0 done; 2 bad input (nothing ran); 3 an error during the run; 4 a non-finite loss
+// or gradient norm stopped it; 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM, 138 SIGUSR1).
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "comm/communicator.hpp"
 #include "runtime/options.hpp"
 #include "runtime/report.hpp"
+#include "runtime/stop_signal.hpp"
 #include "runtime/train.hpp"
+
+namespace {
+
+// What rank 0 says when a run ends early, and the exit status of every rank.
+int report_end(const moe::TrainSummary& s, bool rank0) {
+  using moe::RunEnd;
+  const std::string checkpoint =
+      s.last_checkpoint.empty()
+          ? (s.checkpoint_dir.empty() ? std::string("no checkpoint (checkpointing is off)")
+                                      : "no checkpoint written by this run")
+          : "checkpoint '" + s.last_checkpoint + "'";
+  const std::string step = std::to_string(s.last_step);
+  switch (s.end) {
+    case RunEnd::kCompleted:
+      return 0;
+    case RunEnd::kSignal:
+      if (rank0) {
+        std::fprintf(stderr, "moe_rt: stopped by %s after step %s; %s%s%s\n",
+                     moe::stop_signal_name(s.stop_signal), step.c_str(), checkpoint.c_str(),
+                     s.last_checkpoint.empty() ? "" : "; continue with --resume ",
+                     s.last_checkpoint.empty() ? "" : s.checkpoint_dir.c_str());
+      }
+      return 128 + s.stop_signal;
+    case RunEnd::kNonFinite:
+      if (rank0) {
+        const moe::StepRecord& r = s.steps.back();
+        std::fprintf(stderr,
+                     "moe_rt: error: step %s: loss %g, gradient norm %g: not finite%s%s; that "
+                     "step updated nothing; stopped; last %s\n",
+                     step.c_str(), r.loss, r.grad_norm,
+                     s.end_detail.empty() ? "" : "; first non-finite gradient: ",
+                     s.end_detail.c_str(), checkpoint.c_str());
+      }
+      return 4;
+    case RunEnd::kCheckpointFailed:
+      if (rank0) {
+        std::fprintf(stderr, "moe_rt: error: after step %s: %s; stopped\n", step.c_str(),
+                     s.end_detail.c_str());
+      }
+      return 3;
+  }
+  return 3;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   moe::MpiSession mpi(&argc, &argv);
+  moe::stop_signal_install();
   const moe::Comm world = moe::Comm::world();
   try {
     moe::RunConfig cfg;
     std::string error;
     try {
       cfg = moe::options_parse(argc, argv);
+      moe::run_config_fit_world(cfg, world.size());
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -30,7 +81,7 @@ int main(int argc, char** argv) {
     const moe::TrainSummary summary = moe::train_run(cfg, world, /*quiet=*/false,
                                                       /*measure_peak=*/true);
     if (world.rank() == 0) moe::report_summary(summary, summary.stats_path);
-    return 0;
+    return report_end(summary, world.rank() == 0);
   } catch (const moe::SetupError& e) {
     if (e.report()) std::fprintf(stderr, "moe_rt: error: %s\n", e.what());
     return 2;

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/checkpoint_file.hpp"
 #include "io/input_file.hpp"
 #include "io/token_data.hpp"
 #include "model/balance.hpp"
@@ -189,10 +190,23 @@ const std::vector<OptionField>& option_fields() {
             [](auto& c) -> auto& { return c.overwrite; }),
       field("trace-every", "N", "write every N-th step's per-token routing to the file (0 = off)",
             [](auto& c) -> auto& { return c.trace_every; }),
+      field("checkpoint-every", "N", "write a checkpoint every N steps and at the end (0 = off)",
+            [](auto& c) -> auto& { return c.checkpoint_every; }),
+      field("checkpoint-dir", "DIR",
+            "checkpoint folder (default: beside the --stats file, <stats>-checkpoints)",
+            [](auto& c) -> auto& { return c.checkpoint_dir; }),
+      field("keep-checkpoints", "K", "keep the newest K checkpoints, remove older ones",
+            [](auto& c) -> auto& { return c.keep_checkpoints; }),
+      field("resume", "PATH",
+            "continue from a checkpoint file, or a folder's newest (docs/checkpoints.md)",
+            [](auto& c) -> auto& { return c.resume; }),
       field("lr", "X", "AdamW learning rate after warmup (small models take 3e-3)",
             [](auto& c) -> auto& { return c.lr; }),
       field("warmup-steps", "N", "steps of linear learning-rate warmup from 0",
             [](auto& c) -> auto& { return c.warmup_steps; }),
+      field("lr-decay-steps", "N",
+            "steps of the cosine schedule to 10% of --lr (0: --steps); fixed when resuming",
+            [](auto& c) -> auto& { return c.lr_decay_steps; }),
       field("weight-decay", "X", "AdamW decoupled weight decay",
             [](auto& c) -> auto& { return c.weight_decay; }),
       field("grad-clip", "X", "clip of the global gradient L2 norm (0 = off)",
@@ -266,22 +280,31 @@ po::variables_map parse_command_line(int argc, const char* const* argv) {
   return values;
 }
 
+// `key = value` lines from `in`; `origin` names where they come from in messages.
+po::variables_map parse_config_stream(std::istream& in, const std::string& origin) {
+  po::variables_map values;
+  try {
+    po::store(po::parse_config_file(in, config_options(false)), values);
+  } catch (const po::unknown_option& e) {
+    throw ConfigError("unknown key '" + e.get_option_name() + "' in " + origin +
+                      " (keys are the long option names of moe_rt --help)");
+  } catch (const po::error& e) {
+    throw ConfigError(origin + ": " + e.what());
+  }
+  return values;
+}
+
 po::variables_map parse_config_file(const std::string& path) {
   if (const std::string problem = input_file_problem(path); !problem.empty()) {
     throw ConfigError("--config: config file '" + path + "': " + problem);
   }
   std::ifstream in(path);
   if (!in) throw ConfigError("--config: cannot open config file '" + path + "'");
-  po::variables_map values;
   try {
-    po::store(po::parse_config_file(in, config_options(false)), values);
-  } catch (const po::unknown_option& e) {
-    throw ConfigError("--config: unknown key '" + e.get_option_name() + "' in config file '" +
-                      path + "' (keys are the long option names of moe_rt --help)");
-  } catch (const po::error& e) {
-    throw ConfigError("--config: config file '" + path + "': " + e.what());
+    return parse_config_stream(in, "config file '" + path + "'");
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string("--config: ") + e.what());
   }
-  return values;
 }
 
 // The optimizer and the bias update compute in float: a value past its range would become inf.
@@ -294,7 +317,108 @@ void require_nonnegative(double value, const char* option) {
   }
 }
 
+// ---- resuming ------------------------------------------------------------------------------------
+
+// What --resume does with an option (docs/checkpoints.md, "Options on resume").
+enum class OnResume {
+  kFromCheckpoint,  // changes the arithmetic: the checkpoint's value; a different one is refused
+  kContinued,       // the checkpoint's value unless given again: the run's length and habits
+  kOwn,             // this run's own, never inherited: output paths, the layout over the ranks
+};
+
+OnResume on_resume(std::string_view name) {
+  // --batch-per-rank is continued as the global batch: run_config_fit_world.
+  for (std::string_view n : {"steps", "checkpoint-every", "keep-checkpoints", "trace-every",
+                             "check-bias", "batch-per-rank"}) {
+    if (name == n) return OnResume::kContinued;
+  }
+  for (std::string_view n : {"stats", "overwrite", "ep", "threads", "checkpoint-dir", "resume"}) {
+    if (name == n) return OnResume::kOwn;
+  }
+  return OnResume::kFromCheckpoint;
+}
+
+RunConfig config_from_text(const std::string& text, const std::string& origin) {
+  std::istringstream in(text);
+  const po::variables_map values = parse_config_stream(in, origin);
+  RunConfig cfg;
+  if (values.count("model")) cfg.model_name = values["model"].as<std::string>();
+  cfg.model = preset_model(cfg.model_name);
+  apply_values(cfg, values);
+  return cfg;
+}
+
+// The configuration of a resumed run: the checkpoint's, with this run's own options and the
+// continued ones given again. An option that changes the arithmetic and differs is refused.
+RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
+                       const po::variables_map& file) {
+  std::string path;
+  CheckpointHeader h;
+  try {
+    path = checkpoint_resolve(requested.resume);
+    h = CheckpointReader(path).header();
+  } catch (const CheckpointError& e) {
+    throw ConfigError(std::string("--resume: ") + e.what());
+  }
+  RunConfig cfg = config_from_text(h.config_text, "the configuration of checkpoint '" + path + "'");
+  for (const OptionField& f : option_fields()) {
+    const bool given = cli.count(f.name) || file.count(f.name);
+    const std::string name = f.name;
+    switch (on_resume(name)) {
+      case OnResume::kFromCheckpoint:
+        if (given && f.get(requested) != f.get(cfg)) {
+          throw ConfigError("--" + name + "=" + f.get(requested) + " conflicts with checkpoint '" +
+                            path + "', which has " + name + " = " + f.get(cfg) +
+                            ": a resumed run takes the options that change its arithmetic from "
+                            "the checkpoint (drop --" + name + ", or start a new run)");
+        }
+        break;
+      case OnResume::kContinued:
+        if (given) f.set(cfg, f.get(requested));
+        break;
+      case OnResume::kOwn:
+        f.set(cfg, f.get(requested));
+        break;
+    }
+  }
+  cfg.config_path = requested.config_path;
+  cfg.resume_point = {path, h.step, h.global_batch, h.stats_path, h.data_description,
+                      cli.count("batch-per-rank") > 0 || file.count("batch-per-rank") > 0};
+  if (cfg.steps <= h.step + 1) {
+    throw ConfigError("--steps=" + std::to_string(cfg.steps) + ": checkpoint '" + path +
+                      "' has already run " + std::to_string(h.step + 1) +
+                      " steps; pass a larger --steps to extend the run");
+  }
+  return cfg;
+}
+
 }  // namespace
+
+int lr_horizon(const RunConfig& cfg) {
+  return cfg.lr_decay_steps > 0 ? cfg.lr_decay_steps : cfg.steps;
+}
+
+void run_config_fit_world(RunConfig& cfg, int world_size) {
+  const ResumePoint& r = cfg.resume_point;
+  if (!r.active()) return;
+  const int64_t B = cfg.model.batch_per_rank, W = world_size;
+  if (r.batch_given) {
+    if (B * W != r.global_batch) {
+      throw ConfigError("--batch-per-rank=" + std::to_string(B) + " on " + std::to_string(W) +
+                        " ranks makes " + std::to_string(B * W) + " sequences per step, but " +
+                        "checkpoint '" + r.checkpoint + "' trains " +
+                        std::to_string(r.global_batch) + " (drop --batch-per-rank)");
+    }
+    return;
+  }
+  if (r.global_batch % W != 0) {
+    throw ConfigError("checkpoint '" + r.checkpoint + "' trains " +
+                      std::to_string(r.global_batch) + " sequences per step, which " +
+                      std::to_string(W) + " ranks cannot share evenly: resume on a rank count " +
+                      "that divides " + std::to_string(r.global_batch));
+  }
+  cfg.model.batch_per_rank = static_cast<int>(r.global_batch / W);
+}
 
 RunConfig options_parse(int argc, const char* const* argv) {
   const po::variables_map cli = parse_command_line(argc, argv);
@@ -320,6 +444,7 @@ RunConfig options_parse(int argc, const char* const* argv) {
     throw ConfigError(std::string(e.what()) + " in config file '" + cfg.config_path + "'");
   }
   apply_values(cfg, cli);   // the command line over both
+  if (!cfg.resume.empty()) cfg = resume_merge(cfg, cli, file);
   cfg.print_config = cli["print-config"].as<bool>();
   run_config_validate(cfg);
   return cfg;
@@ -377,6 +502,23 @@ void run_config_validate(const RunConfig& cfg) {
   if (cfg.trace_every < 0) {
     throw ConfigError("--trace-every must be >= 0 (0 = off), got " +
                       std::to_string(cfg.trace_every));
+  }
+  if (cfg.lr_decay_steps < 0) {
+    throw ConfigError("--lr-decay-steps must be >= 0 (0 = --steps), got " +
+                      std::to_string(cfg.lr_decay_steps));
+  }
+  if (cfg.checkpoint_every < 0) {
+    throw ConfigError("--checkpoint-every must be >= 0 (0 = off), got " +
+                      std::to_string(cfg.checkpoint_every));
+  }
+  if (cfg.keep_checkpoints < 1) {
+    throw ConfigError("--keep-checkpoints must be >= 1, got " +
+                      std::to_string(cfg.keep_checkpoints));
+  }
+  if (cfg.checkpoint_every > 0 && cfg.stats_path == kNoStats && cfg.checkpoint_dir.empty() &&
+      !cfg.resume_point.active()) {
+    throw ConfigError("--checkpoint-every needs --checkpoint-dir when --stats is none (the "
+                      "default folder is named after the statistics file)");
   }
   if (cfg.ep < 0) {
     throw ConfigError("--ep must be >= 0 (0 = default), got " + std::to_string(cfg.ep));

@@ -16,6 +16,17 @@ inline constexpr const char* kDefaultModelName = "deepseek4-tiny";
 inline constexpr const char* kNoStats = "none";  // --stats none: write no statistics file
 inline constexpr int kMaxThreads = 1024;  // --threads above this is refused
 
+// Where a resumed run continues from (options_parse fills it from the checkpoint's header).
+struct ResumePoint {
+  std::string checkpoint;     // the checkpoint file (a --resume directory resolved to its newest)
+  int64_t step = -1;          // the checkpoint's last completed step; the run starts at step + 1
+  int64_t global_batch = 0;   // sequences per step over all ranks
+  std::string stats_path;     // the statistics file of the run that wrote it, "" for none
+  std::string data_description;  // the data it trained on, as TokenSource::describe() said
+  bool batch_given = false;   // --batch-per-rank was given for the resumed run
+  bool active() const { return step >= 0; }
+};
+
 struct RunConfig {
   ModelConfig model;                             // the preset, then any overrides
   std::string model_name = kDefaultModelName;    // --model
@@ -25,6 +36,7 @@ struct RunConfig {
   std::string stats_path;                        // --stats: "" = runs/<model>-<time>.h5
   double lr = 3e-3;                              // --lr: AdamW learning rate after warmup
   int warmup_steps = 10;                         // --warmup-steps: linear warmup to --lr
+  int lr_decay_steps = 0;                        // --lr-decay-steps: cosine horizon, 0 = --steps
   double weight_decay = 0.1;                     // --weight-decay: AdamW's decoupled decay
   double grad_clip = 1.0;                        // --grad-clip: global L2 norm, 0 = off
   double bias_update_rate = 0.001;               // --bias-update-rate: γ of SPEC §3, 0 = off
@@ -38,6 +50,10 @@ struct RunConfig {
   bool check_bias = false;                       // --check-bias: verify bias equal on all ranks
   bool overwrite = false;                        // --overwrite: replace an existing --stats file
   int trace_every = 0;                           // --trace-every: routing traces, 0 = off
+  int checkpoint_every = 0;                      // --checkpoint-every: steps, 0 = off
+  std::string checkpoint_dir;                    // --checkpoint-dir: "" = beside the stats file
+  int keep_checkpoints = 2;                      // --keep-checkpoints: the newest K are kept
+  std::string resume;                            // --resume: a checkpoint or its directory
   int ep = 0;                                    // --ep: P, 0 = default_ep_size(W, E)
   int threads = 0;                               // --threads: per rank, 0 = cores / ranks
 
@@ -45,7 +61,16 @@ struct RunConfig {
   bool help = false;          // --help: the caller prints options_help_text() and exits
   bool print_config = false;  // --print-config: the caller prints run_config_to_text() and exits
   std::string config_path;    // --config FILE, "" if none
+  ResumePoint resume_point;   // set by options_parse when --resume is given
 };
+
+// The learning-rate schedule's horizon: --lr-decay-steps, else --steps.
+int lr_horizon(const RunConfig& cfg);
+
+// Fits the batch to the world size when resuming: the global batch (sequences per step over all
+// ranks) is the checkpoint's, so --batch-per-rank becomes global / W, or is checked against it
+// when given. Throws ConfigError when W does not divide the global batch.
+void run_config_fit_world(RunConfig& cfg, int world_size);
 
 // Parses argv (argv[0] is the program name). With --help, returns at once with `help` set and
 // nothing else resolved. Otherwise reads --config if given, applies the precedence above and

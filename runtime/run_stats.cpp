@@ -2,6 +2,7 @@
 #include "runtime/run_stats.hpp"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "model/config.hpp"
 
@@ -20,6 +21,13 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
     overwrite = true;
   } else {
     path_ = cfg.stats_path;
+    const std::string& previous = cfg.resume_point.stats_path;
+    std::error_code ec;
+    if (!previous.empty() && std::filesystem::equivalent(path_, previous, ec)) {
+      throw StatsPathError("statistics file '" + path_ + "' is the file of the run being " +
+                           "resumed, which the new file continues (its rows are kept and " +
+                           "chained): choose another --stats, or leave it out for a new name");
+    }
     StatsWriter::check_path(path_, overwrite);
   }
   StatsHeader h;
@@ -45,6 +53,8 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   h.hash_tables = routing.hash_tables;
   h.phase_names.assign(kPhaseNames.begin(), kPhaseNames.end());
   h.trace_tokens = cfg.trace_every > 0 ? world_size * m.batch_per_rank * m.seq_len : 0;
+  h.resumed_from = cfg.resume_point.stats_path;
+  h.resumed_from_step = cfg.resume_point.step;
   writer_ = std::make_unique<StatsWriter>(path_, overwrite, h);
   phase_all_.resize(static_cast<size_t>(world_size) * kNumPhases);
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "io/checkpoint_file.hpp"
 #include "io/hash_table_file.hpp"
 #include "io/synthetic_data.hpp"
 #include "io/token_data.hpp"
@@ -20,6 +21,7 @@
 #include "model/blas.hpp"
 #include "model/model.hpp"
 #include "model/router.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/report.hpp"
 #include "runtime/run_stats.hpp"
 #include "runtime/trainer.hpp"
@@ -71,6 +73,55 @@ void memory_check(const ModelMemory& m, int node_ranks) {
   }
 }
 
+// The checkpoint folder (rank 0): --checkpoint-dir; when resuming, the resumed checkpoint's
+// folder, so that checkpoints of one run stay together; else beside the statistics file,
+// "<stats file without .h5>-checkpoints". Created here; "" when checkpointing is off.
+std::string checkpoint_dir_prepare(const RunConfig& cfg, const std::string& stats_path) {
+  if (cfg.checkpoint_every == 0) return "";
+  namespace fs = std::filesystem;
+  fs::path dir = cfg.checkpoint_dir;
+  if (dir.empty() && cfg.resume_point.active()) {
+    dir = fs::path(cfg.resume_point.checkpoint).parent_path();
+    if (dir.empty()) dir = ".";
+  }
+  if (dir.empty()) {
+    fs::path stem = stats_path;
+    dir = stem.replace_extension().string() + "-checkpoints";
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    throw CheckpointError("checkpoint folder '" + dir.string() + "': cannot create it" +
+                          (ec ? ": " + ec.message() : std::string(": not a directory")));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw CheckpointError("checkpoint folder '" + dir.string() + "' is not writable");
+  }
+  return dir.string();
+}
+
+// The header every checkpoint of this run shares (its step and time are set per write). The
+// configuration is written with the schedule's horizon resolved, so that a resumed run that
+// extends --steps keeps the schedule it started with.
+CheckpointHeader checkpoint_header(const RunConfig& cfg, int W, int P,
+                                   const std::string& stats_path, const std::string& data) {
+  CheckpointHeader h;
+  RunConfig resolved = cfg;
+  resolved.lr_decay_steps = lr_horizon(cfg);
+  std::error_code ec;
+  if (!stats_path.empty()) h.stats_path = std::filesystem::absolute(stats_path, ec).string();
+  resolved.stats_path = stats_path.empty() ? kNoStats : h.stats_path;
+  h.config_text = run_config_to_text(resolved);
+  h.global_batch = static_cast<int64_t>(W) * cfg.model.batch_per_rank;
+  h.world_size = W;
+  h.ep_size = P;
+  h.seed = cfg.seed;
+  h.model = cfg.model_name;
+  h.program_version = std::string("moe_rt ") + MOE_RT_VERSION;
+  h.data_description = data;
+  return h;
+}
+
 RoutingState make_routing(const RunConfig& cfg) {
   const ModelConfig& mc = cfg.model;
   const ForcedRouting forced = forced_routing_from_name(cfg.force_balance);
@@ -79,7 +130,8 @@ RoutingState make_routing(const RunConfig& cfg) {
                                                 : RoutingMode::kRandom;
   RoutingState r = routing_state_make(mc, mode, cfg.seed);
   r.random_skew = forced.skew;
-  if (!cfg.hash_table_path.empty() && mc.hash_layers > 0) {
+  // A resumed run takes its tables from the checkpoint.
+  if (!cfg.hash_table_path.empty() && mc.hash_layers > 0 && !cfg.resume_point.active()) {
     r.hash_tables = hash_table_file_read(cfg.hash_table_path, mc.hash_layers, mc.vocab, mc.top_k);
     const size_t table = static_cast<size_t>(mc.vocab) * mc.top_k;
     for (int l = 0; l < mc.hash_layers; ++l) {
@@ -175,13 +227,23 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   std::unique_ptr<TokenSource> data;
   RoutingState routing;
   std::unique_ptr<RunStats> stats;
+  std::unique_ptr<CheckpointReader> resume;
+  CheckpointHeader checkpoint_template;
   TrainSummary summary;
   std::string error;
   try {
     parallel_config_validate(mc, W, P);
     memory_check(memory, node_ranks);
+    if (cfg.resume_point.active()) {
+      resume = std::make_unique<CheckpointReader>(cfg.resume_point.checkpoint);
+    }
     data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed);
     summary.data_description = data->describe();
+    if (resume && summary.data_description != cfg.resume_point.data_description) {
+      throw DataError("--data: the data is not what checkpoint '" + resume->path() +
+                      "' trained on: now " + summary.data_description + "; then " +
+                      cfg.resume_point.data_description);
+    }
     if (const auto* synth = dynamic_cast<const SyntheticSource*>(data.get())) {
       summary.entropy_floor = synth->entropy_floor_nats();
     }
@@ -190,6 +252,11 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
       stats = std::make_unique<RunStats>(cfg, rank, W, P, routing, summary.data_description,
                                          summary.entropy_floor);
       summary.stats_path = stats->path();
+    }
+    if (rank == 0) {
+      summary.checkpoint_dir = checkpoint_dir_prepare(cfg, summary.stats_path);
+      checkpoint_template = checkpoint_header(cfg, W, P, summary.stats_path,
+                                              summary.data_description);
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -215,11 +282,12 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
 
   // Allocation can still fail where others use the node's memory: agreed on the same way. The
   // Trainer's collectives (communicator splits) come before its allocations, so every rank
-  // reaches the agreement.
+  // reaches the agreement. So can a checkpoint's tensors, which every rank reads for itself.
   std::unique_ptr<Trainer> trainer;
   try {
     trainer = std::make_unique<Trainer>(cfg, world, std::move(data), std::move(routing),
                                         stats.get());
+    if (resume) checkpoint_load(*resume, trainer->state());
   } catch (const std::bad_alloc&) {
     error = "out of memory allocating the model (estimated " + gib_text(memory.total()) +
             " per rank)";
@@ -227,6 +295,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     error = e.what();
   }
   agree(error);
+  resume.reset();
   if (rank == 0 && !quiet) {
     report_config(cfg, RunShape{W, P, threads, trainer->num_dense_params(),
                                 static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model *
@@ -234,15 +303,52 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
                                 memory, summary.data_description,
                                 summary.stats_path});
   }
-  summary.steps.reserve(cfg.steps);
+  const int first_step = static_cast<int>(cfg.resume_point.step + 1);  // 0 unless resuming
+  summary.steps.reserve(cfg.steps - first_step);
   std::vector<double> phase_sum(kNumPhases, 0.0);  // over the steps after the first
-  for (int step = 0; step < cfg.steps; ++step) {
+  for (int step = first_step; step < cfg.steps; ++step) {
     StepRecord rec = trainer->step(step);
     if (rank == 0 && !quiet) report_step(rec);
-    if (step > 0 || cfg.steps == 1) {
+    if (step > first_step || cfg.steps - first_step == 1) {
       for (int p = 0; p < kNumPhases; ++p) phase_sum[p] += trainer->times().seconds[p];
     }
     summary.steps.push_back(std::move(rec));
+    summary.last_step = step;
+    if (trainer->nonfinite()) {
+      summary.end = RunEnd::kNonFinite;
+      summary.end_detail = trainer->first_nonfinite_gradient();
+      break;
+    }
+    const bool stop = trainer->stop_signal() != 0;
+    if (cfg.checkpoint_every > 0 &&
+        (stop || step + 1 == cfg.steps || (step + 1) % cfg.checkpoint_every == 0)) {
+      const double t0 = MPI_Wtime();
+      std::string path;
+      if (rank == 0) {
+        path = (std::filesystem::path(summary.checkpoint_dir) / checkpoint_file_name(step)).string();
+        checkpoint_template.step = step;
+        checkpoint_template.created = stats_now_iso8601();
+      }
+      try {
+        checkpoint_save(path, checkpoint_template, trainer->state(), world);
+      } catch (const CheckpointError& e) {
+        summary.end = RunEnd::kCheckpointFailed;
+        summary.end_detail = e.what();
+        break;
+      }
+      if (rank == 0) {
+        summary.last_checkpoint = path;
+        for (const std::string& w : checkpoint_prune(summary.checkpoint_dir, cfg.keep_checkpoints)) {
+          std::fprintf(stderr, "moe_rt: warning: %s\n", w.c_str());
+        }
+      }
+      trainer->charge_checkpoint(MPI_Wtime() - t0);
+    }
+    if (stop) {
+      summary.end = RunEnd::kSignal;
+      summary.stop_signal = trainer->stop_signal();
+      break;
+    }
   }
   summarize_phases(summary, world, phase_sum);
   summary.model_gflops = 3.0 * model_forward_flops_per_token(mc) * median_tokens_per_s(summary) *

@@ -41,6 +41,14 @@ struct PhaseSummary {
   double step_ms = 0;           // mean step time (the slowest rank's wall time)
 };
 
+// How a run ended (main turns it into the exit status: docs/checkpoints.md, "Exit status").
+enum class RunEnd {
+  kCompleted,         // every step of --steps ran
+  kSignal,            // a stop signal: every rank stopped after the same step
+  kNonFinite,         // a NaN or Inf loss or gradient norm: that step updated nothing
+  kCheckpointFailed,  // a checkpoint could not be written: stopped after the step it followed
+};
+
 struct TrainSummary {
   std::vector<StepRecord> steps;
   std::string stats_path;       // the statistics file written, empty for --stats none
@@ -50,6 +58,12 @@ struct TrainSummary {
   int peak_cores = 0;
   double entropy_floor = -1.0;  // nats; < 0 when the data has no known floor
   std::string data_description;
+  RunEnd end = RunEnd::kCompleted;
+  int stop_signal = 0;          // kSignal: the signal's number
+  int64_t last_step = -1;       // the last step that ran
+  std::string end_detail;       // kNonFinite: the first non-finite gradient; kCheckpointFailed: why
+  std::string checkpoint_dir;   // rank 0: where checkpoints go, "" when off
+  std::string last_checkpoint;  // rank 0: the newest checkpoint this run wrote, "" if none
 };
 
 // A failure before the first collective (options, data, layout), agreed on by every rank: all ranks

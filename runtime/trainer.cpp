@@ -5,9 +5,11 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "model/balance.hpp"
 #include "model/parallel.hpp"
+#include "runtime/stop_signal.hpp"
 
 namespace moe {
 namespace {
@@ -91,6 +93,7 @@ StepRecord Trainer::step(int step) {
   const double t0 = MPI_Wtime();
   times_.reset();
   times_[Phase::kStats] = stats_seconds_;
+  times_[Phase::kCheckpoint] = std::exchange(checkpoint_seconds_, 0.0);
   load_batch(step);
   StepRecord rec;
   rec.step = step;
@@ -114,9 +117,13 @@ StepRecord Trainer::step(int step) {
       stats_->record_trace(world_, step, acts_, tokens_, mc_.seq_len);
     }
   }
+  // The stop flag travels with the step time: every rank learns of a signal that any rank
+  // received, at the same step boundary, without a collective of its own.
   slowest_[0] = MPI_Wtime() - t0;
+  slowest_[1] = stop_signal_pending();
   world_.allreduce_max(std::span<double>(slowest_));
   rec.seconds = slowest_[0];
+  stop_signal_ = static_cast<int>(slowest_[1]);
   rec.tokens_per_s = static_cast<double>(T_) / rec.seconds;
   if (stats_) {
     const double s0 = MPI_Wtime();
@@ -171,16 +178,19 @@ void Trainer::reduce(StepRecord& rec) {
   groups_.ep.allreduce_sum(std::span<double>(expert_sq_));
 }
 
-// Clipping, AdamW on both arenas, then the loss-free bias update from the global loads.
+// Clipping, AdamW on both arenas, then the loss-free bias update from the global loads. A
+// non-finite loss or norm (the same on every rank: both are global) updates nothing.
 void Trainer::optimize(StepRecord& rec, int step) {
   ScopedPhase timer(&times_, Phase::kOptimizer);
   rec.grad_norm = std::sqrt(sum_squares(d_dense_) + expert_sq_[0]);
+  const float lr = lr_at_step(step, lr_horizon(cfg_), cfg_.warmup_steps,
+                              static_cast<float>(cfg_.lr), kMinLrRatio);
+  rec.lr = lr;
+  nonfinite_ = !std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm);
+  if (nonfinite_) return;
   const float clip_scale = cfg_.grad_clip > 0 && rec.grad_norm > cfg_.grad_clip
                                ? static_cast<float>(cfg_.grad_clip / rec.grad_norm)
                                : 1.0f;
-  const float lr = lr_at_step(step, cfg_.steps, cfg_.warmup_steps, static_cast<float>(cfg_.lr),
-                              kMinLrRatio);
-  rec.lr = lr;
   adamw_update(dense_, d_dense_, adam_dense_, layout_.dense, adam_, lr, clip_scale, step + 1);
   adamw_update(experts_, d_experts_, adam_experts_, layout_.experts, adam_, lr, clip_scale,
                step + 1);
@@ -194,6 +204,30 @@ void Trainer::optimize(StepRecord& rec, int step) {
     }
   }
   if (cfg_.check_bias) check_bias_consistent(world_, routing_.bias, step);
+}
+
+std::string Trainer::first_nonfinite_gradient() const {
+  for (const ParamEntry& e : layout_.dense.entries) {
+    const float* g = d_dense_.data() + e.offset;
+    if (!std::all_of(g, g + e.count, [](float x) { return std::isfinite(x); })) return e.name;
+  }
+  return "";
+}
+
+TrainState Trainer::state() {
+  TrainState s;
+  s.model = &mc_;
+  s.layout = &layout_;
+  s.placement = placement_;
+  s.ep = &groups_.ep;
+  s.dense = dense_;
+  s.dense_m = adam_dense_.m;
+  s.dense_v = adam_dense_.v;
+  s.experts = experts_;
+  s.experts_m = adam_experts_.m;
+  s.experts_v = adam_experts_.v;
+  s.routing = &routing_;
+  return s;
 }
 
 }  // namespace moe

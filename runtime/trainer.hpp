@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -16,6 +17,7 @@
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
 #include "model/phase_timer.hpp"
+#include "runtime/checkpoint.hpp"
 #include "runtime/options.hpp"
 #include "runtime/run_stats.hpp"
 #include "runtime/train.hpp"
@@ -31,7 +33,22 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
+  // One training step. With a non-finite loss or gradient norm the parameters, AdamW state and
+  // bias are left as they were (nonfinite() then says so); the step's record is still complete.
   StepRecord step(int step);
+
+  // Agreed by every rank at the end of the last step: the stop signal any rank had received
+  // by then (0: none), and whether its loss or gradient norm was not finite.
+  int stop_signal() const { return stop_signal_; }
+  bool nonfinite() const { return nonfinite_; }
+  // The first dense tensor, in layout order, whose gradient holds a NaN or Inf ("" if none):
+  // a pointer to where a non-finite step went wrong. Scans the gradients, so only on failure.
+  std::string first_nonfinite_gradient() const;
+
+  // Views of the parameters, AdamW state and routing state, for checkpoints.
+  TrainState state();
+  // Time spent on a checkpoint after a step: charged to the next step's "checkpoint" phase.
+  void charge_checkpoint(double seconds) { checkpoint_seconds_ = seconds; }
 
   int ep_size() const { return P_; }
   size_t num_dense_params() const { return dense_.size(); }
@@ -63,8 +80,12 @@ class Trainer {
   std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
   std::vector<double> sums_;                       // [CE sum, balance loss of each layer]
   std::vector<int64_t> recv_local_, recv_all_;     // [L], [W, L]
-  std::vector<double> expert_sq_ = {0.0}, slowest_ = {0.0};
+  std::vector<double> expert_sq_ = {0.0};
+  std::vector<double> slowest_ = {0.0, 0.0};  // [step seconds, stop signal], max over ranks
   double stats_seconds_ = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
+  double checkpoint_seconds_ = 0.0;  // a checkpoint after the previous step
+  int stop_signal_ = 0;
+  bool nonfinite_ = false;
 };
 
 }  // namespace moe

@@ -1,0 +1,348 @@
+// CheckpointWriter and CheckpointReader: the HDF5 checkpoint file, its crash-safe commit
+// (temporary name, fsync, rename, directory fsync), and finding and pruning checkpoints in a
+// directory. docs/checkpoints.md.
+#include "io/checkpoint_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "io/hdf5_check.hpp"
+#include "io/input_file.hpp"
+
+namespace moe {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kTmpSuffix = ".tmp";
+constexpr hsize_t kMaxChunkElements = hsize_t{1} << 20;  // 4 MiB chunks of float32
+
+CheckpointError file_error(const std::string& path, const std::string& problem) {
+  return CheckpointError("checkpoint '" + path + "': " + problem);
+}
+
+// fsync of a file or a directory by path.
+void sync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const std::string reason = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw file_error(path, "cannot flush to disk: " + reason);
+  }
+  ::close(fd);
+}
+
+H5Id checkpoint_fapl() {
+  H5Id fapl(MOE_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  MOE_H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST));
+  MOE_H5_CHECK(H5Pset_file_locking(fapl.get(), 1, 1));
+  return fapl;
+}
+
+// A dataset of `count` elements of `file_type`: chunked with the Fletcher-32 checksum when it
+// holds data (HDF5 checks it on every read), contiguous when empty (nothing to check).
+H5Id create_dataset(hid_t file, const std::string& name, hid_t file_type,
+                    const std::vector<hsize_t>& dims) {
+  hsize_t count = 1;
+  for (hsize_t d : dims) count *= d;
+  H5Id space(MOE_H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)),
+             H5Sclose);
+  H5Id dcpl = h5_untimed_plist(H5P_DATASET_CREATE);
+  if (count > 0) {
+    // Chunks along the first dimension, whole rows each, at most about kMaxChunkElements.
+    std::vector<hsize_t> chunk = dims;
+    const hsize_t row = count / dims[0];
+    chunk[0] = std::max<hsize_t>(1, std::min(dims[0], kMaxChunkElements / std::max<hsize_t>(1, row)));
+    MOE_H5_CHECK(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()));
+    MOE_H5_CHECK(H5Pset_fletcher32(dcpl.get()));
+  }
+  H5Id lcpl(MOE_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+  MOE_H5_CHECK(H5Pset_create_intermediate_group(lcpl.get(), 1));
+  return H5Id(MOE_H5_CHECK(H5Dcreate2(file, name.c_str(), file_type, space.get(), lcpl.get(),
+                                      dcpl.get(), H5P_DEFAULT)),
+              H5Dclose);
+}
+
+std::string read_string_attr(hid_t loc, const char* name) {
+  H5Id attr(MOE_H5_CHECK(H5Aopen(loc, name, H5P_DEFAULT)), H5Aclose);
+  const H5Id type = h5_string_type();
+  char* text = nullptr;
+  MOE_H5_CHECK(H5Aread(attr.get(), type.get(), &text));
+  std::string value = text != nullptr ? text : "";
+  H5free_memory(text);
+  return value;
+}
+
+template <class T>
+T read_scalar_attr(hid_t loc, const char* name, hid_t mem_type) {
+  H5Id attr(MOE_H5_CHECK(H5Aopen(loc, name, H5P_DEFAULT)), H5Aclose);
+  T value{};
+  MOE_H5_CHECK(H5Aread(attr.get(), mem_type, &value));
+  return value;
+}
+
+// The step of a final checkpoint name "step-NNNNNNNN.h5", or -1 for any other name.
+int64_t step_of_name(const std::string& name) {
+  int64_t step = -1;
+  int end = 0;
+  if (std::sscanf(name.c_str(), "step-%" SCNd64 ".h5%n", &step, &end) == 1 &&
+      static_cast<size_t>(end) == name.size() && step >= 0 &&
+      name == checkpoint_file_name(step)) {
+    return step;
+  }
+  return -1;
+}
+
+}  // namespace
+
+// ---- writing --------------------------------------------------------------------------------------
+
+struct CheckpointWriter::Impl {
+  std::string final_path, tmp_path;
+  H5Id file;
+  bool committed = false;
+
+  // Runs an HDF5 step, turning its Hdf5Error into a CheckpointError naming the file.
+  template <class F>
+  void guard(F&& f) {
+    try {
+      h5_silence_auto_print();
+      f();
+    } catch (const Hdf5Error& e) {
+      throw file_error(final_path, std::string("writing failed: ") + e.what());
+    }
+  }
+};
+
+CheckpointWriter::CheckpointWriter(std::string final_path, const CheckpointHeader& h)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.final_path = std::move(final_path);
+  m.tmp_path = m.final_path + kTmpSuffix;
+  m.guard([&] {
+    const H5Id fcpl = h5_untimed_plist(H5P_FILE_CREATE);
+    m.file = H5Id(MOE_H5_CHECK(H5Fcreate(m.tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(),
+                                         checkpoint_fapl().get())),
+                  H5Fclose);
+    const hid_t f = m.file.get();
+    h5_write_string_attr(f, "format", kCheckpointFormat);
+    h5_write_int_attr(f, "format_version", kCheckpointFormatVersion);
+    h5_write_attr(f, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &h.step);
+    h5_write_attr(f, "global_batch", H5T_STD_I64LE, H5T_NATIVE_INT64, &h.global_batch);
+    h5_write_int_attr(f, "world_size", h.world_size);
+    h5_write_int_attr(f, "ep_size", h.ep_size);
+    h5_write_attr(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &h.seed);
+    h5_write_string_attr(f, "model", h.model);
+    h5_write_string_attr(f, "config", h.config_text);
+    h5_write_string_attr(f, "program_version", h.program_version);
+    h5_write_string_attr(f, "created", h.created);
+    h5_write_string_attr(f, "stats_path", h.stats_path);
+    h5_write_string_attr(f, "data", h.data_description);
+  });
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (!impl_ || impl_->committed) return;
+  impl_->file.close_quietly();
+  std::error_code ec;
+  fs::remove(impl_->tmp_path, ec);
+}
+
+void CheckpointWriter::write_floats(const std::string& name, std::span<const float> values) {
+  impl_->guard([&] {
+    const H5Id d = create_dataset(impl_->file.get(), name, H5T_IEEE_F32LE, {values.size()});
+    if (!values.empty()) {
+      MOE_H5_CHECK(
+          H5Dwrite(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+    }
+  });
+}
+
+void CheckpointWriter::write_ints(const std::string& name, const std::vector<hsize_t>& dims,
+                                  std::span<const int32_t> values) {
+  impl_->guard([&] {
+    const H5Id d = create_dataset(impl_->file.get(), name, H5T_STD_I32LE, dims);
+    if (!values.empty()) {
+      MOE_H5_CHECK(
+          H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+    }
+  });
+}
+
+void CheckpointWriter::commit() {
+  Impl& m = *impl_;
+  m.guard([&] { m.file.close(); });
+  sync_path(m.tmp_path, false);
+  std::error_code ec;
+  fs::rename(m.tmp_path, m.final_path, ec);
+  if (ec) throw file_error(m.final_path, "cannot rename the written file into place: " + ec.message());
+  m.committed = true;
+  const fs::path dir = fs::path(m.final_path).parent_path();
+  sync_path(dir.empty() ? "." : dir.string(), true);
+}
+
+// ---- reading --------------------------------------------------------------------------------------
+
+struct CheckpointReader::Impl {
+  std::string path;
+  H5Id file;
+  CheckpointHeader header;
+
+  template <class T>
+  void read(const std::string& name, hid_t mem_type, std::span<T> out) const {
+    try {
+      h5_silence_auto_print();
+      if (MOE_H5_CHECK(H5Lexists(file.get(), name.c_str(), H5P_DEFAULT)) <= 0) {
+        throw file_error(path, "has no dataset '" + name +
+                                   "' (a checkpoint of another model or configuration?)");
+      }
+      H5Id d(MOE_H5_CHECK(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT)), H5Dclose);
+      H5Id space(MOE_H5_CHECK(H5Dget_space(d.get())), H5Sclose);
+      const hssize_t count = MOE_H5_CHECK(H5Sget_simple_extent_npoints(space.get()));
+      if (static_cast<size_t>(count) != out.size()) {
+        throw file_error(path, "dataset '" + name + "' holds " + std::to_string(count) +
+                                   " values, this model needs " + std::to_string(out.size()) +
+                                   " (a checkpoint of another model or configuration?)");
+      }
+      if (count > 0) {
+        MOE_H5_CHECK(H5Dread(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()));
+      }
+    } catch (const Hdf5Error& e) {
+      throw file_error(path, "dataset '" + name + "' cannot be read (corrupt file?): " + e.what());
+    }
+  }
+};
+
+CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = path;
+  if (const std::string problem = input_file_problem(path); !problem.empty()) {
+    throw file_error(path, problem);
+  }
+  h5_silence_auto_print();
+  try {
+    if (MOE_H5_CHECK(H5Fis_hdf5(path.c_str())) <= 0) {
+      throw file_error(path, "is not an HDF5 file");
+    }
+  } catch (const Hdf5Error&) {
+    throw file_error(path, "is not an HDF5 file");
+  }
+  try {
+    m.file = H5Id(MOE_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, checkpoint_fapl().get())),
+                  H5Fclose);
+  } catch (const Hdf5Error& e) {
+    throw file_error(path, std::string("cannot be opened (truncated or damaged?): ") + e.what());
+  }
+  const hid_t f = m.file.get();
+  CheckpointHeader& h = m.header;
+  try {
+    if (MOE_H5_CHECK(H5Aexists(f, "format")) <= 0 ||
+        read_string_attr(f, "format") != kCheckpointFormat) {
+      throw file_error(path, std::string("is not a moe_rt checkpoint (no format attribute '") +
+                                 kCheckpointFormat + "')");
+    }
+    const int32_t version = read_scalar_attr<int32_t>(f, "format_version", H5T_NATIVE_INT32);
+    if (version != kCheckpointFormatVersion) {
+      throw file_error(path, "has format version " + std::to_string(version) +
+                                 "; this moe_rt reads version " +
+                                 std::to_string(kCheckpointFormatVersion));
+    }
+    h.step = read_scalar_attr<int64_t>(f, "step", H5T_NATIVE_INT64);
+    h.global_batch = read_scalar_attr<int64_t>(f, "global_batch", H5T_NATIVE_INT64);
+    h.world_size = read_scalar_attr<int32_t>(f, "world_size", H5T_NATIVE_INT32);
+    h.ep_size = read_scalar_attr<int32_t>(f, "ep_size", H5T_NATIVE_INT32);
+    h.seed = read_scalar_attr<uint64_t>(f, "seed", H5T_NATIVE_UINT64);
+    h.model = read_string_attr(f, "model");
+    h.config_text = read_string_attr(f, "config");
+    h.program_version = read_string_attr(f, "program_version");
+    h.created = read_string_attr(f, "created");
+    h.stats_path = read_string_attr(f, "stats_path");
+    h.data_description = read_string_attr(f, "data");
+  } catch (const Hdf5Error& e) {
+    throw file_error(path, std::string("has a damaged or incomplete header: ") + e.what());
+  }
+  if (h.step < 0 || h.global_batch < 1) {
+    throw file_error(path, "has an invalid header (step " + std::to_string(h.step) +
+                               ", global batch " + std::to_string(h.global_batch) + ")");
+  }
+}
+
+CheckpointReader::~CheckpointReader() = default;
+CheckpointReader::CheckpointReader(CheckpointReader&&) noexcept = default;
+CheckpointReader& CheckpointReader::operator=(CheckpointReader&&) noexcept = default;
+
+const std::string& CheckpointReader::path() const { return impl_->path; }
+const CheckpointHeader& CheckpointReader::header() const { return impl_->header; }
+
+void CheckpointReader::read_floats(const std::string& name, std::span<float> out) const {
+  impl_->read(name, H5T_NATIVE_FLOAT, out);
+}
+
+void CheckpointReader::read_ints(const std::string& name, std::span<int32_t> out) const {
+  impl_->read(name, H5T_NATIVE_INT32, out);
+}
+
+// ---- directories ----------------------------------------------------------------------------------
+
+std::string checkpoint_file_name(int64_t step) {
+  char name[40];
+  std::snprintf(name, sizeof name, "step-%08" PRId64 ".h5", step);
+  return name;
+}
+
+std::vector<std::pair<int64_t, std::string>> checkpoint_list(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const int64_t step = step_of_name(entry.path().filename().string());
+    if (step >= 0 && entry.is_regular_file(ec)) found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::string checkpoint_resolve(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) throw file_error(path, "no such file or directory");
+  if (!fs::is_directory(status)) return path;
+  if (ec) throw file_error(path, "cannot be inspected: " + ec.message());
+  const auto found = checkpoint_list(path);
+  if (found.empty()) {
+    throw file_error(path, "the directory holds no complete checkpoint (no step-NNNNNNNN.h5)");
+  }
+  return found.back().second;
+}
+
+std::vector<std::string> checkpoint_prune(const std::string& dir, int keep) {
+  std::vector<std::string> warnings;
+  auto remove = [&](const fs::path& p) {
+    std::error_code ec;
+    if (!fs::remove(p, ec) && ec) {
+      warnings.push_back("cannot remove old checkpoint '" + p.string() + "': " + ec.message());
+    }
+  };
+  const auto found = checkpoint_list(dir);
+  for (size_t i = 0; i + static_cast<size_t>(std::max(1, keep)) < found.size(); ++i) {
+    remove(found[i].second);
+  }
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 3 && name.ends_with(kTmpSuffix) &&
+        step_of_name(name.substr(0, name.size() - std::strlen(kTmpSuffix))) >= 0) {
+      remove(entry.path());
+    }
+  }
+  return warnings;
+}
+
+}  // namespace moe

@@ -1,0 +1,106 @@
+// The checkpoint file ("moe_rt.checkpoint", format version 1): HDF5 holding named float32 tensors,
+// int32 tables and a header of root attributes, everything a run needs to continue after step s.
+// io/ knows no model: the caller names the tensors (runtime/checkpoint.cpp: parameters, AdamW
+// moments, routing bias and hash tables, with expert tensors named by global expert id).
+//
+// Crash safety: a checkpoint is written under a temporary name beside its final one, closed,
+// flushed to disk (fsync), renamed, and its directory flushed. A kill at any moment leaves the
+// final name either absent or naming a complete file; only final names count as checkpoints.
+// Every tensor is stored with HDF5's Fletcher-32 checksum, which every read verifies.
+// Layout and guarantees: docs/checkpoints.md.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace moe {
+
+inline constexpr const char* kCheckpointFormat = "moe_rt.checkpoint";
+inline constexpr int32_t kCheckpointFormatVersion = 1;
+
+// An unusable checkpoint or checkpoint path. The message names the file and the problem.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The root attributes: what was run, and where it stopped.
+struct CheckpointHeader {
+  int64_t step = -1;            // the last completed step (0-based); a resumed run starts at +1
+  int64_t global_batch = 0;     // sequences per step over all ranks (W·B)
+  int world_size = 0;           // W of the run that wrote it (informational: any W may resume)
+  int ep_size = 0;              // P of the run that wrote it (informational)
+  uint64_t seed = 0;
+  std::string model;            // preset name
+  std::string config_text;      // the resolved configuration, as --print-config prints it
+  std::string program_version;  // "moe_rt 0.1.0"
+  std::string created;          // ISO-8601 local time with offset
+  std::string stats_path;       // the statistics file of the run that wrote it, absolute; "" none
+  std::string data_description;
+};
+
+// Writes one checkpoint. Nothing appears under `final_path` until commit() succeeds.
+class CheckpointWriter {
+ public:
+  // Creates "<final_path>.tmp" (replacing a stale one) and writes the header.
+  // Throws CheckpointError.
+  CheckpointWriter(std::string final_path, const CheckpointHeader& header);
+  ~CheckpointWriter();  // removes the temporary file unless committed
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // `name` is a path such as "param/dense/embed"; groups are created as needed.
+  void write_floats(const std::string& name, std::span<const float> values);
+  void write_ints(const std::string& name, const std::vector<hsize_t>& dims,
+                  std::span<const int32_t> values);
+  // Closes, fsyncs, renames to the final path and fsyncs the directory. Throws CheckpointError.
+  void commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads one checkpoint: opening checks the format name and version and reads the header.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& path);  // throws CheckpointError
+  ~CheckpointReader();
+  CheckpointReader(CheckpointReader&&) noexcept;
+  CheckpointReader& operator=(CheckpointReader&&) noexcept;
+
+  const std::string& path() const;
+  const CheckpointHeader& header() const;
+
+  // Reads dataset `name` into `out`, which must match its element count exactly. Throws
+  // CheckpointError for a missing dataset, another size or a failed checksum.
+  void read_floats(const std::string& name, std::span<float> out) const;
+  void read_ints(const std::string& name, std::span<int32_t> out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "step-00000011.h5": the file name of the checkpoint taken at the end of step `step`.
+std::string checkpoint_file_name(int64_t step);
+
+// The complete checkpoints of `dir` (final names only), oldest first, as (step, path).
+std::vector<std::pair<int64_t, std::string>> checkpoint_list(const std::string& dir);
+
+// `path` itself when it is a file; for a directory its newest complete checkpoint. Throws
+// CheckpointError when the path is missing, or the directory holds no complete checkpoint.
+std::string checkpoint_resolve(const std::string& path);
+
+// Removes all but the newest `keep` (>= 1) complete checkpoints of `dir`, and temporary files
+// that a killed writer left behind. Failures are returned as warnings, never thrown: a
+// checkpoint that cannot be removed costs disk space, not correctness.
+std::vector<std::string> checkpoint_prune(const std::string& dir, int keep);
+
+}  // namespace moe

@@ -1,0 +1,106 @@
+// checkpoint_save and checkpoint_load: a Trainer's state to and from a checkpoint file. Datasets:
+// param/<tensor>, adam_m/<tensor>, adam_v/<tensor> for every tensor of both arenas (expert
+// tensors "layers.<l>.moe.experts.<global id>.w1|w3|w2"), routing/bias [L, E] and
+// routing/hash_tables [L_h, V, K]. docs/checkpoints.md.
+#include "runtime/checkpoint.hpp"
+
+#include <array>
+#include <vector>
+
+namespace moe {
+namespace {
+
+constexpr std::array<const char*, 3> kArrays = {"param/", "adam_m/", "adam_v/"};
+
+// Writes the tensors of `layout` from the three arrays at `base` (parameters, m, v).
+void write_arena(CheckpointWriter& w, const ParamLayout& layout,
+                 const std::array<const float*, 3>& base) {
+  for (int a = 0; a < 3; ++a) {
+    for (const ParamEntry& e : layout.entries) {
+      w.write_floats(kArrays[a] + e.name, std::span<const float>(base[a] + e.offset, e.count));
+    }
+  }
+}
+
+void read_arena(const CheckpointReader& r, const ParamLayout& layout,
+                const std::array<std::span<float>, 3>& arrays) {
+  for (int a = 0; a < 3; ++a) {
+    for (const ParamEntry& e : layout.entries) {
+      r.read_floats(kArrays[a] + e.name, arrays[a].subspan(e.offset, e.count));
+    }
+  }
+}
+
+// Rank 0's part: the header, the dense arena, every EP rank's experts from `gathered` (the three
+// arrays one after the other, each [all experts of EP group 0] in EP rank order), the routing.
+void write_file(const std::string& path, const CheckpointHeader& h, const TrainState& s,
+                const std::vector<float>& gathered, const std::vector<int>& displs) {
+  const ModelConfig& mc = *s.model;
+  CheckpointWriter w(path, h);
+  write_arena(w, s.layout->dense, {s.dense.data(), s.dense_m.data(), s.dense_v.data()});
+  const size_t total = gathered.size() / 3;
+  for (int q = 0; q < s.placement.ep_size; ++q) {
+    const ParamLayout experts = model_layout(mc, s.placement, q).experts;
+    const float* base = gathered.data() + displs[q];
+    write_arena(w, experts, {base, base + total, base + 2 * total});
+  }
+  const RoutingState& rs = *s.routing;
+  w.write_floats("routing/bias", rs.bias);
+  w.write_ints("routing/hash_tables",
+               {hsize_t(mc.hash_layers), hsize_t(mc.vocab), hsize_t(mc.top_k)}, rs.hash_tables);
+  w.commit();
+}
+
+}  // namespace
+
+void checkpoint_save(const std::string& path, const CheckpointHeader& h, const TrainState& s,
+                     const Comm& world) {
+  // EP group 0 is world ranks [0, P): its members own every expert exactly once.
+  const int P = s.placement.ep_size;
+  std::vector<float> gathered;
+  std::vector<int> counts, displs;
+  if (world.rank() < P) {
+    // Sizes per EP rank, from the layouts rank 0 can compute for any EP rank.
+    if (world.rank() == 0) {
+      counts.resize(P);
+      displs.resize(P);
+      int offset = 0;
+      for (int q = 0; q < P; ++q) {
+        counts[q] = static_cast<int>(model_layout(*s.model, s.placement, q).experts.num_elements);
+        displs[q] = offset;
+        offset += counts[q];
+      }
+      gathered.resize(3 * static_cast<size_t>(offset));
+    }
+    const size_t total = gathered.size() / 3;
+    const std::span<float> all(gathered);
+    for (int a = 0; a < 3; ++a) {
+      const std::span<float> local = a == 0 ? s.experts : a == 1 ? s.experts_m : s.experts_v;
+      s.ep->gatherv(std::span<const float>(local),
+                    world.rank() == 0 ? all.subspan(a * total, total) : std::span<float>(),
+                    std::span<const int>(counts), std::span<const int>(displs), 0);
+    }
+  }
+  std::string error;
+  if (world.rank() == 0) {
+    try {
+      write_file(path, h, s, gathered, displs);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  std::vector<int> failed = {error.empty() ? 0 : 1};
+  world.broadcast(std::span<int>(failed), 0);
+  if (failed[0] == 0) return;
+  throw CheckpointError(world.rank() == 0 ? error
+                                          : "rank 0 failed to write checkpoint '" + path + "'");
+}
+
+void checkpoint_load(const CheckpointReader& r, const TrainState& s) {
+  read_arena(r, s.layout->dense, {s.dense, s.dense_m, s.dense_v});
+  read_arena(r, s.layout->experts, {s.experts, s.experts_m, s.experts_v});
+  r.read_floats("routing/bias", s.routing->bias);
+  r.read_ints("routing/hash_tables", s.routing->hash_tables);
+}
+
+}  // namespace moe
