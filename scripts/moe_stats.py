@@ -2,8 +2,8 @@
 """Post-hoc analysis of moe_rt statistics files (HDF5, format "moe_rt.stats", version 1).
 
     moe_stats.py summary RUN.h5 [--no-chain]
-        configuration, steps, loss against the data's entropy floor, throughput, and the balance
-        of each layer at a glance.
+        configuration, the files of a resumed run, steps, loss against the data's entropy floor,
+        throughput, and the balance of each layer at a glance.
     moe_stats.py variance RUN_A.h5 [RUN_B.h5] [--steps S0,S1] [--markdown | --csv] [--no-chain]
         the per-layer load-variance table of the seed document: variance at step S0 (run A), at
         step S1 in A and in B, improvement (A - B)/A, and a TOTAL row over the top-k layers.
@@ -38,9 +38,9 @@ if _HERE not in sys.path:
 # Re-exported: the tests and other callers use these as moe_stats.NAME.
 from moe_stats_lib.chain import (check_consecutive, check_same_model, join_files, load_run,
                                  predecessor_path, read_predecessors)
-from moe_stats_lib.plot import (panel_grid, plot_balance, plot_bias, plot_expert_load,
-                                plot_layer_lines, plot_loss, plot_ranks, pyplot, run_tags, save,
-                                step_axis)
+from moe_stats_lib.plot import (mark_resumes, panel_grid, plot_balance, plot_bias,
+                                plot_expert_load, plot_layer_lines, plot_loss, plot_ranks, pyplot,
+                                run_tags, save, step_axis)
 from moe_stats_lib.plot import write_plots as _write_plots
 from moe_stats_lib.stats_file import (FORMAT_NAME, FORMAT_VERSION, OPTIONAL_PER_STEP,
                                       REQUIRED_PER_STEP, ROUTING_LABELS, SWMR_READ_ATTEMPTS, Run,
@@ -52,7 +52,7 @@ from moe_stats_lib.stats_file import (FORMAT_NAME, FORMAT_VERSION, OPTIONAL_PER_
                                       routing_label, row_of_step, swmr_fapl, topk_mask)
 from moe_stats_lib.summary import (SUMMARY_CONFIG_KEYS, render_summary,
                                    summary_config_lines, summary_layer_rows,
-                                   summary_progress_lines)
+                                   summary_progress_lines, summary_segment_lines)
 from moe_stats_lib.variance import (VARIANCE_REL_TOL, VarianceRow, VarianceTable,
                                     default_steps, format_percent, improvement, layer_variances,
                                     markdown_line, pad_rows, parse_steps, relative_change,
