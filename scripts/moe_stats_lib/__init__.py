@@ -2,10 +2,12 @@
 format "moe_rt.stats", version 1; layout in docs/analysis.md, SPEC §6).
 
     stats_file  opening, checking and reading one file into a Run; the facts derived from a run
+    chain       a resumed run: the file and the predecessors it names, joined into one Run
     variance    the seed document's per-layer load-variance table and its text, markdown, CSV forms
     summary     the key facts of one run as text
     plot        PNG figures of one run or two
 
-Dependencies point one way: summary, variance, plot -> stats_file (summary also uses variance's
-column padding). The command line lives in scripts/moe_stats.py, which re-exports these names.
+Dependencies point one way: chain, summary, variance, plot -> stats_file (summary also uses
+variance's column padding). The command line lives in scripts/moe_stats.py, which re-exports
+these names.
 """

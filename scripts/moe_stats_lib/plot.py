@@ -1,5 +1,7 @@
 """`moe_stats.py plot`: PNG figures of one run or two side by side (A solid, B dashed): expert-load
-heatmaps, variance and max violation, bias trajectories, per-rank load and overload, loss.
+heatmaps, variance and max violation, bias trajectories, per-rank load and overload, loss. A
+resumed run is drawn whole, with a dotted line where each of its files starts; ranks a file did
+not have (NaN in its rank axis) leave gaps in their lines.
 
 Each plot_* function draws one figure and returns it (None where there is nothing to draw);
 write_plots saves them through `save`, which a caller may replace (the tests do, to inspect the
@@ -41,10 +43,19 @@ def panel_grid(plt, count, title):
     return fig, axes.reshape(-1)
 
 
-def step_axis(ax):
+def step_axis(ax, runs=()):
     from matplotlib.ticker import MaxNLocator
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    mark_resumes(ax, runs)
+
+
+def mark_resumes(ax, runs):
+    """A dotted vertical line before the first step of each file after the first of a run."""
+    for run in runs:
+        for segment in run.segments[1:]:
+            if segment.rows:
+                ax.axvline(segment.first_step - 0.5, color="0.5", ls=":", lw=1.0)
 
 
 def save(plt, fig, out_dir, filename, dpi):
@@ -72,7 +83,7 @@ def plot_expert_load(plt, run, tag):
         image = ax.imshow(rel[:, layer, :].T, aspect="auto", origin="lower", extent=extent,
                           cmap="coolwarm", vmin=0.0, vmax=2.0, interpolation="nearest")
         ax.set_title(f"layer {layer} ({routing_label(run.routing[layer])})", fontsize=9)
-        step_axis(ax)
+        step_axis(ax, [run])
         ax.set_ylabel("expert")
     fig.colorbar(image, ax=list(axes[:run.num_layers]), label="load / mean load (1 = balanced)")
     return fig
@@ -102,7 +113,7 @@ def plot_balance(plt, runs, tags):
     ax_viol.set_title(f"Max violation (max - mean)/mean ({kind} layers)")
     ax_viol.set_ylabel("max violation")
     for ax in (ax_var, ax_viol):
-        step_axis(ax)
+        step_axis(ax, runs)
         ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
     return fig
@@ -121,7 +132,7 @@ def plot_bias(plt, runs, tags):
             for e in range(run.num_experts):
                 ax.plot(run.steps, bias[:, e], style, color=f"C{e % 10}", lw=1.0)
         ax.set_title(f"layer {layer}", fontsize=9)
-        step_axis(ax)
+        step_axis(ax, runs)
         ax.set_ylabel("bias")
         ax.grid(alpha=0.3)
     # One legend for the figure: colour = expert, line style = run (readable at any size).
@@ -149,7 +160,7 @@ def plot_ranks(plt, runs, tags):
     ax_over.set_title(f"Rank overload factor, most loaded rank ({kind} layers)")
     ax_over.set_ylabel("rank overload")
     for ax in (ax_load, ax_over):
-        step_axis(ax)
+        step_axis(ax, runs)
         ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
     return fig
@@ -163,7 +174,7 @@ def plot_loss(plt, runs, tags):
     if floor is not None:
         ax.axhline(floor, color="gray", ls=":", label=f"entropy floor {floor:.3f}")
     ax.set_title("Training loss (LM cross-entropy)")
-    step_axis(ax)
+    step_axis(ax, runs)
     ax.set_ylabel("loss (nats/token)")
     ax.legend()
     ax.grid(alpha=0.3)

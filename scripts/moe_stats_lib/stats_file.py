@@ -1,11 +1,13 @@
 """Opening, checking and reading one moe_rt statistics file (HDF5, format "moe_rt.stats"), and the
 facts of a run that every report derives from it (the step's row, routing labels, top-k layers,
-rank overload).
+rank overload). chain.py joins the files of a resumed run into one Run.
 
-A file that is still being written is opened for SWMR reading; only rows present in every per-step
-dataset count as complete. Every problem with the input raises StatsError naming the file.
+A file that is still being written, or whose writer was killed, is opened for SWMR reading; only
+rows present in every per-step dataset count as complete. Every problem with the input raises
+StatsError naming the file.
 
-Shapes: N complete rows (steps), L layers, E experts, W ranks.
+Shapes: N complete rows (steps), L layers, E experts, W ranks (in a run whose files differ in W,
+the largest; the W axes then hold NaN for the ranks a file did not have).
 """
 from __future__ import annotations
 
@@ -50,18 +52,56 @@ class StatsError(Exception):
 
 
 @dataclass(frozen=True)
-class Run:
-    """Everything moe_stats reads from one statistics file, cut to its N complete rows."""
+class Segment:
+    """One file of a run and the rows the Run holds from it. A run that was never resumed, or a
+    file read alone (--no-chain), is one segment; a resumed run is one per file, oldest first."""
 
-    path: str
-    attrs: dict              # root attributes: strings decoded, numbers as Python scalars
+    path: str                     # the file read (a predecessor: where resumed_from was found)
+    first_step: int | None        # first and last step of the rows kept; None when rows == 0
+    last_step: int | None
+    rows: int                     # rows of the Run taken from this file
+    world_size: int               # W of this file (the last axis of its /routing/rank_load)
+    resumed_from: str | None = None       # its root attribute resumed_from, as written
+    resumed_from_step: int | None = None  # its root attribute resumed_from_step
+    rows_dropped: int = 0         # complete rows after the successor's checkpoint, left out
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything moe_stats reads from one statistics file, or from the chain of files of a resumed
+    run, cut to its N complete rows (a chain: concatenated in step order)."""
+
+    path: str                # the file named by the caller (of a chain, the newest)
+    attrs: dict              # its root attributes: strings decoded, numbers as Python scalars
     routing: tuple           # [L] "hash" | "topk" | "forced"
     data: dict               # "steps/loss" -> [N], "routing/expert_load" -> [N, L, E], ...
     phases: tuple = ()       # [num_phases] names of /perf/phase_time's last axis
+    segments: tuple = ()     # Segment per file, oldest first; their rows add up to N
 
     @property
     def steps(self):
         return self.data["steps/step"]
+
+    @property
+    def is_chain(self):
+        """True when the Run was read from more than one file."""
+        return len(self.segments) > 1
+
+    def file_of_row(self, row):
+        """The path of the file that holds row `row` (a row index of this Run)."""
+        start = 0
+        for segment in self.segments:
+            start += segment.rows
+            if row < start:
+                return segment.path
+        return self.path
+
+    def world_size_of_rows(self):
+        """[N] int: W of the file each row comes from (ranks r >= it are padding)."""
+        if not self.segments:
+            return np.full(len(self.steps), self.data["routing/rank_load"].shape[2])
+        return np.concatenate([np.full(seg.rows, seg.world_size, dtype=np.int64)
+                               for seg in self.segments])
 
     @property
     def num_layers(self):
@@ -201,14 +241,17 @@ def check_per_step_shapes(path, f, names):
 
 def complete_rows(path, f, names):
     """N: the number of rows present in every per-step dataset (a writer appends one by one),
-    less trailing rows whose /steps/step still holds the fill value -1 (not yet written)."""
+    less trailing rows whose /steps/step still holds the fill value -1 (not yet written); may be
+    0 (load_run refuses a run without rows; a chain may hold an empty file)."""
     n = min(f[name].shape[0] for name in names)  # every one has rows (check_per_step_shapes)
     steps = f["steps/step"][:n]
     while n > 0 and steps[n - 1] < 0:
         n -= 1
-    if n == 0:
-        raise StatsError(f"{path}: empty statistics file (no complete steps yet)")
     return n
+
+
+def empty_file_error(path):
+    return StatsError(f"{path}: empty statistics file (no complete steps yet)")
 
 
 def read_per_step(path, f):
@@ -228,8 +271,28 @@ def read_strings(f, name):
     return tuple(decode(v) for v in f[name][()].reshape(-1))
 
 
-def load_run(path):
-    """Reads and checks one statistics file; raises StatsError naming the file."""
+def resume_attributes(path, attrs):
+    """(resumed_from, resumed_from_step) of a resumed run's file, (None, None) of any other."""
+    source, step = attrs.get("resumed_from"), attrs.get("resumed_from_step")
+    if source is None and step is None:
+        return None, None
+    if source is None or step is None:
+        have, lack = ("resumed_from", "resumed_from_step") if step is None else (
+            "resumed_from_step", "resumed_from")
+        raise StatsError(f"{path}: root attribute {have} without {lack} "
+                         f"(a resumed run's file has both)")
+    if not isinstance(source, str) or not source:
+        raise StatsError(f"{path}: root attribute resumed_from is {source!r}, expected the "
+                         f"predecessor's path as a string")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise StatsError(f"{path}: root attribute resumed_from_step is {step!r}, expected a "
+                         f"step number >= 0")
+    return source, step
+
+
+def read_file(path):
+    """Reads and checks one statistics file alone, as a Run of one Segment; raises StatsError
+    naming the file. The Run may have no rows (load_run refuses that)."""
     with open_stats_file(path) as f:
         try:
             attrs = {key: decode(value) for key, value in f.attrs.items()}
@@ -246,7 +309,14 @@ def load_run(path):
     if unknown:
         raise StatsError(f"{path}: /layers/routing holds {', '.join(unknown)}; expected "
                          f"{', '.join(ROUTING_LABELS)}")
-    run = Run(path=path, attrs=attrs, routing=routing, data=data, phases=phases)
+    resumed_from, resumed_from_step = resume_attributes(path, attrs)
+    steps = data["steps/step"]
+    segment = Segment(path=path, first_step=int(steps[0]) if len(steps) else None,
+                      last_step=int(steps[-1]) if len(steps) else None, rows=len(steps),
+                      world_size=int(data["routing/rank_load"].shape[2]),
+                      resumed_from=resumed_from, resumed_from_step=resumed_from_step)
+    run = Run(path=path, attrs=attrs, routing=routing, data=data, phases=phases,
+              segments=(segment,))
     if len(routing) != run.num_layers:
         raise StatsError(f"{path}: /layers/routing has {len(routing)} layers but "
                          f"/routing/expert_load has {run.num_layers}")
@@ -302,12 +372,13 @@ def balance_layers(run):
 
 
 def rank_overload(run):
-    """[N, L] overload of the most loaded rank: the stored dataset, else max/mean of rank_load."""
+    """[N, L] overload of the most loaded rank: the stored dataset, else max/mean of rank_load
+    over the ranks that existed (a chain pads missing ranks with NaN; every row has a rank)."""
     if "routing/rank_overload" in run.data:
         return run.data["routing/rank_overload"]
     load = run.data["routing/rank_load"].astype(np.float64)
-    mean = load.mean(axis=2)
-    return np.divide(load.max(axis=2), mean, out=np.ones_like(mean), where=mean > 0)
+    mean = np.nanmean(load, axis=2)
+    return np.divide(np.nanmax(load, axis=2), mean, out=np.ones_like(mean), where=mean > 0)
 
 
 def check_same_shape(run_a, run_b):

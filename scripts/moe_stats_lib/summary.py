@@ -1,9 +1,12 @@
-"""`moe_stats.py summary`: the key facts of one run as text: configuration, steps, loss against
-the data's entropy floor, throughput, and the balance of each layer at a glance.
+"""`moe_stats.py summary`: the key facts of one run as text: configuration, the files of a
+resumed run, steps, loss against the data's entropy floor, throughput, and the balance of each
+layer at a glance. Every figure is over the whole run, all its files.
 
 Shapes: N complete rows (steps), L layers.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -27,7 +30,8 @@ def summary_config_lines(run):
         ("file", f"{run.path} ({a.get('format')} v{a.get('format_version')}, "
                  f"{a.get('program_version', '?')}, created {a.get('created', '?')})"),
         ("model", f"{a.get('model', '?')}"),
-        ("ranks", f"{a.get('world_size', '?')} (EP group {a.get('ep_size', '?')})"),
+        ("ranks", f"{a.get('world_size', '?')} (EP group {a.get('ep_size', '?')})"
+                  + world_sizes_note(run)),
         ("seed", f"{a.get('seed', '?')}"),
         ("data", f"{a.get('data', '?')}"),
         ("shape", f"{run.num_layers} layers ({num_hash} hash, {int(mask.sum())} top-k), "
@@ -36,6 +40,60 @@ def summary_config_lines(run):
                   f"{a.get('batch_per_rank', '?')}"),
         ("config", picked or "(no config text)"),
     ]
+
+
+def world_sizes_note(run):
+    """'; by file: 8, 8, 2' when the files of a resumed run differ in world size, else ''."""
+    sizes = [seg.world_size for seg in run.segments if seg.rows]
+    if len(set(sizes)) < 2:
+        return ""
+    return "; by file: " + ", ".join(str(w) for w in sizes)
+
+
+def segment_text(segment, predecessor):
+    """One file of a chain: its steps, ranks, path, and where it resumed from."""
+    steps = (f"steps {segment.first_step} .. {segment.last_step}" if segment.rows
+             else "no steps kept")
+    text = f"{steps} on {segment.world_size} ranks: {segment.path}"
+    if segment.resumed_from is not None:
+        text += (f", resumed after step {segment.resumed_from_step} from "
+                 f"{os.path.basename(predecessor.path)}")
+        named = os.path.join(os.path.dirname(segment.path), segment.resumed_from)
+        if os.path.normpath(named) != os.path.normpath(predecessor.path):
+            text += f" (found next to it; named {segment.resumed_from})"
+    if segment.rows_dropped:
+        text += f" ({segment.rows_dropped} later rows dropped: redone by its successor)"
+    return text
+
+
+def summary_segment_lines(run):
+    """The files of a resumed run, oldest first, or where a file read alone resumed from; no
+    lines for a run that was never resumed."""
+    segments = run.segments
+    if len(segments) == 1 and segments[0].resumed_from is None:
+        return []
+    if len(segments) == 1:
+        return [("resumed", f"after step {segments[0].resumed_from_step} from "
+                            f"{segments[0].resumed_from} (not read: this file alone)")]
+    lines = [("files", f"{len(segments)}, oldest first")]
+    for i, segment in enumerate(segments):
+        lines.append(("", segment_text(segment, segments[i - 1] if i else None)))
+    return lines
+
+
+def tokens_per_s_median(run):
+    """(median tokens/s, what it is over): without the first step of each file, which is slow
+    (start-up); all steps when that leaves none."""
+    tps = run.data["steps/tokens_per_s"]
+    rows = [seg.rows for seg in run.segments] or [len(tps)]
+    starts = np.cumsum([0] + rows[:-1])
+    keep = np.ones(len(tps), dtype=bool)
+    keep[[start for start, n in zip(starts, rows) if n]] = False
+    if not keep.any():
+        keep[:] = True
+    what = ("median over steps after the first" if len(rows) < 2
+            else "median over steps, without the first of each file")
+    return float(np.median(tps[keep])), what
 
 
 def summary_progress_lines(run):
@@ -47,12 +105,11 @@ def summary_progress_lines(run):
     floor = entropy_floor(run)
     loss_text += ("; entropy floor unknown" if floor is None else
                   f"; entropy floor {floor:.4f} nats (last is {loss[-1] - floor:.4f} above)")
-    tps = run.data["steps/tokens_per_s"]
-    median = float(np.median(tps[1:] if len(tps) > 1 else tps))
+    median, what = tokens_per_s_median(run)
     return [
         ("steps", f"{len(steps)} (step {int(steps[0])} .. {int(steps[-1])})"),
         ("loss", loss_text),
-        ("tokens/s", f"{median:.0f} (median over steps after the first)"),
+        ("tokens/s", f"{median:.0f} ({what})"),
     ]
 
 
@@ -69,7 +126,7 @@ def summary_layer_rows(run):
 
 
 def render_summary(run):
-    pairs = summary_config_lines(run) + summary_progress_lines(run)
+    pairs = summary_config_lines(run) + summary_segment_lines(run) + summary_progress_lines(run)
     width = max(len(key) for key, _ in pairs)
     lines = [f"{key.ljust(width)}  {value}" for key, value in pairs]
     lines += ["", "per-layer balance (variance of the expert load; violation (max - mean)/mean; "

@@ -74,21 +74,23 @@ def stored_variance_warning(run):
     if not bad.any():
         return []
     row, layer = (int(i) for i in np.argwhere(bad)[0])
+    where = f" in {run.file_of_row(row)}" if run.is_chain else ""
     return [f"{run.path}: /routing/load_variance differs from the variance of "
             f"/routing/expert_load in {int(bad.sum())} of {bad.size} values (first at step "
-            f"{int(run.steps[row])} layer {layer}: {float(stored[row, layer])!r} against "
+            f"{int(run.steps[row])} layer {layer}{where}: {float(stored[row, layer])!r} against "
             f"{float(computed[row, layer])!r}); using the latter"]
 
 
 def variance_mismatches(run, rows):
-    """Warnings where /routing/load_variance differs from the recomputed variance."""
+    """Warnings where /routing/load_variance differs from the recomputed variance, each naming
+    the file that holds the row (of a resumed run, not always the newest)."""
     messages = []
     for row in rows:
         stored = run.data["routing/load_variance"][row]
         computed = layer_variances(run, row)
         for layer in np.nonzero(disagrees(stored, computed))[0]:
-            messages.append(f"{run.path}: /routing/load_variance at step {int(run.steps[row])} "
-                            f"layer {layer} is {float(stored[layer])!r} but the variance of "
+            messages.append(f"{run.file_of_row(row)}: /routing/load_variance at step "
+                            f"{int(run.steps[row])} layer {layer} is {float(stored[layer])!r} but the variance of "
                             f"/routing/expert_load is {float(computed[layer])!r}; using the "
                             f"latter")
     return messages

@@ -8,10 +8,17 @@ Run A has the bias update off, run B on; both start from the same step-0 loads a
 layers have identical loads at every step. Loads at steps 0 and 20 are chosen so that the
 variance table can be checked by hand (EXPECTED_VARIANCE below); other steps interpolate.
 
+Resumed runs: rows_of cuts a run to some of its steps, with_world gives it another number of
+ranks, write_segment writes such a cut as one file of a resumed run (root attributes
+resumed_from, resumed_from_step).
+
 Also a command line: `python3 stats_fixture.py example DIR` writes DIR/run_a.h5 and
 DIR/run_b.h5; `python3 stats_fixture.py swmr-writer PATH ROWS` keeps a file open for SWMR writing
-(used to test reading a file that is being written).
+(used to test reading a file that is being written); `python3 stats_fixture.py killed-writer PATH
+ROWS` writes the same in SWMR mode and kills itself (SIGKILL) with the file still open.
 """
+import os
+import signal
 import sys
 
 import h5py
@@ -111,15 +118,20 @@ def routing_series(load, bias):
             "routing/balance_loss": balance}
 
 
+def phase_time(steps, world):
+    """[N, W, phases] float64 seconds of the steps `steps`, slightly different per rank and step."""
+    s = np.asarray(steps, dtype=np.float64)[:, None, None]
+    return 1e-4 * (1 + np.arange(len(PHASES)))[None, None, :] * (
+        1.0 + 0.01 * np.arange(world)[None, :, None] + 0.001 * np.cos(s))
+
+
 def build_run(variant):
     """{'attrs': {...}, 'strings': {...}, 'datasets': {...}} of run "A" or "B"."""
     rate = 0.0 if variant == "A" else BIAS_RATE
     load = expert_load(variant)
     datasets = {**step_series(variant), **routing_series(load, bias_trajectory(load, rate))}
     datasets["steps/balance_loss"] = datasets["routing/balance_loss"].sum(axis=1)
-    s = np.arange(NUM_STEPS, dtype=np.float64)[:, None, None]
-    datasets["perf/phase_time"] = 1e-4 * (1 + np.arange(len(PHASES)))[None, None, :] * (
-        1.0 + 0.01 * np.arange(WORLD)[None, :, None] + 0.001 * np.cos(s))
+    datasets["perf/phase_time"] = phase_time(np.arange(NUM_STEPS), WORLD)
     rng = np.random.default_rng(7)
     hash_table = np.stack([[rng.permutation(NUM_EXPERTS)[:TOP_K] for _ in range(VOCAB)]
                            for _ in range(NUM_HASH)]).astype(np.int32)    # [L_h, V, K]
@@ -131,6 +143,46 @@ def build_run(variant):
              "hash_layers": NUM_HASH, "seq_len": SEQ_LEN, "batch_per_rank": BATCH_PER_RANK}
     strings = {"layers/routing": routing_kinds(), "perf/phases": list(PHASES)}
     return {"attrs": attrs, "strings": strings, "datasets": datasets, "hash_table": hash_table}
+
+
+def rows_of(run, start, stop):
+    """`run` (from build_run) cut to its rows [start, stop) (its steps start .. stop - 1)."""
+    return {**run, "datasets": {name: data[start:stop] for name, data in run["datasets"].items()}}
+
+
+def with_world(run, world):
+    """`run` on `world` ranks: /routing/rank_load, /routing/rank_overload and /perf/phase_time
+    recomputed from the same expert loads. world <= E: each rank owns E/world experts; world > E:
+    each expert's load is split over world/E replicas (rank r holds expert r % E)."""
+    load = run["datasets"]["routing/expert_load"]                          # [N, L, E]
+    n = load.shape[0]
+    if world <= NUM_EXPERTS:
+        rank_load = load.reshape(n, NUM_LAYERS, world, NUM_EXPERTS // world).sum(axis=3)
+    else:
+        copies = world // NUM_EXPERTS
+        replica = np.arange(world) // NUM_EXPERTS                          # [W]
+        expert = load[:, :, np.arange(world) % NUM_EXPERTS]                 # [N, L, W]
+        rank_load = expert // copies + (replica < expert % copies)
+    datasets = dict(run["datasets"])
+    datasets["routing/rank_load"] = rank_load.astype(np.int64)
+    datasets["routing/rank_overload"] = rank_load.max(axis=2) / rank_load.mean(axis=2)
+    datasets["perf/phase_time"] = phase_time(run["datasets"]["steps/step"], world)
+    attrs = {**run["attrs"], "world_size": world, "ep_size": min(world, NUM_EXPERTS)}
+    return {**run, "attrs": attrs, "datasets": datasets}
+
+
+def resume_attrs(predecessor, step):
+    """Root attributes of a file resumed from `predecessor` at the checkpoint of step `step`."""
+    return {"resumed_from": os.path.abspath(predecessor), "resumed_from_step": np.int64(step)}
+
+
+def write_segment(path, run, start, stop, predecessor=None, step=None, **kwargs):
+    """Rows [start, stop) of `run` as one file of a resumed run: resumed from the file
+    `predecessor` at step `step` when given (default start - 1). Returns path."""
+    attrs = dict(kwargs.pop("attrs", None) or {})
+    if predecessor is not None:
+        attrs.update(resume_attrs(predecessor, start - 1 if step is None else step))
+    return write_stats(path, rows_of(run, start, stop), attrs=attrs, **kwargs)
 
 
 def as_attr(value, bytes_strings):
@@ -157,7 +209,7 @@ def write_stats(path, run, *, libver=LIBVER, bytes_strings=False, rows=None, len
     """Writes `run` (from build_run) to path. rows: rows of every per-step dataset (default all);
     lengths: {dataset: rows} for individual datasets (a writer caught mid-step); drop: datasets
     or attributes to leave out; attrs: attribute overrides."""
-    rows = NUM_STEPS if rows is None else rows
+    rows = len(run["datasets"]["steps/step"]) if rows is None else rows
     lengths = lengths or {}
     with h5py.File(path, "w", libver=libver) as f:
         for key, value in {**run["attrs"], **(attrs or {})}.items():
@@ -179,9 +231,10 @@ def write_example(folder):
     return a, b
 
 
-def swmr_writer(path, rows):
+def swmr_writer(path, rows, kill=False):
     """Appends `rows` complete rows in SWMR mode, then one row of /steps/* only, then waits for
-    a line on stdin before closing: a reader meanwhile must see exactly `rows` steps."""
+    a line on stdin before closing: a reader meanwhile must see exactly `rows` steps. kill: the
+    process kills itself (SIGKILL) instead, leaving the file flagged as open for SWMR writing."""
     run = build_run("A")
     with h5py.File(path, "w", libver=LIBVER) as f:
         for key, value in run["attrs"].items():
@@ -197,6 +250,8 @@ def swmr_writer(path, rows):
                     f[name].resize(n + 1, axis=0)
                     f[name][n] = data[n]
             f.flush()
+        if kill:
+            os.kill(os.getpid(), signal.SIGKILL)
         print("ready", flush=True)
         sys.stdin.readline()
 
@@ -206,5 +261,8 @@ if __name__ == "__main__":
         print("\n".join(write_example(sys.argv[2])))
     elif len(sys.argv) == 4 and sys.argv[1] == "swmr-writer":
         swmr_writer(sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "killed-writer":
+        swmr_writer(sys.argv[2], int(sys.argv[3]), kill=True)
     else:
-        sys.exit("usage: stats_fixture.py example DIR | swmr-writer PATH ROWS")
+        sys.exit("usage: stats_fixture.py example DIR | swmr-writer PATH ROWS | "
+                 "killed-writer PATH ROWS")

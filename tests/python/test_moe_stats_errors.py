@@ -71,6 +71,20 @@ def with_dataset(name, data):
     return make
 
 
+def missing_predecessor(path):
+    return sf.write_stats(path, sf.build_run("A"),
+                          attrs=sf.resume_attrs(path + ".gone.h5", 0))
+
+
+def resume_step_alone(path):
+    return sf.write_stats(path, sf.build_run("A"), attrs={"resumed_from_step": 4})
+
+
+def negative_resume_step(path):
+    return sf.write_stats(path, sf.build_run("A"),
+                          attrs={"resumed_from": path + ".0.h5", "resumed_from_step": -3})
+
+
 def nan_version(path):
     return sf.write_stats(path, sf.build_run("A"), attrs={"format_version": float("nan")})
 
@@ -86,6 +100,9 @@ CASES = {
     "missing_dataset": (missing_dataset, ["/routing/expert_load"]),
     "truncated": (truncated, ["truncated file"]),
     "nan_version": (nan_version, ["no integer 'format_version'"]),
+    "missing_predecessor": (missing_predecessor, ["predecessor", "not found", "--no-chain"]),
+    "resume_step_alone": (resume_step_alone, ["resumed_from_step without resumed_from"]),
+    "negative_resume_step": (negative_resume_step, ["resumed_from_step is -3"]),
     "load_is_a_group": (with_dataset("routing/expert_load", None),
                         ["/routing/expert_load is not a dataset"]),
     "load_is_1d": (with_dataset("routing/expert_load", list(range(sf.NUM_STEPS))),
