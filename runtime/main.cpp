@@ -21,7 +21,7 @@ int report_end(const moe::TrainSummary& s, bool rank0) {
       s.last_checkpoint.empty()
           ? (s.checkpoint_dir.empty() ? std::string("no checkpoint (checkpointing is off)")
                                       : "no checkpoint written by this run")
-          : "checkpoint '" + s.last_checkpoint + "'";
+          : "newest checkpoint '" + s.last_checkpoint + "'";
   const std::string step = std::to_string(s.last_step);
   switch (s.end) {
     case RunEnd::kCompleted:
@@ -38,11 +38,10 @@ int report_end(const moe::TrainSummary& s, bool rank0) {
       if (rank0) {
         const moe::StepRecord& r = s.steps.back();
         std::fprintf(stderr,
-                     "moe_rt: error: step %s: loss %g, gradient norm %g: not finite%s%s; that "
-                     "step updated nothing; stopped; last %s\n",
-                     step.c_str(), r.loss, r.grad_norm,
-                     s.end_detail.empty() ? "" : "; first non-finite gradient: ",
-                     s.end_detail.c_str(), checkpoint.c_str());
+                     "moe_rt: error: step %s: loss %g, gradient norm %g: not finite (%s); the "
+                     "step updated nothing and the run stopped; %s\n",
+                     step.c_str(), r.loss, r.grad_norm, s.end_detail.c_str(),
+                     checkpoint.c_str());
       }
       return 4;
     case RunEnd::kCheckpointFailed:

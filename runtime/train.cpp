@@ -316,7 +316,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     summary.last_step = step;
     if (trainer->nonfinite()) {
       summary.end = RunEnd::kNonFinite;
-      summary.end_detail = trainer->first_nonfinite_gradient();
+      summary.end_detail = trainer->locate_nonfinite();
       break;
     }
     const bool stop = trainer->stop_signal() != 0;

@@ -61,7 +61,7 @@ struct TrainSummary {
   RunEnd end = RunEnd::kCompleted;
   int stop_signal = 0;          // kSignal: the signal's number
   int64_t last_step = -1;       // the last step that ran
-  std::string end_detail;       // kNonFinite: the first non-finite gradient; kCheckpointFailed: why
+  std::string end_detail;       // kNonFinite: where it went non-finite; kCheckpointFailed: why
   std::string checkpoint_dir;   // rank 0: where checkpoints go, "" when off
   std::string last_checkpoint;  // rank 0: the newest checkpoint this run wrote, "" if none
 };

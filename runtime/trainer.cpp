@@ -206,12 +206,42 @@ void Trainer::optimize(StepRecord& rec, int step) {
   if (cfg_.check_bias) check_bias_consistent(world_, routing_.bias, step);
 }
 
-std::string Trainer::first_nonfinite_gradient() const {
-  for (const ParamEntry& e : layout_.dense.entries) {
-    const float* g = d_dense_.data() + e.offset;
-    if (!std::all_of(g, g + e.count, [](float x) { return std::isfinite(x); })) return e.name;
+std::string Trainer::locate_nonfinite() const {
+  auto finite = [](const float* p, size_t n) {
+    return std::all_of(p, p + n, [](float x) { return std::isfinite(x); });
+  };
+  // The residual stream before each sub-block and after the last: [2L+1, N, D]; then the logits.
+  const int L = mc_.layers;
+  const size_t ND = acts_.resid.size() / (2 * static_cast<size_t>(L) + 1);
+  int first = 2 * L + 1;  // = the logits
+  for (int i = 0; i <= 2 * L; ++i) {
+    if (!finite(&acts_.resid[i * ND], ND)) {
+      first = i;
+      break;
+    }
   }
-  return "";
+  if (first == 2 * L + 1 && finite(acts_.logits.data(), acts_.logits.size())) first = 2 * L + 2;
+  std::vector<int> lowest = {-first};  // the lowest over ranks, as a max of negations
+  world_.allreduce_max(std::span<int>(lowest));
+  first = -lowest[0];
+  std::string where;
+  if (first == 0) {
+    where = "the embedding";
+  } else if (first <= 2 * L) {
+    where = "the output of layer " + std::to_string((first - 1) / 2) +
+            (first % 2 == 1 ? "'s attention" : "'s MoE block");
+  } else if (first == 2 * L + 1) {
+    where = "the logits";
+  } else {
+    where = "the loss or the gradients only";
+  }
+  std::string text = "first non-finite value in the forward: " + where;
+  for (const ParamEntry& e : layout_.dense.entries) {
+    if (!finite(d_dense_.data() + e.offset, e.count)) {
+      return text + "; first non-finite gradient: " + e.name;
+    }
+  }
+  return text;
 }
 
 TrainState Trainer::state() {

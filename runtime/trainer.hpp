@@ -41,9 +41,10 @@ class Trainer {
   // by then (0: none), and whether its loss or gradient norm was not finite.
   int stop_signal() const { return stop_signal_; }
   bool nonfinite() const { return nonfinite_; }
-  // The first dense tensor, in layout order, whose gradient holds a NaN or Inf ("" if none):
-  // a pointer to where a non-finite step went wrong. Scans the gradients, so only on failure.
-  std::string first_nonfinite_gradient() const;
+  // Collective, after a non-finite step: where the forward first went non-finite on any rank
+  // ("the output of layer 3's MoE block", ... "the logits"), and the first dense tensor whose
+  // gradient is not finite. Scans the step's activations and gradients: for failures only.
+  std::string locate_nonfinite() const;
 
   // Views of the parameters, AdamW state and routing state, for checkpoints.
   TrainState state();

@@ -1,0 +1,347 @@
+"""Long runs through the command line: checkpoints and --resume (bitwise at the same rank count,
+the exact state at another), the statistics chain of a resumed run, stop signals (a rank's own,
+and mpirun's), the non-finite stop, a kill during checkpoint writes, and bad checkpoints.
+docs/checkpoints.md says what each promise is."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import launcher, run_env
+from test_stats_file import complete_rows, open_stats, rank_process, remove_shared_memory_of
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+from moe_stats_lib.chain import load_run  # noqa: E402
+
+MICRO = ["--model", "micro"]
+# Per-step values that must continue bit for bit: everything but timings.
+EXACT = ("steps/step", "steps/loss", "steps/balance_loss", "steps/grad_norm", "steps/lr",
+         "routing/expert_load", "routing/bias", "routing/load_variance",
+         "routing/max_violation")
+# Loss tolerance between rank counts: the same math summed in another order (the runtime's
+# rank-count invariance, tests/runtime/test_train.cpp).
+LOSS_RTOL = 1e-6
+
+
+def moe(moe_rt_bin, args, np_, timeout=180):
+    try:
+        proc = subprocess.run(launcher(np_) + [moe_rt_bin] + [str(a) for a in args],
+                              env=run_env(), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"moe_rt {args} hung for more than {timeout} s")
+    return proc
+
+
+def ok(moe_rt_bin, args, np_):
+    proc = moe(moe_rt_bin, args, np_)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def checkpoint_arrays(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[...])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def assert_same_arrays(a, b):
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+
+
+def error_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("moe_rt: error:")]
+
+
+def listing(path):
+    return sorted(os.listdir(path))
+
+
+# ---- bitwise continuation -------------------------------------------------------------------
+
+
+def test_resume_at_8_ranks_is_bitwise_and_at_2_restores_the_exact_state(moe_rt_bin, tmp_path):
+    # 24 uninterrupted steps on 8 ranks; 12 steps (the schedule planned for 24) + 12 resumed.
+    base = MICRO + ["--checkpoint-every", "6"]
+    ok(moe_rt_bin, base + ["--steps", 24, "--stats", tmp_path / "full.h5"], 8)
+    ok(moe_rt_bin, base + ["--steps", 12, "--lr-decay-steps", 24, "--stats", tmp_path / "a.h5"], 8)
+    first = tmp_path / "a-checkpoints"
+    assert listing(first) == ["step-00000005.h5", "step-00000011.h5"]
+    # 8 -> 2 first, into a folder of its own (the 8 -> 8 run below prunes the shared one).
+    ok(moe_rt_bin, ["--resume", first / "step-00000011.h5", "--steps", 24,
+                    "--stats", tmp_path / "b2.h5", "--checkpoint-dir", tmp_path / "b2ck"], 2)
+    ok(moe_rt_bin, ["--resume", first, "--steps", 24, "--stats", tmp_path / "b8.h5"], 8)
+    # The resumed run continues in its checkpoint's folder, keeping the newest two.
+    assert listing(first) == ["step-00000017.h5", "step-00000023.h5"]
+
+    full = load_run(str(tmp_path / "full.h5"))
+    chained = load_run(str(tmp_path / "b8.h5"))
+    assert [s.world_size for s in chained.segments] == [8, 8]
+    for name in EXACT:
+        assert chained.data[name].tobytes() == full.data[name].tobytes(), name
+    assert_same_arrays(checkpoint_arrays(tmp_path / "full-checkpoints" / "step-00000023.h5"),
+                       checkpoint_arrays(first / "step-00000023.h5"))
+
+    # 8 -> 2: the state is restored bit for bit, so the first resumed step routes exactly as the
+    # uninterrupted run, with the same bias; then the sums run in 2-rank order.
+    other = load_run(str(tmp_path / "b2.h5"))
+    assert [s.world_size for s in other.segments] == [8, 2]
+    assert np.array_equal(other.steps, np.arange(24))
+    for name in ("routing/expert_load", "routing/bias"):
+        assert np.array_equal(other.data[name][:13], full.data[name][:13]), name
+    np.testing.assert_allclose(other.data["steps/loss"], full.data["steps/loss"], rtol=LOSS_RTOL)
+
+
+def test_resume_from_2_ranks_on_1(moe_rt_bin, tmp_path):
+    base = MICRO + ["--checkpoint-every", "4"]
+    ok(moe_rt_bin, base + ["--steps", 12, "--stats", tmp_path / "full.h5"], 2)
+    ok(moe_rt_bin, base + ["--steps", 8, "--lr-decay-steps", 12, "--stats", tmp_path / "a.h5"], 2)
+    proc = ok(moe_rt_bin, ["--resume", tmp_path / "a-checkpoints", "--steps", 12,
+                           "--stats", tmp_path / "b.h5"], 1)
+    assert "batch-per-rank         2" in proc.stdout  # the global batch of 2, on one rank
+    full, chained = load_run(str(tmp_path / "full.h5")), load_run(str(tmp_path / "b.h5"))
+    for name in ("routing/expert_load", "routing/bias"):
+        assert np.array_equal(chained.data[name][:9], full.data[name][:9]), name
+    np.testing.assert_allclose(chained.data["steps/loss"], full.data["steps/loss"], rtol=LOSS_RTOL)
+    with h5py.File(tmp_path / "b.h5", "r") as f:
+        assert f.attrs["resumed_from"] == str(tmp_path / "a.h5")
+        assert f.attrs["resumed_from_step"] == 7
+        assert f["steps/step"][0] == 8
+
+
+# ---- signals --------------------------------------------------------------------------------
+
+
+def wait_for_rows(path, rows, proc, limit=120):
+    deadline = time.time() + limit
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        try:
+            with open_stats(path) as f:
+                if complete_rows(f) >= rows:
+                    return
+        except OSError:
+            continue  # being created
+    pytest.fail(f"{path} did not reach {rows} rows")
+
+
+def start(moe_rt_bin, args, np_):
+    return subprocess.Popen(launcher(np_) + [moe_rt_bin] + [str(a) for a in args], env=run_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def finish(proc, limit):
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        _, env = rank_process(proc.pid, 0)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        remove_shared_memory_of(env)
+        pytest.fail(f"the job did not end within {limit} s of the signal")
+    return out, err
+
+
+def assert_closed_cleanly(path):
+    with h5py.File(path, "r") as f:  # plain open: no SWMR-write flag left
+        n = complete_rows(f)
+        assert list(f["steps/step"][...]) == list(range(n))
+    subprocess.run(["h5dump", "-H", str(path)], check=True, capture_output=True)
+    return n
+
+
+def test_sigterm_stops_at_a_step_boundary_and_resume_is_identical(moe_rt_bin, tmp_path):
+    stats, horizon = tmp_path / "s.h5", 10**6
+    proc = start(moe_rt_bin, MICRO + ["--steps", horizon, "--stats", stats,
+                                      "--checkpoint-every", 1000], 2)
+    wait_for_rows(stats, 10, proc)
+    victim, _ = rank_process(proc.pid, 1)  # one rank only: the other learns of it in the step
+    os.kill(victim, signal.SIGTERM)
+    _, err = finish(proc, 30)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    n = assert_closed_cleanly(stats)
+    assert f"stopped by SIGTERM after step {n - 1};" in err, err
+    assert listing(tmp_path / "s-checkpoints") == [f"step-{n - 1:08d}.h5"]
+
+    end = n + 10  # a run as long as the first planned would take minutes: 10 steps more
+    ok(moe_rt_bin, ["--resume", tmp_path / "s-checkpoints", "--steps", end,
+                    "--stats", tmp_path / "r.h5"], 2)
+    ok(moe_rt_bin, MICRO + ["--steps", end, "--lr-decay-steps", horizon,
+                            "--stats", tmp_path / "full.h5"], 2)
+    full, chained = load_run(str(tmp_path / "full.h5")), load_run(str(tmp_path / "r.h5"))
+    for name in EXACT:
+        assert chained.data[name].tobytes() == full.data[name].tobytes(), name
+
+
+@pytest.mark.parametrize("np_", [2, 8])
+def test_sigint_to_mpirun_ends_within_seconds_with_a_closed_file(moe_rt_bin, tmp_path, np_):
+    # Ctrl-C reaches mpirun, which passes SIGTERM to the ranks one second later and kills them
+    # one second after that (Open MPI's odls_base_sigkill_timeout): the ranks stop in between.
+    stats = tmp_path / "i.h5"
+    proc = start(moe_rt_bin, MICRO + ["--steps", 10**6, "--stats", stats], np_)
+    wait_for_rows(stats, 5, proc)
+    sent = time.time()
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = finish(proc, 30)
+    assert time.time() - sent < 10
+    assert proc.returncode != 0
+    assert "stopped by SIGTERM after step" in err, err
+    assert assert_closed_cleanly(stats) >= 5
+
+
+# ---- non-finite values ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("routing", [[], ["--force-balance", "round-robin"]])
+def test_a_non_finite_loss_stops_the_run(moe_rt_bin, tmp_path, routing):
+    stats = tmp_path / "n.h5"
+    proc = moe(moe_rt_bin, MICRO + routing + ["--steps", 30, "--lr", "1e6", "--grad-clip", 0,
+                                              "--stats", stats, "--checkpoint-every", 1], 2)
+    assert proc.returncode == 4, proc.stderr
+    errors = error_lines(proc.stderr)
+    assert len(errors) == 1, proc.stderr
+    with h5py.File(stats, "r") as f:
+        loss = f["steps/loss"][...]
+    bad = len(loss) - 1
+    assert f"step {bad}: loss" in errors[0] and "not finite" in errors[0], errors[0]
+    assert np.isfinite(loss[:bad]).all() and not np.isfinite(loss[bad])
+    # The newest checkpoint is the last finite step's.
+    assert listing(tmp_path / "n-checkpoints")[-1] == f"step-{bad - 1:08d}.h5"
+    assert f"step-{bad - 1:08d}.h5" in errors[0]
+
+
+# ---- a kill during checkpoint writes ------------------------------------------------------
+
+
+def test_sigkill_during_checkpoint_writes_then_resume(moe_rt_bin, tmp_path):
+    # A checkpoint every step: a kill lands in or near a write. The newest complete checkpoint
+    # resumes, and the chain (the killed file's rows past it dropped) equals an uninterrupted run.
+    stats = tmp_path / "k.h5"
+    horizon = 10**6
+    proc = start(moe_rt_bin, MICRO + ["--steps", horizon, "--stats", stats,
+                                      "--checkpoint-every", 1, "--keep-checkpoints", 3], 2)
+    wait_for_rows(stats, 8, proc)
+    # Every rank at once (Open MPI gives each rank a process group of its own), then mpirun.
+    ranks = [rank_process(proc.pid, r) for r in range(2)]
+    for pid, _ in ranks:
+        os.kill(pid, signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    remove_shared_memory_of(ranks[0][1])
+    kept = [n for n in listing(tmp_path / "k-checkpoints") if n.endswith(".h5")]
+    newest = int(kept[-1][5:13])
+    end = newest + 6
+    ok(moe_rt_bin, ["--resume", tmp_path / "k-checkpoints", "--steps", end,
+                    "--stats", tmp_path / "r.h5"], 2)
+    ok(moe_rt_bin, MICRO + ["--steps", end, "--lr-decay-steps", horizon,
+                            "--stats", tmp_path / "full.h5"], 2)
+    full, chained = load_run(str(tmp_path / "full.h5")), load_run(str(tmp_path / "r.h5"))
+    for name in EXACT:
+        assert chained.data[name].tobytes() == full.data[name].tobytes(), name
+
+
+# ---- bad checkpoints and options ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def good_checkpoint(moe_rt_bin, tmp_path_factory):
+    d = tmp_path_factory.mktemp("good")
+    ok(moe_rt_bin, MICRO + ["--steps", 4, "--stats", d / "g.h5", "--checkpoint-every", 2], 2)
+    return d / "g-checkpoints" / "step-00000003.h5"
+
+
+def corrupt_tensor(path):
+    with h5py.File(path, "r") as f:
+        offset = f["param/embed"].id.get_chunk_info(0).byte_offset
+    with open(path, "r+b") as f:
+        f.seek(offset + 16)
+        f.write(b"\xde\xad\xbe\xef")
+
+
+def set_version(path):
+    with h5py.File(path, "r+") as f:
+        f.attrs.modify("format_version", np.int32(99))
+
+
+def truncate(path):
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def empty_dir(path):
+    os.remove(path)
+    os.mkdir(path)
+    with open(os.path.join(path, "step-00000009.h5.tmp"), "wb") as f:
+        f.write(b"half written")
+
+
+def not_hdf5(path):
+    with open(path, "w") as f:
+        f.write("a text file\n")
+
+
+@pytest.mark.parametrize("damage, words", [
+    (os.remove, ["no such file"]),
+    (truncate, ["cannot be opened"]),
+    (corrupt_tensor, ["param/embed"]),
+    (set_version, ["format version 99"]),
+    (empty_dir, ["no complete checkpoint"]),
+    (not_hdf5, ["not an HDF5 file"]),
+])
+def test_bad_checkpoint_is_refused_before_any_step(moe_rt_bin, good_checkpoint, tmp_path, damage,
+                                                    words):
+    path = tmp_path / "c.h5"
+    shutil.copy(good_checkpoint, path)
+    damage(str(path))
+    old = tmp_path / "old.h5"
+    old.write_bytes(b"an earlier statistics file")
+    proc = moe(moe_rt_bin, ["--resume", path, "--steps", 8, "--stats", old, "--overwrite"], 2)
+    assert proc.returncode == 2, proc.stderr
+    errors = error_lines(proc.stderr)
+    assert len(errors) == 1, proc.stderr
+    assert str(path) in errors[0] and all(w in errors[0] for w in words), errors[0]
+    assert old.read_bytes() == b"an earlier statistics file"
+    assert "step " not in proc.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--lr", "0.001"], ["--lr=0.001 conflicts", "lr = 0.003"]),
+    (["--model", "deepseek4-tiny"], ["--model=deepseek4-tiny conflicts"]),
+    (["--seed", "7"], ["--seed=7 conflicts"]),
+    (["--steps", "4"], ["has already run 4 steps"]),
+    (["--batch-per-rank", "2"], ["makes 4 sequences per step", "trains 2"]),
+])
+def test_options_that_change_the_arithmetic_are_the_checkpoints(moe_rt_bin, good_checkpoint,
+                                                                 args, words):
+    steps = [] if "--steps" in args else ["--steps", 8]
+    proc = moe(moe_rt_bin, ["--resume", good_checkpoint] + steps + args, 2)
+    assert proc.returncode == 2, proc.stderr
+    errors = error_lines(proc.stderr)
+    assert len(errors) == 1 and all(w in errors[0] for w in words), proc.stderr
+
+
+def test_resume_prints_the_checkpoints_configuration(moe_rt_bin, good_checkpoint):
+    # The same values are accepted; this run's own options are its own.
+    proc = moe(moe_rt_bin, ["--resume", good_checkpoint, "--lr", "3e-3", "--steps", 9,
+                            "--stats", "none", "--print-config"], 1)
+    assert proc.returncode == 0, proc.stderr
+    lines = set(proc.stdout.splitlines())
+    for expected in ("model = micro", "steps = 9", "lr = 0.003", "lr-decay-steps = 4",
+                     "batch-per-rank = 2", "stats = none", "checkpoint-every = 2"):
+        assert expected in lines, proc.stdout
+
+
+def test_rank_count_must_divide_the_global_batch(moe_rt_bin, good_checkpoint):
+    proc = moe(moe_rt_bin, ["--resume", good_checkpoint, "--steps", 8], 3)
+    assert proc.returncode == 2
+    errors = error_lines(proc.stderr)
+    assert len(errors) == 1 and "3 ranks cannot share evenly" in errors[0], proc.stderr
