@@ -1,14 +1,12 @@
 // Option parsing and the configuration as text. One table (option_fields) lists every
 // configuration option once, with its help and how to read and write its value; --help, the
 // config-file keys, parsing and run_config_to_text are all generated from it, so they cannot
-// disagree. Boost parses the syntax (names, `key = value` lines); values are converted here,
-// strictly (the whole string, finite numbers), so a bad value names its option.
+// disagree. Boost parses the syntax (names, `key = value` lines); values are converted by
+// option_values.cpp, strictly (the whole string, finite numbers), so a bad value names its option.
 #include "runtime/options.hpp"
 
 #include <boost/program_options.hpp>
 
-#include <charconv>
-#include <cmath>
 #include <limits>
 #include <fstream>
 #include <functional>
@@ -21,75 +19,13 @@
 #include "io/input_file.hpp"
 #include "io/token_data.hpp"
 #include "model/balance.hpp"
+#include "runtime/option_values.hpp"
 #include "runtime/presets.hpp"
 
 namespace moe {
 namespace {
 
 namespace po = boost::program_options;
-
-// ---- values: text in, text out ----------------------------------------------------------------
-
-ConfigError bad_value(const std::string& option, const std::string& text, const char* expected) {
-  return ConfigError(option + ": invalid value '" + text + "' (expected " + expected + ")");
-}
-
-// The whole string must be the number: "3x", " 3" and "" are errors.
-template <class T>
-void number_from_text(const std::string& option, const std::string& text, T& out,
-                      const char* expected) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw bad_value(option, text, expected);
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(value)) throw bad_value(option, text, expected);
-  }
-  out = value;
-}
-
-void value_from_text(const std::string& option, const std::string& text, int& out) {
-  number_from_text(option, text, out, "an integer");
-}
-void value_from_text(const std::string& option, const std::string& text, uint64_t& out) {
-  number_from_text(option, text, out, "an unsigned 64-bit integer");
-}
-void value_from_text(const std::string& option, const std::string& text, double& out) {
-  number_from_text(option, text, out, "a finite number");
-}
-void value_from_text(const std::string& option, const std::string& text, float& out) {
-  number_from_text(option, text, out, "a finite number within float range, |x| <= 3.4e38");
-}
-void value_from_text(const std::string&, const std::string& text, std::string& out) { out = text; }
-void value_from_text(const std::string& option, const std::string& text, bool& out) {
-  if (text == "true" || text == "1" || text == "yes") {
-    out = true;
-  } else if (text == "false" || text == "0" || text == "no") {
-    out = false;
-  } else {
-    throw bad_value(option, text, "true or false");
-  }
-}
-void value_from_text(const std::string&, const std::string& text, ScoreFunc& out) {
-  out = score_func_from_name(text);  // its ConfigError names --score-func and the valid names
-}
-
-// Shortest text that reads back to the same value (std::to_chars' guarantee).
-template <class T>
-std::string number_to_text(T value) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, result.ptr);
-}
-
-std::string value_to_text(int v) { return number_to_text(v); }
-std::string value_to_text(uint64_t v) { return number_to_text(v); }
-std::string value_to_text(double v) { return number_to_text(v); }
-std::string value_to_text(float v) { return number_to_text(v); }
-std::string value_to_text(const std::string& v) { return v; }
-std::string value_to_text(bool v) { return v ? "true" : "false"; }
-std::string value_to_text(ScoreFunc v) { return score_func_name(v); }
 
 // ---- the option table ---------------------------------------------------------------------------
 
@@ -108,9 +44,9 @@ OptionField field(const char* name, const char* value_name, const char* help, Ac
   RunConfig probe;
   const bool is_flag = std::is_same_v<std::decay_t<decltype(access(probe))>, bool>;
   return {name, value_name, help,
-          [access](const RunConfig& c) { return value_to_text(access(c)); },
+          [access](const RunConfig& c) { return option_value_to_text(access(c)); },
           [access, name](RunConfig& c, const std::string& text) {
-            value_from_text(std::string("--") + name, text, access(c));
+            option_value_from_text(std::string("--") + name, text, access(c));
           },
           is_flag};
 }
@@ -290,7 +226,7 @@ constexpr double kFloatMax = std::numeric_limits<float>::max();
 void require_nonnegative(double value, const char* option) {
   if (!(value >= 0.0 && value <= kFloatMax)) {
     throw ConfigError(std::string(option) + " must be >= 0 and within float range " +
-                      "(<= 3.4e38), got " + number_to_text(value));
+                      "(<= 3.4e38), got " + option_number_to_text(value));
   }
 }
 
@@ -344,7 +280,7 @@ void run_config_validate(const RunConfig& cfg) {
   }
   if (!(cfg.lr > 0.0 && cfg.lr <= kFloatMax)) {
     throw ConfigError("--lr must be positive and within float range (<= 3.4e38), got " +
-                      number_to_text(cfg.lr));
+                      option_number_to_text(cfg.lr));
   }
   if (cfg.warmup_steps < 0) {
     throw ConfigError("--warmup-steps must be >= 0, got " + std::to_string(cfg.warmup_steps));
