@@ -4,11 +4,14 @@
 #include <cmath>
 #include <type_traits>
 
+#include "runtime/config_file.hpp"
+
 namespace moe {
 namespace {
 
 ConfigError bad_value(const std::string& option, const std::string& text, const char* expected) {
-  return ConfigError(option + ": invalid value '" + text + "' (expected " + expected + ")");
+  return ConfigError(option + ": invalid value '" + text_excerpt(text) + "' (expected " + expected +
+                     ")");
 }
 
 // The whole string must be the number: "3x", " 3" and "" are errors.
@@ -53,7 +56,8 @@ void option_value_from_text(const std::string& option, const std::string& text, 
   }
 }
 void option_value_from_text(const std::string&, const std::string& text, ScoreFunc& out) {
-  out = score_func_from_name(text);  // its ConfigError names --score-func and the valid names
+  // Its ConfigError names --score-func and the valid names.
+  out = with_value_excerpt(text, [](const std::string& t) { return score_func_from_name(t); });
 }
 
 std::string option_value_to_text(int v) { return option_number_to_text(v); }

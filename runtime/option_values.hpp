@@ -1,5 +1,5 @@
 // Option values as text, both ways: strict conversions (the whole string must be the value, and
-// numbers finite) whose errors name the option and quote the text, and the text of
+// numbers finite) whose errors name the option and quote an excerpt of the text, and the text of
 // a value, the shortest that reads back to it exactly. The option table (options.cpp) calls them
 // by the type of the field.
 #pragma once

@@ -1,24 +1,25 @@
 // Option parsing and the configuration as text. One table (option_fields) lists every
 // configuration option once, with its help and how to read and write its value; --help, the
 // config-file keys, parsing and run_config_to_text are all generated from it, so they cannot
-// disagree. Boost parses the syntax (names, `key = value` lines); values are converted by
-// option_values.cpp, strictly (the whole string, finite numbers), so a bad value names its option.
+// disagree. Boost parses the command line, config_file.cpp the config file; values are converted
+// here, strictly (the whole string, finite numbers), so a bad value names its option. A value is
+// echoed in an error only as a bounded, escaped excerpt (text_excerpt).
 #include "runtime/options.hpp"
 
 #include <boost/program_options.hpp>
 
 #include <limits>
-#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "io/input_file.hpp"
 #include "io/token_data.hpp"
 #include "model/balance.hpp"
+#include "runtime/config_file.hpp"
 #include "runtime/option_values.hpp"
 #include "runtime/presets.hpp"
 
@@ -167,7 +168,7 @@ po::options_description action_options() {
   po::options_description desc("Actions", 100, 50);
   desc.add_options()
       ("config", po::value<std::string>()->value_name("FILE"),
-       "read `key = value` lines; command line > file > preset")
+       "read `key = value` lines (syntax below); command line > file > preset")
       ("print-config", po::bool_switch(), "print the resolved configuration and exit")
       ("help", po::bool_switch(), "print this help and exit");
   return desc;
@@ -195,29 +196,31 @@ po::variables_map parse_command_line(int argc, const char* const* argv) {
                   .run(),
               values);
   } catch (const po::unknown_option& e) {
-    throw ConfigError("unknown option '" + e.get_option_name() + "' (see moe_rt --help)");
+    throw ConfigError("unknown option '" + text_excerpt(e.get_option_name()) +
+                      "' (see moe_rt --help)");
   } catch (const po::error& e) {
     throw ConfigError(std::string("command line: ") + e.what());
   }
   return values;
 }
 
-po::variables_map parse_config_file(const std::string& path) {
-  if (const std::string problem = input_file_problem(path); !problem.empty()) {
-    throw ConfigError("--config: config file '" + path + "': " + problem);
+const OptionField* find_field(std::string_view name) {
+  for (const OptionField& f : option_fields()) {
+    if (name == f.name) return &f;
   }
-  std::ifstream in(path);
-  if (!in) throw ConfigError("--config: cannot open config file '" + path + "'");
-  po::variables_map values;
-  try {
-    po::store(po::parse_config_file(in, config_options(false)), values);
-  } catch (const po::unknown_option& e) {
-    throw ConfigError("--config: unknown key '" + e.get_option_name() + "' in config file '" +
-                      path + "' (keys are the long option names of moe_rt --help)");
-  } catch (const po::error& e) {
-    throw ConfigError("--config: config file '" + path + "': " + e.what());
+  return nullptr;
+}
+
+// The file's values over the preset (whose name it may have given), each error naming the line.
+void apply_file_values(RunConfig& cfg, const std::vector<ConfigEntry>& entries) {
+  for (const ConfigEntry& entry : entries) {
+    if (entry.key == "model") continue;
+    try {
+      find_field(entry.key)->set(cfg, entry.value);  // config_file_read checked the key
+    } catch (const ConfigError& e) {
+      throw ConfigError(config_file_where(cfg.config_path, entry.line) + e.what());
+    }
   }
-  return values;
 }
 
 // The optimizer and the bias update compute in float: a value past its range would become inf.
@@ -239,23 +242,30 @@ RunConfig options_parse(int argc, const char* const* argv) {
     cfg.help = true;
     return cfg;
   }
-  po::variables_map file;
+  std::vector<ConfigEntry> file;
   if (cli.count("config")) {
     cfg.config_path = cli["config"].as<std::string>();
-    file = parse_config_file(cfg.config_path);
+    file = config_file_read(cfg.config_path,
+                            [](std::string_view key) { return find_field(key) != nullptr; });
   }
+  int model_line = 0;  // the file's line that chose the preset, 0 if none did
   if (cli.count("model")) {
     cfg.model_name = cli["model"].as<std::string>();
-  } else if (file.count("model")) {
-    cfg.model_name = file["model"].as<std::string>();
+  } else {
+    for (const ConfigEntry& entry : file) {
+      if (entry.key != "model") continue;
+      cfg.model_name = entry.value;
+      model_line = entry.line;
+    }
   }
-  cfg.model = preset_model(cfg.model_name);
   try {
-    apply_values(cfg, file);  // the file over the preset,
+    cfg.model = preset_model(cfg.model_name);
   } catch (const ConfigError& e) {
-    throw ConfigError(std::string(e.what()) + " in config file '" + cfg.config_path + "'");
+    if (model_line == 0) throw;
+    throw ConfigError(config_file_where(cfg.config_path, model_line) + e.what());
   }
-  apply_values(cfg, cli);   // the command line over both
+  apply_file_values(cfg, file);  // the file over the preset,
+  apply_values(cfg, cli);        // the command line over both
   cfg.print_config = cli["print-config"].as<bool>();
   run_config_validate(cfg);
   return cfg;
@@ -267,7 +277,9 @@ std::string options_help_text() {
       << "Trains a Mixture-of-Experts transformer with expert parallelism over the MPI ranks.\n"
       << "Model options default to the chosen preset; the defaults shown are deepseek4-tiny's.\n\n"
       << config_options(true) << "\n"
-      << action_options() << "\nPresets (--model):\n";
+      << action_options() << "\n"
+      << config_file_syntax_help()
+      << "\nPresets (--model):\n";
   for (const ModelPreset& p : preset_table()) out << "  " << p.name << ": " << p.summary << "\n";
   return out.str();
 }
@@ -289,8 +301,10 @@ void run_config_validate(const RunConfig& cfg) {
   require_nonnegative(cfg.grad_clip, "--grad-clip");
   require_nonnegative(cfg.bias_update_rate, "--bias-update-rate");
   require_nonnegative(cfg.seq_aux_loss_weight, "--seq-aux-loss-weight");
-  forced_routing_from_name(cfg.force_balance);  // names --force-balance and the valid modes
-  balance_loss_form_from_name(cfg.balance_loss_form);  // names --balance-loss-form
+  // These name their option and its valid values.
+  with_value_excerpt(cfg.force_balance, [](const std::string& t) { forced_routing_from_name(t); });
+  with_value_excerpt(cfg.balance_loss_form,
+                     [](const std::string& t) { balance_loss_form_from_name(t); });
   const ModelConfig& m = cfg.model;
   if (cfg.routing_groups < 1 || m.experts % cfg.routing_groups != 0) {
     throw ConfigError("--routing-groups=" + std::to_string(cfg.routing_groups) +
@@ -307,7 +321,7 @@ void run_config_validate(const RunConfig& cfg) {
     }
   }
   if (!cfg.hash_table_path.empty() && m.hash_layers == 0) {
-    throw ConfigError("--hash-table '" + cfg.hash_table_path +
+    throw ConfigError("--hash-table '" + text_excerpt(cfg.hash_table_path, kPathExcerptBytes) +
                       "' given, but --hash-layers is 0: no layer would use it");
   }
   if (cfg.trace_every < 0) {
@@ -322,7 +336,7 @@ void run_config_validate(const RunConfig& cfg) {
                       "] (0 = default), got " + std::to_string(cfg.threads));
   }
   try {
-    token_source_check_spec(cfg.data);
+    with_value_excerpt(cfg.data, [](const std::string& t) { token_source_check_spec(t); });
   } catch (const DataSpecError& e) {
     throw ConfigError(e.what());  // already names --data and the valid forms
   }
@@ -330,10 +344,16 @@ void run_config_validate(const RunConfig& cfg) {
 
 std::string run_config_to_text(const RunConfig& cfg) {
   std::string text = "# moe_rt configuration: re-read with --config FILE\n";
-  for (const OptionField& f : option_fields()) {
-    text += std::string(f.name) + " = " + f.get(cfg) + "\n";
+  for (const RunConfigValue& v : run_config_values(cfg)) {
+    text += v.name + " = " + config_value_to_text(v.text) + "\n";
   }
   return text;
+}
+
+std::vector<RunConfigValue> run_config_values(const RunConfig& cfg) {
+  std::vector<RunConfigValue> values;
+  for (const OptionField& f : option_fields()) values.push_back({f.name, f.get(cfg)});
+  return values;
 }
 
 }  // namespace moe
