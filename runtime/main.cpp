@@ -1,5 +1,6 @@
-// moe_rt: the program. Parses options on every rank, agrees on set-up errors, trains, and prints
-// the story on rank 0. An error after set-up aborts the whole job so that no rank hangs.
+// moe_rt: the program. Parses options on every rank, agrees on set-up errors and checks that every
+// rank holds the same configuration, trains, and prints the story on rank 0. An error after set-up
+// aborts the whole job so that no rank hangs.
 // Exit status: 0 done; 2 bad input (nothing ran); 3 an error during the run; 4 a non-finite loss
 // or gradient norm stopped it; 128 + N stopped by signal N (130 SIGINT, 143 SIGTERM, 138 SIGUSR1).
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "runtime/config_agree.hpp"
 #include "runtime/options.hpp"
 #include "runtime/report.hpp"
 #include "runtime/stop_signal.hpp"
@@ -70,6 +72,7 @@ int main(int argc, char** argv) {
       error = e.what();
     }
     moe::setup_agree(world, error);
+    moe::config_agree(world, cfg);  // every rank read the same options, or all stop here
     if (cfg.help || cfg.print_config) {
       if (world.rank() == 0) {
         std::fputs((cfg.help ? moe::options_help_text() : moe::run_config_to_text(cfg)).c_str(),

@@ -1,96 +1,34 @@
 // Option parsing and the configuration as text. One table (option_fields) lists every
 // configuration option once, with its help and how to read and write its value; --help, the
 // config-file keys, parsing and run_config_to_text are all generated from it, so they cannot
-// disagree. Boost parses the syntax (names, `key = value` lines); values are converted here,
-// strictly (the whole string, finite numbers), so a bad value names its option.
+// disagree. Boost parses the command line, config_file.cpp the config file; values are converted
+// here, strictly (the whole string, finite numbers), so a bad value names its option. A value is
+// echoed in an error only as a bounded, escaped excerpt (text_excerpt).
 #include "runtime/options.hpp"
 
 #include <boost/program_options.hpp>
 
-#include <charconv>
-#include <cmath>
+#include <algorithm>
 #include <limits>
-#include <fstream>
 #include <functional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "io/checkpoint_file.hpp"
-#include "io/input_file.hpp"
 #include "io/token_data.hpp"
 #include "model/balance.hpp"
+#include "runtime/config_file.hpp"
+#include "runtime/option_values.hpp"
 #include "runtime/presets.hpp"
 
 namespace moe {
 namespace {
 
 namespace po = boost::program_options;
-
-// ---- values: text in, text out ----------------------------------------------------------------
-
-ConfigError bad_value(const std::string& option, const std::string& text, const char* expected) {
-  return ConfigError(option + ": invalid value '" + text + "' (expected " + expected + ")");
-}
-
-// The whole string must be the number: "3x", " 3" and "" are errors.
-template <class T>
-void number_from_text(const std::string& option, const std::string& text, T& out,
-                      const char* expected) {
-  T value{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw bad_value(option, text, expected);
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(value)) throw bad_value(option, text, expected);
-  }
-  out = value;
-}
-
-void value_from_text(const std::string& option, const std::string& text, int& out) {
-  number_from_text(option, text, out, "an integer");
-}
-void value_from_text(const std::string& option, const std::string& text, uint64_t& out) {
-  number_from_text(option, text, out, "an unsigned 64-bit integer");
-}
-void value_from_text(const std::string& option, const std::string& text, double& out) {
-  number_from_text(option, text, out, "a finite number");
-}
-void value_from_text(const std::string& option, const std::string& text, float& out) {
-  number_from_text(option, text, out, "a finite number within float range, |x| <= 3.4e38");
-}
-void value_from_text(const std::string&, const std::string& text, std::string& out) { out = text; }
-void value_from_text(const std::string& option, const std::string& text, bool& out) {
-  if (text == "true" || text == "1" || text == "yes") {
-    out = true;
-  } else if (text == "false" || text == "0" || text == "no") {
-    out = false;
-  } else {
-    throw bad_value(option, text, "true or false");
-  }
-}
-void value_from_text(const std::string&, const std::string& text, ScoreFunc& out) {
-  out = score_func_from_name(text);  // its ConfigError names --score-func and the valid names
-}
-
-// Shortest text that reads back to the same value (std::to_chars' guarantee).
-template <class T>
-std::string number_to_text(T value) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, result.ptr);
-}
-
-std::string value_to_text(int v) { return number_to_text(v); }
-std::string value_to_text(uint64_t v) { return number_to_text(v); }
-std::string value_to_text(double v) { return number_to_text(v); }
-std::string value_to_text(float v) { return number_to_text(v); }
-std::string value_to_text(const std::string& v) { return v; }
-std::string value_to_text(bool v) { return v ? "true" : "false"; }
-std::string value_to_text(ScoreFunc v) { return score_func_name(v); }
 
 // ---- the option table ---------------------------------------------------------------------------
 
@@ -109,9 +47,9 @@ OptionField field(const char* name, const char* value_name, const char* help, Ac
   RunConfig probe;
   const bool is_flag = std::is_same_v<std::decay_t<decltype(access(probe))>, bool>;
   return {name, value_name, help,
-          [access](const RunConfig& c) { return value_to_text(access(c)); },
+          [access](const RunConfig& c) { return option_value_to_text(access(c)); },
           [access, name](RunConfig& c, const std::string& text) {
-            value_from_text(std::string("--") + name, text, access(c));
+            option_value_from_text(std::string("--") + name, text, access(c));
           },
           is_flag};
 }
@@ -245,7 +183,7 @@ po::options_description action_options() {
   po::options_description desc("Actions", 100, 50);
   desc.add_options()
       ("config", po::value<std::string>()->value_name("FILE"),
-       "read `key = value` lines; command line > file > preset")
+       "read `key = value` lines (syntax below); command line > file > preset")
       ("print-config", po::bool_switch(), "print the resolved configuration and exit")
       ("help", po::bool_switch(), "print this help and exit");
   return desc;
@@ -273,37 +211,30 @@ po::variables_map parse_command_line(int argc, const char* const* argv) {
                   .run(),
               values);
   } catch (const po::unknown_option& e) {
-    throw ConfigError("unknown option '" + e.get_option_name() + "' (see moe_rt --help)");
+    throw ConfigError("unknown option '" + text_excerpt(e.get_option_name()) +
+                      "' (see moe_rt --help)");
   } catch (const po::error& e) {
     throw ConfigError(std::string("command line: ") + e.what());
   }
   return values;
 }
 
-// `key = value` lines from `in`; `origin` names where they come from in messages.
-po::variables_map parse_config_stream(std::istream& in, const std::string& origin) {
-  po::variables_map values;
-  try {
-    po::store(po::parse_config_file(in, config_options(false)), values);
-  } catch (const po::unknown_option& e) {
-    throw ConfigError("unknown key '" + e.get_option_name() + "' in " + origin +
-                      " (keys are the long option names of moe_rt --help)");
-  } catch (const po::error& e) {
-    throw ConfigError(origin + ": " + e.what());
+const OptionField* find_field(std::string_view name) {
+  for (const OptionField& f : option_fields()) {
+    if (name == f.name) return &f;
   }
-  return values;
+  return nullptr;
 }
 
-po::variables_map parse_config_file(const std::string& path) {
-  if (const std::string problem = input_file_problem(path); !problem.empty()) {
-    throw ConfigError("--config: config file '" + path + "': " + problem);
-  }
-  std::ifstream in(path);
-  if (!in) throw ConfigError("--config: cannot open config file '" + path + "'");
-  try {
-    return parse_config_stream(in, "config file '" + path + "'");
-  } catch (const ConfigError& e) {
-    throw ConfigError(std::string("--config: ") + e.what());
+// The file's values over the preset (whose name it may have given), each error naming the line.
+void apply_file_values(RunConfig& cfg, const std::vector<ConfigEntry>& entries) {
+  for (const ConfigEntry& entry : entries) {
+    if (entry.key == "model") continue;
+    try {
+      find_field(entry.key)->set(cfg, entry.value);  // config_file_read checked the key
+    } catch (const ConfigError& e) {
+      throw ConfigError(config_file_where(cfg.config_path, entry.line) + e.what());
+    }
   }
 }
 
@@ -313,7 +244,7 @@ constexpr double kFloatMax = std::numeric_limits<float>::max();
 void require_nonnegative(double value, const char* option) {
   if (!(value >= 0.0 && value <= kFloatMax)) {
     throw ConfigError(std::string(option) + " must be >= 0 and within float range " +
-                      "(<= 3.4e38), got " + number_to_text(value));
+                      "(<= 3.4e38), got " + option_number_to_text(value));
   }
 }
 
@@ -338,20 +269,25 @@ OnResume on_resume(std::string_view name) {
   return OnResume::kFromCheckpoint;
 }
 
+// The configuration a checkpoint recorded (run_config_to_text's lines).
 RunConfig config_from_text(const std::string& text, const std::string& origin) {
-  std::istringstream in(text);
-  const po::variables_map values = parse_config_stream(in, origin);
+  const std::vector<ConfigEntry> entries =
+      config_text_parse(text, origin, [](std::string_view key) { return find_field(key); });
   RunConfig cfg;
-  if (values.count("model")) cfg.model_name = values["model"].as<std::string>();
+  for (const ConfigEntry& entry : entries) {
+    if (entry.key == "model") cfg.model_name = entry.value;
+  }
   cfg.model = preset_model(cfg.model_name);
-  apply_values(cfg, values);
+  for (const ConfigEntry& entry : entries) {
+    if (entry.key != "model") find_field(entry.key)->set(cfg, entry.value);
+  }
   return cfg;
 }
 
 // The configuration of a resumed run: the checkpoint's, with this run's own options and the
 // continued ones given again. An option that changes the arithmetic and differs is refused.
 RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
-                       const po::variables_map& file) {
+                       const std::vector<ConfigEntry>& file) {
   std::string path;
   CheckpointHeader h;
   try {
@@ -361,20 +297,25 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
     throw ConfigError(std::string("--resume: ") + e.what());
   }
   RunConfig cfg = config_from_text(h.config_text, "the configuration of checkpoint '" + path + "'");
+  auto given = [&](std::string_view name) {
+    return cli.count(std::string(name)) > 0 ||
+           std::any_of(file.begin(), file.end(),
+                       [&](const ConfigEntry& entry) { return entry.key == name; });
+  };
   for (const OptionField& f : option_fields()) {
-    const bool given = cli.count(f.name) || file.count(f.name);
     const std::string name = f.name;
     switch (on_resume(name)) {
       case OnResume::kFromCheckpoint:
-        if (given && f.get(requested) != f.get(cfg)) {
-          throw ConfigError("--" + name + "=" + f.get(requested) + " conflicts with checkpoint '" +
-                            path + "', which has " + name + " = " + f.get(cfg) +
+        if (given(name) && f.get(requested) != f.get(cfg)) {
+          throw ConfigError("--" + name + "=" + text_excerpt(f.get(requested)) +
+                            " conflicts with checkpoint '" + path + "', which has " + name +
+                            " = " + text_excerpt(f.get(cfg)) +
                             ": a resumed run takes the options that change its arithmetic from "
                             "the checkpoint (drop --" + name + ", or start a new run)");
         }
         break;
       case OnResume::kContinued:
-        if (given) f.set(cfg, f.get(requested));
+        if (given(name)) f.set(cfg, f.get(requested));
         break;
       case OnResume::kOwn:
         f.set(cfg, f.get(requested));
@@ -383,7 +324,7 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
   }
   cfg.config_path = requested.config_path;
   cfg.resume_point = {path, h.step, h.global_batch, h.stats_path, h.data_description,
-                      cli.count("batch-per-rank") > 0 || file.count("batch-per-rank") > 0};
+                      given("batch-per-rank")};
   if (cfg.steps <= h.step + 1) {
     throw ConfigError("--steps=" + std::to_string(cfg.steps) + ": checkpoint '" + path +
                       "' has already run " + std::to_string(h.step + 1) +
@@ -427,23 +368,30 @@ RunConfig options_parse(int argc, const char* const* argv) {
     cfg.help = true;
     return cfg;
   }
-  po::variables_map file;
+  std::vector<ConfigEntry> file;
   if (cli.count("config")) {
     cfg.config_path = cli["config"].as<std::string>();
-    file = parse_config_file(cfg.config_path);
+    file = config_file_read(cfg.config_path,
+                            [](std::string_view key) { return find_field(key) != nullptr; });
   }
+  int model_line = 0;  // the file's line that chose the preset, 0 if none did
   if (cli.count("model")) {
     cfg.model_name = cli["model"].as<std::string>();
-  } else if (file.count("model")) {
-    cfg.model_name = file["model"].as<std::string>();
+  } else {
+    for (const ConfigEntry& entry : file) {
+      if (entry.key != "model") continue;
+      cfg.model_name = entry.value;
+      model_line = entry.line;
+    }
   }
-  cfg.model = preset_model(cfg.model_name);
   try {
-    apply_values(cfg, file);  // the file over the preset,
+    cfg.model = preset_model(cfg.model_name);
   } catch (const ConfigError& e) {
-    throw ConfigError(std::string(e.what()) + " in config file '" + cfg.config_path + "'");
+    if (model_line == 0) throw;
+    throw ConfigError(config_file_where(cfg.config_path, model_line) + e.what());
   }
-  apply_values(cfg, cli);   // the command line over both
+  apply_file_values(cfg, file);  // the file over the preset,
+  apply_values(cfg, cli);        // the command line over both
   if (!cfg.resume.empty()) cfg = resume_merge(cfg, cli, file);
   cfg.print_config = cli["print-config"].as<bool>();
   run_config_validate(cfg);
@@ -454,9 +402,12 @@ std::string options_help_text() {
   std::ostringstream out;
   out << "Usage: moe_rt [options]\n"
       << "Trains a Mixture-of-Experts transformer with expert parallelism over the MPI ranks.\n"
-      << "Model options default to the chosen preset; the defaults shown are deepseek4-tiny's.\n\n"
+      << "Model options default to the chosen preset; the defaults shown are deepseek4-tiny's.\n"
+      << "Every rank must be given the same configuration (--threads may differ).\n\n"
       << config_options(true) << "\n"
-      << action_options() << "\nPresets (--model):\n";
+      << action_options() << "\n"
+      << config_file_syntax_help()
+      << "\nPresets (--model):\n";
   for (const ModelPreset& p : preset_table()) out << "  " << p.name << ": " << p.summary << "\n";
   return out.str();
 }
@@ -469,7 +420,7 @@ void run_config_validate(const RunConfig& cfg) {
   }
   if (!(cfg.lr > 0.0 && cfg.lr <= kFloatMax)) {
     throw ConfigError("--lr must be positive and within float range (<= 3.4e38), got " +
-                      number_to_text(cfg.lr));
+                      option_number_to_text(cfg.lr));
   }
   if (cfg.warmup_steps < 0) {
     throw ConfigError("--warmup-steps must be >= 0, got " + std::to_string(cfg.warmup_steps));
@@ -478,8 +429,10 @@ void run_config_validate(const RunConfig& cfg) {
   require_nonnegative(cfg.grad_clip, "--grad-clip");
   require_nonnegative(cfg.bias_update_rate, "--bias-update-rate");
   require_nonnegative(cfg.seq_aux_loss_weight, "--seq-aux-loss-weight");
-  forced_routing_from_name(cfg.force_balance);  // names --force-balance and the valid modes
-  balance_loss_form_from_name(cfg.balance_loss_form);  // names --balance-loss-form
+  // These name their option and its valid values.
+  with_value_excerpt(cfg.force_balance, [](const std::string& t) { forced_routing_from_name(t); });
+  with_value_excerpt(cfg.balance_loss_form,
+                     [](const std::string& t) { balance_loss_form_from_name(t); });
   const ModelConfig& m = cfg.model;
   if (cfg.routing_groups < 1 || m.experts % cfg.routing_groups != 0) {
     throw ConfigError("--routing-groups=" + std::to_string(cfg.routing_groups) +
@@ -496,7 +449,7 @@ void run_config_validate(const RunConfig& cfg) {
     }
   }
   if (!cfg.hash_table_path.empty() && m.hash_layers == 0) {
-    throw ConfigError("--hash-table '" + cfg.hash_table_path +
+    throw ConfigError("--hash-table '" + text_excerpt(cfg.hash_table_path, kPathExcerptBytes) +
                       "' given, but --hash-layers is 0: no layer would use it");
   }
   if (cfg.trace_every < 0) {
@@ -528,7 +481,7 @@ void run_config_validate(const RunConfig& cfg) {
                       "] (0 = default), got " + std::to_string(cfg.threads));
   }
   try {
-    token_source_check_spec(cfg.data);
+    with_value_excerpt(cfg.data, [](const std::string& t) { token_source_check_spec(t); });
   } catch (const DataSpecError& e) {
     throw ConfigError(e.what());  // already names --data and the valid forms
   }
@@ -536,10 +489,16 @@ void run_config_validate(const RunConfig& cfg) {
 
 std::string run_config_to_text(const RunConfig& cfg) {
   std::string text = "# moe_rt configuration: re-read with --config FILE\n";
-  for (const OptionField& f : option_fields()) {
-    text += std::string(f.name) + " = " + f.get(cfg) + "\n";
+  for (const RunConfigValue& v : run_config_values(cfg)) {
+    text += v.name + " = " + config_value_to_text(v.text) + "\n";
   }
   return text;
+}
+
+std::vector<RunConfigValue> run_config_values(const RunConfig& cfg) {
+  std::vector<RunConfigValue> values;
+  for (const OptionField& f : option_fields()) values.push_back({f.name, f.get(cfg)});
+  return values;
 }
 
 }  // namespace moe

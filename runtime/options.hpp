@@ -1,5 +1,6 @@
 // The run's configuration (SPEC §7): command-line and config-file parsing with
-// Boost.Program_options, validation, and the resolved configuration as re-readable text.
+// Boost.Program_options (the command line) and config_file.hpp (the file), validation, and the
+// resolved configuration as re-readable text.
 // Precedence: command line > `--config FILE` > the preset chosen by `--model` (from the command
 // line, else the file, else deepseek4-tiny). Every problem is a ConfigError naming the option.
 #pragma once
@@ -86,8 +87,18 @@ void run_config_validate(const RunConfig& cfg);
 
 // `key = value` lines for every configuration option, in --help order, re-readable by --config:
 // parsing them as a config file gives back an equal configuration (floats are written in their
-// shortest exact form). The "full resolved config as text" of --print-config and the stats file.
+// shortest exact form, values quoted where the config-file syntax needs it: config_file.hpp).
+// The "full resolved config as text" of --print-config and the stats file.
 std::string run_config_to_text(const RunConfig& cfg);
+
+// One configuration option's long name (without "--") and value, as run_config_to_text writes
+// it before quoting.
+struct RunConfigValue {
+  std::string name;
+  std::string text;
+};
+// Every configuration option, in --help order.
+std::vector<RunConfigValue> run_config_values(const RunConfig& cfg);
 
 
 }  // namespace moe

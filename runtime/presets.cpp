@@ -3,6 +3,7 @@
 #include "runtime/presets.hpp"
 
 #include "model/config.hpp"
+#include "runtime/config_file.hpp"
 
 namespace moe {
 namespace {
@@ -50,7 +51,7 @@ ModelConfig preset_model(std::string_view name) {
     if (name == p.name) return p.model;
     valid += (valid.empty() ? "" : ", ") + std::string(p.name);
   }
-  throw ConfigError("--model: unknown preset '" + std::string(name) + "' (valid: " + valid + ")");
+  throw ConfigError("--model: unknown preset '" + text_excerpt(name) + "' (valid: " + valid + ")");
 }
 
 }  // namespace moe

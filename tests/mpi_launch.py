@@ -12,6 +12,16 @@ def launcher(np_):
     return cmd
 
 
+def mpmd_launcher(commands):
+    """One rank per command: `mpiexec -n 1 CMD1 : -n 1 CMD2 ...`."""
+    cmd = ["mpiexec"]
+    if len(commands) > (os.cpu_count() or 1):
+        cmd.append("--oversubscribe")
+    for i, command in enumerate(commands):
+        cmd += ([":"] if i else []) + ["-n", "1"] + list(command)
+    return cmd
+
+
 def run_env():
     env = dict(os.environ)
     if os.geteuid() == 0:

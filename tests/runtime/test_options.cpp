@@ -83,6 +83,8 @@ void expect_run_eq(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.bias_update_rate, b.bias_update_rate);
   EXPECT_EQ(a.seq_aux_loss_weight, b.seq_aux_loss_weight);
   EXPECT_EQ(a.force_balance, b.force_balance);
+  EXPECT_EQ(a.hash_table_path, b.hash_table_path);
+  EXPECT_EQ(a.balance_loss_form, b.balance_loss_form);
   EXPECT_EQ(a.ep, b.ep);
   EXPECT_EQ(a.threads, b.threads);
 }
@@ -241,7 +243,61 @@ TEST(Options, BadConfigFilesNameTheFileAndKey) {
   const std::string bad_line = write_file(dir, "bad_line.cfg", "layers 4\n");
   expect_config_error({"--config", bad_line}, {bad_line, "layers 4"});
   const std::string bad_model = write_file(dir, "bad_model.cfg", "model = gpt5\n");
-  expect_config_error({"--config", bad_model}, {"--model", "gpt5", "deepseek4-tiny"});
+  expect_config_error({"--config", bad_model}, {bad_model, "line 1", "--model", "gpt5", "micro"});
+  const std::string later = write_file(dir, "later.cfg", "# top-k next\nsteps = 2\ntop-k = x\n");
+  expect_config_error({"--config", later}, {later, "line 3", "--top-k", "'x'"});
+  const std::string twice = write_file(dir, "twice.cfg", "steps = 2\nsteps = 3\n");
+  expect_config_error({"--config", twice}, {twice, "line 2", "'steps' given twice"});
+  const std::string quote = write_file(dir, "quote.cfg", "stats = \"a.h5\n");
+  expect_config_error({"--config", quote}, {quote, "line 1", "no closing quote"});
+  const std::string empty = write_file(dir, "empty.cfg", "");
+  EXPECT_EQ(parse({"--config", empty}).steps, 200);
+}
+
+// Errors quote a bounded, escaped excerpt of the user's text, never megabytes or raw bytes.
+TEST(Options, ErrorsQuoteAnExcerptOfTheValue) {
+  const auto message_of = [](const std::vector<std::string>& args) {
+    try {
+      parse(args);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no ConfigError";
+    return std::string();
+  };
+  const std::string huge(10 * 1000 * 1000, '7');
+  std::string message = message_of({"--top-k", huge + "x"});
+  EXPECT_LT(message.size(), 200u);
+  EXPECT_NE(message.find("--top-k: invalid value '7777"), std::string::npos) << message;
+  EXPECT_NE(message.find("…(10000001 bytes)' (expected an integer)"), std::string::npos);
+  for (const char* option : {"--bias-update-center", "--model", "--score-func", "--force-balance",
+                             "--balance-loss-form", "--data"}) {
+    message = message_of({option, huge + "\n"});
+    EXPECT_LT(message.size(), 300u) << option;
+    EXPECT_NE(message.find(option), std::string::npos) << message;
+    EXPECT_NE(message.find("…(10000001 bytes)"), std::string::npos) << message;
+  }
+  EXPECT_NE(message_of({"--score-func", "re\x01lu\x1b[31m"}).find("'re\\x01lu\\x1B[31m'"),
+            std::string::npos);
+  message = message_of({"--" + huge});
+  EXPECT_LT(message.size(), 200u);
+  EXPECT_NE(message.find("unknown option '--777"), std::string::npos) << message;
+
+  TempDir dir;
+  const std::string big = write_file(dir, "big.cfg", "steps = 2\nlayers = " + huge + "\n");
+  message = message_of({"--config", big});
+  EXPECT_LT(message.size(), 300u);
+  EXPECT_NE(message.find(big + "' line 2: --layers: invalid value '777"), std::string::npos)
+      << message;
+  const std::string key = write_file(dir, "key.cfg", huge + " = 1\n");
+  message = message_of({"--config", key});
+  EXPECT_LT(message.size(), 300u);
+  EXPECT_NE(message.find("line 1: unknown key '777"), std::string::npos) << message;
+  const std::string nul = write_file(dir, "nul.cfg", std::string("steps = 2\0\x07\n", 12));
+  message = message_of({"--config", nul});
+  EXPECT_NE(message.find("line 1: control character \\x00 in 'steps = 2\\x00\\x07'"),
+            std::string::npos)
+      << message;
 }
 
 TEST(Options, HelpIsFlaggedAndListsEveryOption) {
@@ -293,6 +349,33 @@ TEST(Options, TextRoundTripsThroughConfigFile) {
     EXPECT_NE(text.find(line_start), std::string::npos) << key;
   }
   EXPECT_NE(text.find("route-scale = 0.1\n"), std::string::npos) << text;
+}
+
+// --print-config output read back with --config gives the same configuration, whatever the text
+// of the string options: each value is written quoted where the config-file syntax needs it.
+TEST(Options, AwkwardValuesRoundTripThroughConfigFile) {
+  const std::vector<std::string> values = {
+      "run#1.h5", "#", "# x", "a #b", "\"", "say \"hi\"", "\\", "C:\\dir\\", "\\\"",
+      " lead", "trail ", "\t", "a=b", "= x =", "é€😀 ünïcödé", "", "new\nline", "\x01\x7f",
+      std::string(5000, 'L') + " # " + std::string(5000, '"'),
+  };
+  TempDir dir;
+  for (const std::string& value : values) {
+    std::vector<std::string> args = {"--stats", value, "--hash-table", value};
+    if (!value.empty()) args.insert(args.end(), {"--data", "text:" + value});
+    const RunConfig original = parse(args);
+    ASSERT_EQ(original.stats_path, value);
+    const std::string text = run_config_to_text(original);
+    const RunConfig reread = parse({"--config", write_file(dir, "awkward.cfg", text)});
+    EXPECT_EQ(reread.stats_path, value) << text;
+    EXPECT_EQ(reread.hash_table_path, value);
+    EXPECT_EQ(reread.data, original.data);
+    expect_run_eq(reread, original);
+    EXPECT_EQ(run_config_to_text(reread), text);
+  }
+  // The example of the config-file section: `#` inside a word was cut by Boost's parser.
+  const std::string text = run_config_to_text(parse({"--stats", "run#1.h5"}));
+  EXPECT_NE(text.find("\nstats = \"run#1.h5\"\n"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -1,0 +1,90 @@
+// Set-up check that every rank holds the same configuration: digests compared with one MAX
+// all-reduce, and, only when they differ, two small collectives to name the values.
+#include "runtime/config_agree.hpp"
+
+#include "runtime/config_file.hpp"
+#include "runtime/train.hpp"
+
+namespace moe {
+namespace {
+
+// Collective: `text` of rank `root` on every rank.
+std::string broadcast_text(const Comm& world, const std::string& text, int root) {
+  std::vector<int64_t> length = {static_cast<int64_t>(text.size())};
+  world.broadcast(std::span<int64_t>(length), root);
+  std::vector<uint8_t> bytes(text.begin(), text.end());
+  bytes.resize(static_cast<size_t>(length[0]));
+  world.broadcast(std::span<uint8_t>(bytes), root);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+}  // namespace
+
+std::vector<ConfigItem> config_agree_items(const RunConfig& cfg) {
+  std::vector<ConfigItem> items = {{"--help", cfg.help ? "true" : "false"},
+                                   {"--print-config", cfg.print_config ? "true" : "false"}};
+  for (const RunConfigValue& v : run_config_values(cfg)) {
+    // --threads may differ: it changes no bit of the arithmetic (every threaded loop gives bitwise
+    // the same result on any thread count, tests/model/test_threads.cpp), and ranks on nodes of
+    // different sizes may rightly be given different counts, as the default (0) already resolves
+    // to a different count per node. Everything else changes the run or the path through it.
+    if (v.name == "threads") continue;
+    items.push_back({"--" + v.name, v.text});
+  }
+  return items;
+}
+
+uint64_t config_value_digest(std::string_view value) {
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a offset basis and prime
+  for (const char c : value) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  }
+  return hash;
+}
+
+std::vector<int64_t> config_digest_buffer(const std::vector<ConfigItem>& items) {
+  std::vector<int64_t> buffer;
+  buffer.reserve(2 * items.size());
+  for (const ConfigItem& item : items) {
+    const auto digest = static_cast<int64_t>(config_value_digest(item.value));
+    buffer.push_back(digest);
+    buffer.push_back(~digest);  // ~ reverses the order of int64: MAX of ~d is ~(MIN of d)
+  }
+  return buffer;
+}
+
+size_t config_first_disagreement(std::span<const int64_t> reduced) {
+  for (size_t i = 0; 2 * i + 1 < reduced.size(); ++i) {
+    if (reduced[2 * i] != ~reduced[2 * i + 1]) return i;
+  }
+  return reduced.size() / 2;
+}
+
+void config_agree(const Comm& world, const RunConfig& cfg) {
+  const std::vector<ConfigItem> items = config_agree_items(cfg);
+  std::vector<int64_t> reduced = config_digest_buffer(items);
+  const std::vector<int64_t> mine = reduced;
+  world.allreduce_max(std::span<int64_t>(reduced));
+  const size_t first = config_first_disagreement(reduced);
+  if (first == items.size()) return;
+
+  // The lowest rank whose value differs from rank 0's (there is one: the digests differ), as the
+  // MAX of the negated rank, W standing for "same as rank 0".
+  std::vector<int64_t> root_digest = {mine[2 * first]};
+  world.broadcast(std::span<int64_t>(root_digest), 0);
+  std::vector<int> lowest = {mine[2 * first] != root_digest[0] ? -world.rank() : -world.size()};
+  world.allreduce_max(std::span<int>(lowest));
+  const int other = -lowest[0];
+
+  // Rank 0's and that rank's values, as bounded excerpts (a value may be megabytes long), so that
+  // every rank throws the same message.
+  const std::string root_text = broadcast_text(world, text_excerpt(items[first].value), 0);
+  const std::string other_text = broadcast_text(world, text_excerpt(items[first].value), other);
+  throw SetupError("ranks disagree on the configuration: " + items[first].option + " is '" +
+                       root_text + "' on rank 0 but '" + other_text + "' on rank " +
+                       std::to_string(other) +
+                       " (give every rank the same options and config file contents)",
+                   world.rank() == 0);
+}
+
+}  // namespace moe

@@ -1,0 +1,71 @@
+// Option values as text, both ways (option_values.hpp).
+#include "runtime/option_values.hpp"
+
+#include <cmath>
+#include <type_traits>
+
+#include "runtime/config_file.hpp"
+
+namespace moe {
+namespace {
+
+ConfigError bad_value(const std::string& option, const std::string& text, const char* expected) {
+  return ConfigError(option + ": invalid value '" + text_excerpt(text) + "' (expected " + expected +
+                     ")");
+}
+
+// The whole string must be the number: "3x", " 3" and "" are errors.
+template <class T>
+void number_from_text(const std::string& option, const std::string& text, T& out,
+                      const char* expected) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw bad_value(option, text, expected);
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) throw bad_value(option, text, expected);
+  }
+  out = value;
+}
+
+}  // namespace
+
+void option_value_from_text(const std::string& option, const std::string& text, int& out) {
+  number_from_text(option, text, out, "an integer");
+}
+void option_value_from_text(const std::string& option, const std::string& text, uint64_t& out) {
+  number_from_text(option, text, out, "an unsigned 64-bit integer");
+}
+void option_value_from_text(const std::string& option, const std::string& text, double& out) {
+  number_from_text(option, text, out, "a finite number");
+}
+void option_value_from_text(const std::string& option, const std::string& text, float& out) {
+  number_from_text(option, text, out, "a finite number within float range, |x| <= 3.4e38");
+}
+void option_value_from_text(const std::string&, const std::string& text, std::string& out) {
+  out = text;
+}
+void option_value_from_text(const std::string& option, const std::string& text, bool& out) {
+  if (text == "true" || text == "1" || text == "yes") {
+    out = true;
+  } else if (text == "false" || text == "0" || text == "no") {
+    out = false;
+  } else {
+    throw bad_value(option, text, "true or false");
+  }
+}
+void option_value_from_text(const std::string&, const std::string& text, ScoreFunc& out) {
+  // Its ConfigError names --score-func and the valid names.
+  out = with_value_excerpt(text, [](const std::string& t) { return score_func_from_name(t); });
+}
+
+std::string option_value_to_text(int v) { return option_number_to_text(v); }
+std::string option_value_to_text(uint64_t v) { return option_number_to_text(v); }
+std::string option_value_to_text(double v) { return option_number_to_text(v); }
+std::string option_value_to_text(float v) { return option_number_to_text(v); }
+std::string option_value_to_text(const std::string& v) { return v; }
+std::string option_value_to_text(bool v) { return v ? "true" : "false"; }
+std::string option_value_to_text(ScoreFunc v) { return score_func_name(v); }
+
+}  // namespace moe
