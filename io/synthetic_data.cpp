@@ -223,6 +223,13 @@ double SyntheticSource::transition_prob(int32_t from, int32_t to) const {
   return p;
 }
 
+int64_t SyntheticSource::private_bytes() const {
+  const auto bytes = [](const auto& v) { return static_cast<int64_t>(v.capacity() * sizeof v[0]); };
+  return bytes(zipf_) + bytes(zipf_cdf_) + bytes(succ_offsets_) + bytes(succ_tokens_) +
+         bytes(succ_probs_) + bytes(succ_cdf_) + bytes(stationary_) + bytes(stationary_cdf_) +
+         bytes(row_entropy_);
+}
+
 std::string SyntheticSource::describe() const {
   char text[512];
   std::snprintf(text, sizeof(text),

@@ -51,6 +51,7 @@ class SyntheticSource : public TokenSource {
 
   void sample(int64_t global_sample_idx, int seq_len, int32_t* out) const override;
   int64_t num_tokens() const override { return 0; }  // generated: unbounded
+  int64_t private_bytes() const override;             // the chain's tables
   std::string describe() const override;
 
   // Exact expected mean next-token entropy (nats) over the S targets of a sample, S = the seq_len

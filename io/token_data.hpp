@@ -1,8 +1,9 @@
 // Training data as a TokenSource: for global sample index i and sequence length S, the S+1 tokens
 // of sample i (S inputs, and the S next-token targets shifted by one). Sources are pure functions
 // of the sample index, so any rank can read any sample and the global batch does not depend on W.
-// Implementations (SPEC §5): llm.c `.bin` token shards (`tokens:PATH`), raw bytes (`text:PATH`),
-// and the generated `synthetic` source of io/synthetic_data.hpp. Also a writer for llm.c shards.
+// Implementations: llm.c `.bin` token shards (`tokens:PATH`), raw bytes (`text:PATH`), both mapped
+// read-only rather than read, and the generated `synthetic` source of io/synthetic_data.hpp. Also a
+// writer for llm.c shards.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,8 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <vector>
+
+#include "io/input_file.hpp"
 
 namespace moe {
 
@@ -34,8 +36,18 @@ class TokenSource {
   // are the inputs, out[1..S] their next-token targets. Pure: same arguments, same tokens.
   virtual void sample(int64_t global_sample_idx, int seq_len, int32_t* out /*[S+1]*/) const = 0;
 
-  // Tokens held in memory; 0 for generated sources, which are unbounded.
+  // Tokens the source holds (in its file); 0 for generated sources, which are unbounded.
   virtual int64_t num_tokens() const = 0;
+
+  // Bytes the source keeps in this process's own memory: counted per rank in the memory estimate
+  // the banner prints and the set-up check uses.
+  virtual int64_t private_bytes() const = 0;
+
+  // Bytes of a file the source maps read-only and shared (0 for none). Not counted per rank: the
+  // pages are the node's page cache, held once however many ranks map the file, only as far as
+  // they are read, and clean, so the kernel reclaims them under memory pressure (and reads them
+  // again when needed) instead of running out of memory.
+  virtual int64_t mapped_bytes() const { return 0; }
 
   // One line for logs and the statistics file: kind, file, size, and what a reader should know.
   virtual std::string describe() const = 0;
@@ -47,36 +59,60 @@ inline constexpr int kShardHeaderInts = 256;
 inline constexpr int32_t kShardMagic = 20240520;
 inline constexpr int32_t kShardVersion = 1;
 
-// A token sequence held in memory, read from a file at open, sampled by a fixed stride:
+// Which part of a file's token check (every token < vocab) this process does: part `part_idx` of
+// `num_parts` contiguous ranges, in file order. A run gives rank r of W the part {r, W} and agrees
+// on the outcome (the lowest failing rank reports), so together the ranks check every token once,
+// and the token reported is the first bad one in the file, as with one rank checking it all.
+// Every rank must see the same file (the sampling already assumes it).
+struct TokenCheckPart {
+  int part_idx = 0;
+  int num_parts = 1;
+};
+
+// A token sequence in a file mapped read-only at open, sampled by a fixed stride:
 // sample i starts at offset (i·S) mod (num_tokens − S). Consecutive samples are consecutive,
 // non-overlapping windows (the last target of sample i is the first input of sample i+1), as in
 // llm.c's loader; past the end the offsets wrap around modulo the number of valid start offsets,
 // so every index is valid and a long run sees the data again at shifted offsets, deterministically.
+// A rank holds in memory only the pages of the samples it reads; the tokens stay in the file's
+// width (uint16 for a shard, uint8 for text) and are widened to int32 per sample.
+// The file must not be truncated while it is mapped: a read past its new end would fault (SIGBUS).
 class FileTokenSource : public TokenSource {
  public:
-  // Reads an llm.c shard; checks magic, version, size, every token < vocab, and num_tokens > S.
-  static FileTokenSource open_shard(const std::string& path, int vocab, int seq_len);
-  // Reads a file's raw bytes as tokens 0..255; needs vocab >= 256 and more than S bytes.
+  // Maps an llm.c shard. Before anything past the header is read, checks the magic, the version,
+  // the token count against the file size, and num_tokens > S; then every token < vocab in
+  // `part` of the file (one streaming pass over that part of the mapping).
+  static FileTokenSource open_shard(const std::string& path, int vocab, int seq_len,
+                                    TokenCheckPart part = {});
+  // Maps a file's raw bytes as tokens 0..255; needs vocab >= 256 (so no token can be out of
+  // range and no pass over the file is needed) and more than S bytes.
   static FileTokenSource open_text(const std::string& path, int vocab, int seq_len);
 
   void sample(int64_t global_sample_idx, int seq_len, int32_t* out) const override;
-  int64_t num_tokens() const override { return static_cast<int64_t>(tokens_.size()); }
+  int64_t num_tokens() const override { return num_tokens_; }
+  int64_t private_bytes() const override { return 0; }  // the tokens are in mapped_bytes()
+  int64_t mapped_bytes() const override { return mapping_.num_bytes(); }
   std::string describe() const override;
 
   const std::string& path() const { return path_; }
 
  private:
-  FileTokenSource(std::string kind, std::string path, std::vector<uint16_t> tokens);
+  FileTokenSource(std::string kind, std::string path, FileMapping mapping, int64_t first_byte,
+                  int token_bytes, int64_t num_tokens);
 
-  std::string kind_;              // "tokens" or "text", as in the --data spec
+  std::string kind_;  // "tokens" or "text", as in the --data spec
   std::string path_;
-  std::vector<uint16_t> tokens_;  // [num_tokens]
+  FileMapping mapping_;                     // the whole file, read-only
+  const unsigned char* tokens_ = nullptr;   // [num_tokens · token_bytes] inside mapping_
+  int token_bytes_ = 0;                     // 2: uint16 (shard), 1: uint8 (text)
+  int64_t num_tokens_ = 0;
 };
 
-// Opens the source named by a `--data` value: `synthetic`, `tokens:PATH` or `text:PATH`.
-// Throws DataSpecError for any other form, DataError for a file that cannot be used.
+// Opens the source named by a `--data` value: `synthetic`, `tokens:PATH` or `text:PATH`; a shard's
+// tokens are checked in `part` only (see TokenCheckPart). Throws DataSpecError for any other form,
+// DataError for a file that cannot be used.
 std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int vocab, int seq_len,
-                                               uint64_t seed);
+                                               uint64_t seed, TokenCheckPart part = {});
 
 // Checks only the form of a `--data` value, opening nothing: lets option parsing fail early.
 void token_source_check_spec(const std::string& spec);

@@ -17,9 +17,15 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
   std::printf("  %s\n", blas_info().c_str());
   std::printf("  parameters: %zu replicated + %zu in experts\n", s.dense_params, s.expert_params);
   std::printf("  memory per rank: about %.0f MiB (parameters, gradients, AdamW %.0f; activations "
-              "%.0f)\n",
-              s.memory.total() / 1048576.0, s.memory.param_bytes / 1048576.0,
-              s.memory.act_bytes / 1048576.0);
+              "%.0f; data %.1f)\n",
+              (s.memory.total() + static_cast<double>(s.data_private_bytes)) / 1048576.0,
+              s.memory.param_bytes / 1048576.0, s.memory.act_bytes / 1048576.0,
+              static_cast<double>(s.data_private_bytes) / 1048576.0);
+  if (s.data_mapped_bytes > 0) {
+    // Page cache: one copy per node, filled as the ranks read, and reclaimable (see README, Data).
+    std::printf("  data file: %.0f MiB mapped read-only, shared page cache (not per rank)\n",
+                static_cast<double>(s.data_mapped_bytes) / 1048576.0);
+  }
   std::printf("  data: %s\n", s.data.c_str());
   std::printf("  statistics: %s\n", s.stats_path.empty() ? "(none)" : s.stats_path.c_str());
   std::printf("  ------------------------------------------------------------\n");

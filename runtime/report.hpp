@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "model/model.hpp"
@@ -16,6 +17,8 @@ struct RunShape {
   size_t dense_params = 0, expert_params = 0;  // expert_params: every expert once
   ModelMemory memory;                          // one rank's, model_memory_estimate
   std::string data, stats_path;
+  int64_t data_private_bytes = 0;              // TokenSource::private_bytes, counted per rank
+  int64_t data_mapped_bytes = 0;               // TokenSource::mapped_bytes, page cache
 };
 
 void report_config(const RunConfig& cfg, const RunShape& shape);

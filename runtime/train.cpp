@@ -47,11 +47,13 @@ std::string gib_text(double bytes) {
 
 // Refuses, before anything is allocated, a model that cannot run here: a tensor of 2^31 elements
 // or more (BLAS and the kernels index with int), or ranks that together need more than their
-// node's physical memory (model_memory_estimate). Without it such sizes hang in set-up loops,
-// die of the out-of-memory killer, or abort every rank with bad_alloc.
+// node's physical memory (model_memory_estimate, plus `data_bytes`: what the data source keeps in
+// each rank's own memory once open; a mapped data file is page cache and not counted, see
+// TokenSource::mapped_bytes). Without it such sizes hang in set-up loops, die of the out-of-memory
+// killer, or abort every rank with bad_alloc.
 // The physical memory is the node's: a cgroup limit (a container, a Slurm allocation) lower than
 // it is not seen, and a run over that limit is still killed by the system.
-void memory_check(const ModelMemory& m, int node_ranks) {
+void memory_check(const ModelMemory& m, int node_ranks, double data_bytes = 0) {
   const char* options = "--vocab, --d-model, --layers, --experts, --ffn-dim, --seq-len or "
                         "--batch-per-rank";
   if (m.max_tensor >= 2147483648.0) {
@@ -62,11 +64,13 @@ void memory_check(const ModelMemory& m, int node_ranks) {
   }
   const double node_bytes =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  if (node_bytes > 0 && m.total() * node_ranks > node_bytes) {
-    throw ConfigError("the model needs about " + gib_text(m.total()) + " per rank (parameters, " +
+  const double rank_bytes = m.total() + data_bytes;
+  if (node_bytes > 0 && rank_bytes * node_ranks > node_bytes) {
+    const std::string data = data_bytes > 0 ? ", data source " + gib_text(data_bytes) : "";
+    throw ConfigError("the model needs about " + gib_text(rank_bytes) + " per rank (parameters, " +
                       "gradients and AdamW state " + gib_text(m.param_bytes) + ", activations " +
-                      gib_text(m.act_bytes) + "); the " + std::to_string(node_ranks) +
-                      " rank(s) on this node would need " + gib_text(m.total() * node_ranks) +
+                      gib_text(m.act_bytes) + data + "); the " + std::to_string(node_ranks) +
+                      " rank(s) on this node would need " + gib_text(rank_bytes * node_ranks) +
                       ", more than its " + gib_text(node_bytes) + ": reduce " + options +
                       ", raise --ep (fewer experts per rank), or spread the ranks over more "
                       "nodes");
@@ -231,13 +235,19 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   CheckpointHeader checkpoint_template;
   TrainSummary summary;
   std::string error;
+  int64_t data_private_bytes = 0, data_mapped_bytes = 0;
   try {
     parallel_config_validate(mc, W, P);
     memory_check(memory, node_ranks);
     if (cfg.resume_point.active()) {
       resume = std::make_unique<CheckpointReader>(cfg.resume_point.checkpoint);
     }
-    data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed);
+    // Each rank checks its part of a data file's tokens; the agreement below makes a bad token
+    // anywhere fail every rank.
+    data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed, TokenCheckPart{rank, W});
+    data_private_bytes = data->private_bytes();
+    data_mapped_bytes = data->mapped_bytes();
+    memory_check(memory, node_ranks, static_cast<double>(data_private_bytes));
     summary.data_description = data->describe();
     if (resume && summary.data_description != cfg.resume_point.data_description) {
       throw DataError("--data: the data is not what checkpoint '" + resume->path() +
@@ -301,7 +311,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
                                 static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model *
                                     mc.ffn_dim,
                                 memory, summary.data_description,
-                                summary.stats_path});
+                                summary.stats_path, data_private_bytes, data_mapped_bytes});
   }
   const int first_step = static_cast<int>(cfg.resume_point.step + 1);  // 0 unless resuming
   summary.steps.reserve(cfg.steps - first_step);

@@ -108,6 +108,38 @@ def test_data_token_out_of_vocab(run_moe, tmp_path):
     assert_one_clear_error(run_moe(MICRO + ["--data", f"tokens:{path}"]), str(path), "64")
 
 
+@pytest.mark.parametrize("np_,bad", [(1, [100, 250]), (2, [250]), (2, [100, 250]), (4, [299]),
+                                     (4, [100, 250])])
+def test_data_token_out_of_vocab_is_the_first_one(run_moe, tmp_path, np_, bad):
+    # Each rank checks its part of the file; the job reports the first bad token in the file,
+    # whichever rank found it and however many ranks there are.
+    tokens = [5] * 300
+    for offset in bad:
+        tokens[offset] = 64 + offset
+    path = tmp_path / "bad_tokens.bin"
+    write_shard(path, tokens)
+    assert_one_clear_error(run_moe(MICRO + ["--data", f"tokens:{path}"], np_=np_), str(path),
+                           f"token {64 + bad[0]} at offset {bad[0]} ")
+
+
+def test_data_file_2gib_bad_magic(run_moe, tmp_path):
+    # A sparse 2 GiB file that is not a shard: refused from its 1 KiB header (it used to be read
+    # whole first, by every rank; tests/io/test_token_mapping.cpp counts the bytes read).
+    path = tmp_path / "big.bin"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 12345, 1, 100, *([0] * 253)))
+        f.truncate(2 << 30)
+    assert_one_clear_error(run_moe(MICRO + ["--data", f"tokens:{path}"], timeout=60), str(path),
+                           "bad magic 12345")
+
+
+@pytest.mark.parametrize("kind", ["tokens", "text"])
+def test_data_file_special_of_size_zero(run_moe, kind):
+    # procfs files report size 0 but are readable: named as such, not as "cannot open".
+    proc = run_moe(MICRO + ["--vocab", "256", "--data", f"{kind}:/proc/self/status"])
+    assert_one_clear_error(proc, "/proc/self/status", "reports size 0")
+
+
 def test_data_shorter_than_one_sample(run_moe, tmp_path):
     path = tmp_path / "tiny.bin"
     write_shard(path, [1, 2, 3])
@@ -120,3 +152,6 @@ def test_text_data_trains(run_moe, tmp_path):
     proc = run_moe(MICRO + ["--vocab", "256", "--data", f"text:{path}"])
     assert proc.returncode == 0, proc.stderr
     assert "summary:" in proc.stdout
+    # The file is mapped, not copied into each rank: the banner says so, apart from the per-rank
+    # figure.
+    assert "MiB mapped read-only, shared page cache (not per rank)" in proc.stdout

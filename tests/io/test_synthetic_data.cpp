@@ -168,6 +168,17 @@ TEST(SyntheticData, EmpiricalNllMatchesFloor) {
   }
 }
 
+// The chain's tables are what the source holds in a rank's memory (the memory estimate counts
+// them): O(V) doubles and the successor edges, growing with V, never zero.
+TEST(SyntheticData, PrivateBytesCountTheChainTables) {
+  const SyntheticSource micro(kMicro.vocab, kMicro.seq_len, kSeed);
+  const SyntheticSource tiny(kTiny.vocab, kTiny.seq_len, kSeed);
+  EXPECT_GE(micro.private_bytes(), 6 * kMicro.vocab * static_cast<int64_t>(sizeof(double)));
+  EXPECT_GE(tiny.private_bytes(), 6 * kTiny.vocab * static_cast<int64_t>(sizeof(double)));
+  EXPECT_LT(tiny.private_bytes(), 1 << 20);  // 0.4 MiB for V=2048
+  EXPECT_EQ(micro.mapped_bytes(), 0);
+}
+
 TEST(SyntheticData, RejectsImpossibleArguments) {
   EXPECT_THROW(SyntheticSource(0, 16, kSeed), std::invalid_argument);
   EXPECT_THROW(SyntheticSource(64, 0, kSeed), std::invalid_argument);
