@@ -199,6 +199,25 @@ def test_sigint_to_mpirun_ends_within_seconds_with_a_closed_file(moe_rt_bin, tmp
     assert assert_closed_cleanly(stats) >= 5
 
 
+def test_a_second_signal_ends_the_rank_at_once(moe_rt_bin, tmp_path):
+    # The first signal asks for a stop after the step; the second, while that step, its
+    # checkpoint and the close still run (100+ ms for deepseek4-tiny), takes the default action.
+    stats = tmp_path / "twice.h5"
+    proc = start(moe_rt_bin, ["--steps", 10**6, "--stats", stats, "--checkpoint-every", 1000,
+                              "--checkpoint-dir", tmp_path / "ck"], 1)
+    wait_for_rows(stats, 2, proc)
+    victim, _ = rank_process(proc.pid, 0)
+    os.kill(victim, signal.SIGTERM)
+    time.sleep(0.02)
+    os.kill(victim, signal.SIGTERM)
+    _, err = finish(proc, 30)
+    assert proc.returncode != 0
+    assert "stopped by" not in err and "signal 15" in err, err
+    # Rows flushed before the kill are complete; the file is read as a killed run's.
+    with open_stats(stats) as f:
+        assert complete_rows(f) >= 2
+
+
 # ---- non-finite values ----------------------------------------------------------------------
 
 
