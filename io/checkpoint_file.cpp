@@ -89,6 +89,36 @@ T read_scalar_attr(hid_t loc, const char* name, hid_t mem_type) {
   return value;
 }
 
+// "2 x 3 x 4": a shape in messages.
+std::string shape_text(const std::vector<hsize_t>& dims) {
+  std::string text;
+  for (hsize_t d : dims) text += (text.empty() ? "" : " x ") + std::to_string(d);
+  return text.empty() ? "() (a tensor needs at least one dimension)" : text;
+}
+
+// "float32", "int32", "uint8", ...: a stored element type in messages.
+std::string type_text(hid_t type) {
+  const std::string bits = std::to_string(8 * H5Tget_size(type));
+  switch (H5Tget_class(type)) {
+    case H5T_FLOAT: return "float" + bits;
+    case H5T_INTEGER: return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + bits;
+    default: return "non-numeric";
+  }
+}
+
+// Whether `name` ("a/b/c") is a dataset of `file`. H5Lexists fails, rather than answering no,
+// when a group on the way is missing or is a dataset, so the path is checked a link at a time.
+bool has_dataset(hid_t file, const std::string& name) {
+  for (size_t end = name.find('/', 1);; end = name.find('/', end + 1)) {
+    const std::string prefix = name.substr(0, end);
+    if (MOE_H5_CHECK(H5Lexists(file, prefix.c_str(), H5P_DEFAULT)) <= 0) return false;
+    const H5Id object(MOE_H5_CHECK(H5Oopen(file, prefix.c_str(), H5P_DEFAULT)), H5Oclose);
+    const H5I_type_t type = H5Iget_type(object.get());
+    if (end == std::string::npos) return type == H5I_DATASET;
+    if (type != H5I_GROUP) return false;
+  }
+}
+
 // The step of a final checkpoint name "step-NNNNNNNN.h5", or -1 for any other name.
 int64_t step_of_name(const std::string& name) {
   int64_t step = -1;
@@ -168,6 +198,14 @@ void CheckpointWriter::write_floats(const std::string& name, std::span<const flo
 
 void CheckpointWriter::write_ints(const std::string& name, const std::vector<hsize_t>& dims,
                                   std::span<const int32_t> values) {
+  // HDF5 takes as many values as the shape holds: a shorter span would be read past its end.
+  hsize_t count = 1;
+  for (hsize_t d : dims) count *= d;
+  if (dims.empty() || count != values.size()) {
+    throw file_error(impl_->final_path, "dataset '" + name + "': " +
+                                            std::to_string(values.size()) +
+                                            " values do not fill the shape " + shape_text(dims));
+  }
   impl_->guard([&] {
     const H5Id d = create_dataset(impl_->file.get(), name, H5T_STD_I32LE, dims);
     if (!values.empty()) {
@@ -196,15 +234,23 @@ struct CheckpointReader::Impl {
   H5Id file;
   CheckpointHeader header;
 
+  // `mem_type` is float32 or int32; the stored type must be that too, since HDF5 would
+  // otherwise convert between them (and round or clamp) instead of failing.
   template <class T>
   void read(const std::string& name, hid_t mem_type, std::span<T> out) const {
     try {
       h5_silence_auto_print();
-      if (MOE_H5_CHECK(H5Lexists(file.get(), name.c_str(), H5P_DEFAULT)) <= 0) {
+      if (!has_dataset(file.get(), name)) {
         throw file_error(path, "has no dataset '" + name +
                                    "' (a checkpoint of another model or configuration?)");
       }
       H5Id d(MOE_H5_CHECK(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT)), H5Dclose);
+      H5Id stored(MOE_H5_CHECK(H5Dget_type(d.get())), H5Tclose);
+      if (type_text(stored.get()) != type_text(mem_type)) {
+        throw file_error(path, "dataset '" + name + "' holds " + type_text(stored.get()) +
+                                   " values, not " + type_text(mem_type) +
+                                   " (a checkpoint of another model or configuration?)");
+      }
       H5Id space(MOE_H5_CHECK(H5Dget_space(d.get())), H5Sclose);
       const hssize_t count = MOE_H5_CHECK(H5Sget_simple_extent_npoints(space.get()));
       if (static_cast<size_t>(count) != out.size()) {

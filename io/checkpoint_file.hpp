@@ -55,7 +55,8 @@ class CheckpointWriter {
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
-  // `name` is a path such as "param/dense/embed"; groups are created as needed.
+  // `name` is a path such as "param/dense/embed"; groups are created as needed. `values` of
+  // write_ints must fill `dims` (at least one dimension) exactly. Throw CheckpointError.
   void write_floats(const std::string& name, std::span<const float> values);
   void write_ints(const std::string& name, const std::vector<hsize_t>& dims,
                   std::span<const int32_t> values);
@@ -79,7 +80,8 @@ class CheckpointReader {
   const CheckpointHeader& header() const;
 
   // Reads dataset `name` into `out`, which must match its element count exactly. Throws
-  // CheckpointError for a missing dataset, another size or a failed checksum.
+  // CheckpointError for a missing dataset, another size, another element type (float32 and
+  // int32 are never converted into each other) or a failed checksum.
   void read_floats(const std::string& name, std::span<float> out) const;
   void read_ints(const std::string& name, std::span<int32_t> out) const;
 
