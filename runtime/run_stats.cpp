@@ -7,6 +7,15 @@
 #include "model/config.hpp"
 
 namespace moe {
+namespace {
+
+// The empty file stats_default_path reserved, once the run that reserved it gave up the name.
+void drop_reservation(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) == 0 && !ec) std::filesystem::remove(path, ec);
+}
+
+}  // namespace
 
 RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
                    const RoutingState& routing, const std::string& data_description,
@@ -18,6 +27,7 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   bool overwrite = cfg.overwrite;
   if (cfg.stats_path.empty()) {
     path_ = stats_default_path("runs", cfg.model_name);  // reserves a fresh name
+    reserved_ = true;
     overwrite = true;
   } else {
     path_ = cfg.stats_path;
@@ -55,8 +65,24 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   h.trace_tokens = cfg.trace_every > 0 ? world_size * m.batch_per_rank * m.seq_len : 0;
   h.resumed_from = cfg.resume_point.stats_path;
   h.resumed_from_step = cfg.resume_point.step;
-  writer_ = std::make_unique<StatsWriter>(path_, overwrite, h);
+  try {
+    writer_ = std::make_unique<StatsWriter>(path_, overwrite, h);
+  } catch (...) {
+    if (reserved_) drop_reservation(path_);
+    throw;
+  }
   phase_all_.resize(static_cast<size_t>(world_size) * kNumPhases);
+}
+
+RunStats::~RunStats() {
+  writer_.reset();  // unpublished, it removes its staging file
+  if (reserved_ && !published_) drop_reservation(path_);
+}
+
+void RunStats::publish() {
+  if (!writer_) return;
+  writer_->publish();
+  published_ = true;
 }
 
 void RunStats::record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times) {

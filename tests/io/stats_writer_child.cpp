@@ -49,6 +49,7 @@ bool parse_count(std::string_view text, int64_t* n) {
 
 int run(const std::string& mode, const std::string& path, int64_t n) {
   StatsWriter w(path, false, test_header());
+  w.publish();
   if (mode == "kill-after") {
     write_rows(w, 0, n);
     ::raise(SIGKILL);  // no close, no destructor
