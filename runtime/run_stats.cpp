@@ -2,12 +2,34 @@
 #include "runtime/run_stats.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "model/config.hpp"
 
 namespace moe {
 namespace {
+
+// --stats naming one of the run's input files would replace that file with the statistics.
+void refuse_input_file(const std::string& path, const RunConfig& cfg) {
+  std::vector<std::pair<const char*, std::string>> inputs = {
+      {"--config", cfg.config_path},
+      {"--hash-table", cfg.hash_table_path},
+      {"--resume", cfg.resume_point.checkpoint}};
+  for (const char* kind : {"tokens:", "text:"}) {
+    if (cfg.data.starts_with(kind)) {
+      inputs.emplace_back("--data", cfg.data.substr(std::strlen(kind)));
+    }
+  }
+  for (const auto& [option, input] : inputs) {
+    std::error_code ec;  // either file missing: not the same file (and no error here)
+    if (!input.empty() && std::filesystem::equivalent(path, input, ec)) {
+      throw StatsPathError("statistics file '" + path + "': is the " + option + " file '" + input +
+                           "'; choose another --stats");
+    }
+  }
+}
 
 // The empty file stats_default_path reserved, once the run that reserved it gave up the name.
 void drop_reservation(const std::string& path) {
@@ -38,6 +60,7 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
                            "resumed, which the new file continues (its rows are kept and " +
                            "chained): choose another --stats, or leave it out for a new name");
     }
+    refuse_input_file(path_, cfg);
     StatsWriter::check_path(path_, overwrite);
   }
   StatsHeader h;

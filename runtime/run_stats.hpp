@@ -19,7 +19,7 @@ namespace moe {
 class RunStats {
  public:
   // Not collective. On rank 0: resolves the path (--stats, else a new runs/<model>-<time>.h5),
-  // checks it and creates the file under a staging name
+  // checks it (refusing one of the run's input files) and creates the file under a staging name
   // (StatsWriter); throws StatsPathError or Hdf5Error on a bad path. Other ranks only remember
   // the shape.
   RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
