@@ -130,6 +130,8 @@ void StatsWriter::check_path(const std::string& path, bool overwrite) {
 
 void stats_staging_create(const StatsFiles& files, FileLock& lock) {
   with_path(files.path, [&] {
+    // A compaction copy left by a writer killed while closing; a live writer's is its own.
+    FileLock::remove_leftover(files.compact);
     if (FileLock::create(files.staging, lock) == FileLock::Outcome::kBusy) {
       throw path_error(files.path, being_created(files));
     }

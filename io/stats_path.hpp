@@ -21,9 +21,9 @@ struct StatsFiles {
 
 StatsFiles stats_files(const std::string& path);
 
-// Creates files.staging, empty and locked into `lock`. A staging file left by a killed writer is
-// removed first; one a live writer holds is left alone. Throws StatsPathError (another run is
-// setting up the same path, or a system call failed).
+// Creates files.staging, empty and locked into `lock`. A staging or compaction file left by a
+// killed writer is removed first; one a live writer holds is left alone. Throws StatsPathError
+// (another run is setting up the same path, or a system call failed).
 void stats_staging_create(const StatsFiles& files, FileLock& lock);
 
 // Renames files.staging over files.target, after locking the file there so that no other run

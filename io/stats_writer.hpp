@@ -111,8 +111,9 @@ class StatsWriter {
   // without `overwrite`. A link to a file is followed. Throws StatsPathError.
   static void check_path(const std::string& path, bool overwrite);
 
-  // check_path, then creates "<path>.new" (a killed writer's leftover "<path>.new" is removed
-  // first) with every dataset and the root attributes, and starts SWMR write mode. Throws StatsPathError, std::invalid_argument (bad header) or Hdf5Error.
+  // check_path, then creates "<path>.new" (a killed writer's leftover "<path>.new" or
+  // "<path>.compact" is removed first) with every dataset and the root attributes, and starts
+  // SWMR write mode. Throws StatsPathError, std::invalid_argument (bad header) or Hdf5Error.
   StatsWriter(const std::string& path, bool overwrite, const StatsHeader& header,
               const StatsStorage& storage = {});
   StatsWriter(StatsWriter&&) noexcept;

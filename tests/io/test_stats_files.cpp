@@ -1,8 +1,9 @@
 // Tests of the statistics file's life on disk (docs/hdf5-schema.md, "Paths" and "Locks"): a file
 // a live writer holds is never replaced or removed by another writer, whether it is being written
-// or still being set up; a writer that never publishes leaves the old file byte for byte. The
-// other writer is a second StatsWriter, or a FileLock held by the test, in this process:
-// open-file-description locks conflict inside one process too.
+// or still being set up; a writer that never publishes leaves the old file byte for byte; leftovers
+// of killed writers are removed, a live writer's are not. The other writer is a second
+// StatsWriter, or a FileLock held by the test, in this process: open-file-description locks
+// conflict inside one process too.
 // Legend: N rows, L layers, E experts, K top-k, V vocabulary, W ranks, T traced tokens.
 #include <gtest/gtest.h>
 
@@ -147,6 +148,38 @@ TEST(StatsStaging, ALinkToAFileIsKeptAndItsFileReplaced) {
   }
   EXPECT_TRUE(fs::is_symlink(link));
   expect_step_rows(open_file(real, false).get(), 2, true);
+}
+
+// ---- leftovers of killed writers ---------------------------------------------------------------
+
+TEST(StatsLeftovers, AKilledWritersCompactionAndStagingFilesAreRemovedAtTheStart) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  write_bytes(path + ".compact", "half a copy");
+  write_bytes(path + ".new", "half a header");
+  StatsWriter w(path, false, test_header());
+  EXPECT_FALSE(fs::exists(path + ".compact"));  // at the start, not at close
+  EXPECT_NE(file_bytes(path + ".new"), "half a header");
+  w.publish();
+  write_rows(w, 0, 2);
+  w.close();
+  EXPECT_FALSE(fs::exists(path + ".new") || fs::exists(path + ".compact"));
+  expect_step_rows(open_file(path, false).get(), 2, true);
+}
+
+TEST(StatsLeftovers, ACompactionFileALiveWriterHoldsIsLeftAlone) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  FileLock compacting;
+  ASSERT_EQ(FileLock::create(path + ".compact", compacting), FileLock::Outcome::kLocked);
+  write_bytes(path + ".compact", "a live copy");
+  {
+    StatsWriter w(path, false, test_header());
+    w.publish();
+    write_rows(w, 0, 2);
+  }  // close() cannot compact (warning): the file stays complete, uncompacted
+  EXPECT_EQ(file_bytes(path + ".compact"), "a live copy");
+  expect_step_rows(open_file(path, false).get(), 2, true);
 }
 
 }  // namespace
