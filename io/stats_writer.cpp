@@ -132,6 +132,7 @@ struct StatsWriter::Impl {
   bool overwrite = false;
   bool compact_on_close = true;
   bool published = false;  // publish() put the file at its path
+  bool removed = false;    // close() found the path no longer naming the file written
   bool failed = false;     // an append threw Hdf5Error: the datasets may differ in length
 
   // Root attributes, /layers, /perf/phases, every per-step dataset; then SWMR write mode.
@@ -310,6 +311,8 @@ int64_t StatsWriter::num_trace_rows() const {
 
 const std::string& StatsWriter::path() const { return impl_->files.path; }
 
+bool StatsWriter::removed() const { return impl_->removed; }
+
 void StatsWriter::publish() {
   Impl& m = *impl_;
   require(m.lock.held() && m.file.valid(), "publish after close() or a failed append");
@@ -335,7 +338,9 @@ void StatsWriter::close() {
     return;
   }
   m.close_file();
-  if (m.compact_on_close) {
+  // Removed (or replaced) during the run: nothing to compact, and nothing to say "written" of.
+  m.removed = !m.lock.names(m.files.target);
+  if (!m.removed && m.compact_on_close) {
     stats_compact(m.files, m.lock, h5_untimed_plist(H5P_FILE_CREATE).get(), stats_fapl().get());
   }
 }

@@ -147,6 +147,10 @@ class StatsWriter {
   // last. Later calls do nothing; append then throws.
   void close();
 
+  // After close(): true when <path> no longer named the file written (it was removed or replaced
+  // during the run), which was then left alone.
+  bool removed() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -2,6 +2,7 @@
 #include "runtime/run_stats.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -106,6 +107,17 @@ void RunStats::publish() {
   if (!writer_) return;
   writer_->publish();
   published_ = true;
+}
+
+bool RunStats::close() {
+  if (!writer_) return true;
+  try {
+    writer_->close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "warning: closing statistics file '%s' failed: %s\n", path_.c_str(),
+                 e.what());
+  }
+  return !writer_->removed();
 }
 
 void RunStats::record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times) {

@@ -36,6 +36,9 @@ class RunStats {
   // Rank 0: puts the file at its path (StatsWriter::publish), to be called once every rank agreed
   // that set-up succeeded. Throws StatsPathError. Other ranks: nothing.
   void publish();
+  // Rank 0: closes and compacts the file; false when the file was removed (or replaced) during
+  // the run. A failure to close is a warning on stderr. Other ranks: true.
+  bool close();
 
   // Collective over world: gathers every rank's phase times; rank 0 appends the step's row.
   void record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times);

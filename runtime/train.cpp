@@ -367,6 +367,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   summary.model_gflops = 3.0 * model_forward_flops_per_token(mc) * median_tokens_per_s(summary) *
                          1e-9;
   if (measure_peak) measure_sgemm_peak(summary, cfg, world, node_ranks, threads);
+  if (stats) summary.stats_removed = !stats->close();
   return summary;
 }
 

@@ -1,9 +1,9 @@
 // Tests of the statistics file's life on disk (docs/hdf5-schema.md, "Paths" and "Locks"): a file
 // a live writer holds is never replaced or removed by another writer, whether it is being written
 // or still being set up; a writer that never publishes leaves the old file byte for byte; leftovers
-// of killed writers are removed, a live writer's are not. The other writer is a second
-// StatsWriter, or a FileLock held by the test, in this process: open-file-description locks
-// conflict inside one process too.
+// of killed writers are removed, a live writer's are not; a file removed during the run is
+// reported, not recreated. The other writer is a second StatsWriter, or a FileLock held by the
+// test, in this process: open-file-description locks conflict inside one process too.
 // Legend: N rows, L layers, E experts, K top-k, V vocabulary, W ranks, T traced tokens.
 #include <gtest/gtest.h>
 
@@ -180,6 +180,42 @@ TEST(StatsLeftovers, ACompactionFileALiveWriterHoldsIsLeftAlone) {
   }  // close() cannot compact (warning): the file stays complete, uncompacted
   EXPECT_EQ(file_bytes(path + ".compact"), "a live copy");
   expect_step_rows(open_file(path, false).get(), 2, true);
+}
+
+// ---- a file removed during the run -------------------------------------------------------------
+
+TEST(StatsRemoved, AFileRemovedDuringTheRunIsReportedAndNotRecreated) {
+  TempDir dir;
+  const std::string path = dir.file("gone.h5");
+  StatsWriter w(path, false, test_header());
+  w.publish();
+  write_rows(w, 0, 3);
+  fs::remove(path);
+  write_rows(w, 3, 5);
+  w.close();
+  EXPECT_TRUE(w.removed());
+  EXPECT_FALSE(fs::exists(path) || fs::exists(path + ".compact"));
+}
+
+TEST(StatsRemoved, AFileReplacedDuringTheRunIsLeftAlone) {
+  TempDir dir;
+  const std::string path = dir.file("replaced.h5");
+  StatsWriter w(path, false, test_header());
+  w.publish();
+  write_rows(w, 0, 3);
+  fs::remove(path);
+  write_bytes(path, "a file put there by hand");
+  w.close();
+  EXPECT_TRUE(w.removed());
+  EXPECT_EQ(file_bytes(path), "a file put there by hand");
+}
+
+TEST(StatsRemoved, AFileThatStayedIsNotReportedRemoved) {
+  TempDir dir;
+  StatsWriter w(dir.file("kept.h5"), false, test_header());
+  w.publish();
+  w.close();
+  EXPECT_FALSE(w.removed());
 }
 
 }  // namespace
