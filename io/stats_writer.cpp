@@ -1,7 +1,7 @@
 // StatsWriter: creates the statistics file of SPEC §6 with every dataset up front (SWMR write mode
 // allows no new objects or attributes), under a staging name and locked; appends one row per step
-// once it is published (the output-path checks, the staging file, publishing, compaction and the
-// default file name are in stats_path.cpp).
+// once it is published; ends it cleanly after a failed append (the output-path checks, the
+// staging file, publishing, compaction and the default file name are in stats_path.cpp).
 // Layout, guarantees and chunk measurements: docs/hdf5-schema.md. Legend: N steps, L layers,
 // E experts, W ranks, T traced tokens, num_phases timed phases.
 #include "io/stats_writer.hpp"
@@ -133,32 +133,70 @@ struct StatsWriter::Impl {
   bool compact_on_close = true;
   bool published = false;  // publish() put the file at its path
   bool removed = false;    // close() found the path no longer naming the file written
-  bool failed = false;     // an append threw Hdf5Error: the datasets may differ in length
+  bool failed = false;     // an append threw: the file was ended then (end_after_failure)
+  int64_t rows_done = 0, traces_done = 0;  // appends that returned
 
   // Root attributes, /layers, /perf/phases, every per-step dataset; then SWMR write mode.
   void create_objects(const StatsHeader& h, const StatsStorage& storage);
 
   // Datasets first: the file closes only when its last object does. Closing the file ends SWMR
-  // write mode and clears the superblock's "open for writing" flags.
-  void close_file() {
-    for (H5RowDataset& c : steps) c.dset.close();
-    for (H5RowDataset& c : trace) c.dset.close();
+  // write mode and clears the superblock's "open for writing" flags. After a failure the
+  // datasets close quietly (their flush fails again), so that the file's close is still tried.
+  void close_file(bool after_failure) {
+    for (std::vector<H5RowDataset>* columns : {&steps, &trace}) {
+      for (H5RowDataset& c : *columns) after_failure ? c.dset.close_quietly() : c.dset.close();
+    }
     file.close();
+  }
+
+  // After a failed append the datasets may differ in length. The file is ended at once, since the
+  // error usually ends the process without destructors (rank 0 aborts the job): closed, so no
+  // "open for writing" flag stays behind, or removed when it holds no complete row. Says which.
+  std::string end_after_failure() {
+    std::string closing;
+    try {
+      close_file(/*after_failure=*/true);
+    } catch (const Hdf5Error& e) {
+      closing = e.what();
+    }
+    std::string outcome = "statistics file '" + files.path + "' ";
+    try {
+      if (rows_done == 0 && traces_done == 0) {
+        lock.remove(published ? files.target : files.staging);
+        outcome += "held no complete step and was removed";
+      } else if (closing.empty()) {
+        outcome +=
+            "was closed with its " + std::to_string(rows_done) + " complete step(s), not compacted";
+      } else {
+        outcome += "could not be closed either (" + closing +
+                   "): it may still be marked as open for writing (h5clear -s clears that)";
+      }
+    } catch (const FileLockError& e) {
+      outcome += "held no complete step, but could not be removed: " + std::string(e.what());
+    }
+    lock.release();
+    return outcome;
   }
 
   // Writes one row per column, flushing before the last column (the step index) and after it:
   // a step index on disk means the rest of its row is on disk too.
-  void append_row(std::vector<H5RowDataset>& columns, const std::vector<const void*>& values) {
+  void append_row(std::vector<H5RowDataset>& columns, const std::vector<const void*>& values,
+                  int64_t& done) {
+    require(!failed, "append after an earlier append failed (the file was ended then)");
     require(file.valid(), "append after close()");
-    require(!failed, "append after an earlier append failed; the file is incomplete");
     require(published, "append before publish()");
     h5_silence_auto_print();
     failed = true;
-    for (size_t i = 0; i + 1 < columns.size(); ++i) h5_row_dataset_append(columns[i], values[i]);
-    MOE_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
-    h5_row_dataset_append(columns.back(), values.back());
-    MOE_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
+    try {
+      for (size_t i = 0; i + 1 < columns.size(); ++i) h5_row_dataset_append(columns[i], values[i]);
+      MOE_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
+      h5_row_dataset_append(columns.back(), values.back());
+      MOE_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
+    } catch (const Hdf5Error& e) {
+      throw Hdf5Error(std::string(e.what()) + "; " + end_after_failure());
+    }
     failed = false;
+    ++done;
   }
 };
 
@@ -281,11 +319,13 @@ void StatsWriter::append(const StepRow& r) {
     require_size(call, name, values, m.L, "L");
   }
   require_size(call, "phase_times", r.phase_times, m.W * m.num_phases, "W*num_phases");
-  impl_->append_row(impl_->steps, {&r.loss, &r.balance_loss, &r.grad_norm, &r.lr, &r.tokens_per_s,
-                                   &r.step_time_s, r.expert_load.data(), r.rank_load.data(),
-                                   r.bias.data(), r.load_variance.data(), r.max_violation.data(),
-                                   r.load_cv.data(), r.rank_overload.data(),
-                                   r.layer_balance_loss.data(), r.phase_times.data(), &r.step});
+  impl_->append_row(
+      impl_->steps,
+      {&r.loss, &r.balance_loss, &r.grad_norm, &r.lr, &r.tokens_per_s, &r.step_time_s,
+       r.expert_load.data(), r.rank_load.data(), r.bias.data(), r.load_variance.data(),
+       r.max_violation.data(), r.load_cv.data(), r.rank_overload.data(),
+       r.layer_balance_loss.data(), r.phase_times.data(), &r.step},
+      impl_->rows_done);
 }
 
 void StatsWriter::append_trace(const TraceRow& r) {
@@ -297,8 +337,10 @@ void StatsWriter::append_trace(const TraceRow& r) {
   require_size(call, "rank", r.rank, m.T, "T");
   require_size(call, "experts", r.experts, m.L * m.T * m.K, "L*T*K");
   require_size(call, "weights", r.weights, m.L * m.T * m.K, "L*T*K");
-  impl_->append_row(impl_->trace, {r.token_id.data(), r.position.data(), r.rank.data(),
-                                   r.experts.data(), r.weights.data(), &r.step});
+  impl_->append_row(impl_->trace,
+                    {r.token_id.data(), r.position.data(), r.rank.data(), r.experts.data(),
+                     r.weights.data(), &r.step},
+                    impl_->traces_done);
 }
 
 int64_t StatsWriter::num_rows() const {
@@ -337,7 +379,7 @@ void StatsWriter::close() {
     m.lock.remove(m.files.staging);
     return;
   }
-  m.close_file();
+  m.close_file(/*after_failure=*/false);
   // Removed (or replaced) during the run: nothing to compact, and nothing to say "written" of.
   m.removed = !m.lock.names(m.files.target);
   if (!m.removed && m.compact_on_close) {

@@ -130,8 +130,9 @@ class StatsWriter {
 
   // Appends one row to every /steps, /routing and /perf dataset, /steps/step last, flushing
   // before and after /steps/step (docs/hdf5-schema.md, "Crash safety"). Needs publish(). Wrong
-  // span sizes throw std::invalid_argument before anything is written; after an Hdf5Error the
-  // writer refuses further appends.
+  // span sizes throw std::invalid_argument before anything is written. An Hdf5Error (a full
+  // disk) ends the writer: the file is closed, or removed when no append had completed, and the
+  // error's message says which; further appends throw.
   void append(const StepRow& row);
   // Appends one row to every /trace dataset, /trace/step last. Needs trace_tokens > 0.
   void append_trace(const TraceRow& row);
