@@ -177,7 +177,7 @@ void h5_row_dataset_append(H5RowDataset& d, const void* values) {
 }
 
 void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hid_t fapl) {
-  H5Id in(MOE_H5_CHECK(H5Fopen(src.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)), H5Fclose);
+  H5Id in(MOE_H5_CHECK(H5Fopen(src.c_str(), H5F_ACC_RDONLY, fapl)), H5Fclose);
   H5Id out(MOE_H5_CHECK(H5Fcreate(dst.c_str(), H5F_ACC_TRUNC, fcpl, fapl)), H5Fclose);
   H5O_info_t root{};
   MOE_H5_CHECK(H5Oget_info2(in.get(), &root, H5O_INFO_NUM_ATTRS));

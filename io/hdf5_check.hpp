@@ -103,8 +103,8 @@ H5RowDataset h5_row_dataset_create(hid_t loc, const char* name, hid_t file_type,
 void h5_row_dataset_append(H5RowDataset& d, const void* values);
 
 // Copies the root attributes and every object under the root of the closed file `src` into a new
-// file `dst` (created with `fcpl`, `fapl`, replacing any file there). Objects go through
-// H5Ocopy: same layout, chunks and filters, chunks copied without recompression, no holes.
+// file `dst` (created with `fcpl`, replacing any file there; both opened with `fapl`). Objects go
+// through H5Ocopy: same layout, chunks and filters, chunks copied without recompression, no holes.
 void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hid_t fapl);
 
 }  // namespace moe

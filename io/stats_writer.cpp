@@ -1,19 +1,19 @@
 // StatsWriter: creates the statistics file of SPEC §6 with every dataset up front (SWMR write mode
-// allows no new objects or attributes), then appends one row per step (the output-path checks
-// and the default file name are in stats_path.cpp). Layout, guarantees and chunk measurements:
-// docs/hdf5-schema.md. Legend: N steps, L layers, E experts, W ranks, T traced tokens,
-// num_phases timed phases.
+// allows no new objects or attributes), under a staging name and locked; appends one row per step
+// once it is published; ends it cleanly after a failed append (the output-path checks, the
+// staging file, publishing, compaction and the default file name are in stats_path.cpp).
+// Layout, guarantees and chunk measurements: docs/hdf5-schema.md. Legend: N steps, L layers,
+// E experts, W ranks, T traced tokens, num_phases timed phases.
 #include "io/stats_writer.hpp"
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <utility>
+
+#include "io/stats_path.hpp"
 
 namespace moe {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Rows per chunk: the largest power of two whose uncompressed chunk stays within chunk_bytes,
 // at least 1 and at most max_chunk_rows.
@@ -108,71 +108,95 @@ void write_root_attributes(hid_t file, const StatsHeader& h) {
   }
 }
 
-// Latest format: checksummed metadata and the extensible-array chunk index that SWMR needs. Locks
-// the file, but carries on where the file system has no locks (some NFS and Lustre mounts).
+// Latest format: checksummed metadata and the extensible-array chunk index that SWMR needs.
+// HDF5's own file lock (flock) is off: the writer's FileLock keeps every other run out for the
+// whole life of the file, and no reader can open it before SWMR mode, which starts before the file
+// gets its name (publish). Where Linux emulates flock() with byte-range locks (NFS), HDF5's lock
+// would collide with the writer's own. Readers keep HDF5's lock: it and FileLock never meet.
 H5Id stats_fapl() {
   H5Id fapl(MOE_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
   MOE_H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
-  MOE_H5_CHECK(H5Pset_file_locking(fapl.get(), 1, 1));
+  MOE_H5_CHECK(H5Pset_file_locking(fapl.get(), 0, 1));
   return fapl;
-}
-
-// In SWMR write mode HDF5 1.10 never reuses freed file space (a reader may still be reading it),
-// so every chunk's unfiltered first home stays behind as a hole: a live file holds each chunk
-// uncompressed and compressed. A copy holds it once. The rename is atomic: <path> is always a
-// complete file.
-void stats_compact(const std::string& path) {
-  const std::string tmp = path + ".compact";
-  // The copy is at most the file's size. Without room for it, HDF5 1.10.8's H5Ocopy was seen to
-  // crash (SIGSEGV) when the disk filled, rather than fail.
-  std::error_code size_ec, space_ec;
-  const uintmax_t need = fs::file_size(path, size_ec) + (1u << 20);
-  const fs::path dir = fs::path(path).parent_path();
-  const fs::space_info space = fs::space(dir.empty() ? fs::path(".") : dir, space_ec);
-  if (!size_ec && !space_ec && space.available < need) {
-    std::fprintf(stderr,
-                 "warning: statistics file '%s' is complete but was not compacted: %ju bytes "
-                 "free, the copy needs up to %ju\n",
-                 path.c_str(), space.available, need);
-    return;
-  }
-  try {
-    h5_copy_file(path, tmp, h5_untimed_plist(H5P_FILE_CREATE).get(), stats_fapl().get());
-    fs::rename(tmp, path);
-  } catch (const std::exception& e) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    std::fprintf(stderr, "warning: statistics file '%s' is complete but was not compacted: %s\n",
-                 path.c_str(), e.what());
-  }
 }
 
 }  // namespace
 
 struct StatsWriter::Impl {
-  std::string path;
+  StatsFiles files;
+  FileLock lock;  // on the file written, from its creation until close() has finished
   H5Id file;
   std::vector<H5RowDataset> steps;  // append order of StepRow's fields, /steps/step last
   std::vector<H5RowDataset> trace;  // append order of TraceRow's fields, /trace/step last
   size_t L = 0, E = 0, W = 0, T = 0, K = 0, num_phases = 0;
+  bool overwrite = false;
   bool compact_on_close = true;
-  bool failed = false;  // an append threw Hdf5Error: the datasets may differ in length
+  bool published = false;  // publish() put the file at its path
+  bool removed = false;    // close() found the path no longer naming the file written
+  bool failed = false;     // an append threw: the file was ended then (end_after_failure)
+  int64_t rows_done = 0, traces_done = 0;  // appends that returned
 
   // Root attributes, /layers, /perf/phases, every per-step dataset; then SWMR write mode.
   void create_objects(const StatsHeader& h, const StatsStorage& storage);
 
+  // Datasets first: the file closes only when its last object does. Closing the file ends SWMR
+  // write mode and clears the superblock's "open for writing" flags. After a failure the
+  // datasets close quietly (their flush fails again), so that the file's close is still tried.
+  void close_file(bool after_failure) {
+    for (std::vector<H5RowDataset>* columns : {&steps, &trace}) {
+      for (H5RowDataset& c : *columns) after_failure ? c.dset.close_quietly() : c.dset.close();
+    }
+    file.close();
+  }
+
+  // After a failed append the datasets may differ in length. The file is ended at once, since the
+  // error usually ends the process without destructors (rank 0 aborts the job): closed, so no
+  // "open for writing" flag stays behind, or removed when it holds no complete row. Says which.
+  std::string end_after_failure() {
+    std::string closing;
+    try {
+      close_file(/*after_failure=*/true);
+    } catch (const Hdf5Error& e) {
+      closing = e.what();
+    }
+    std::string outcome = "statistics file '" + files.path + "' ";
+    try {
+      if (rows_done == 0 && traces_done == 0) {
+        lock.remove(published ? files.target : files.staging);
+        outcome += "held no complete step and was removed";
+      } else if (closing.empty()) {
+        outcome +=
+            "was closed with its " + std::to_string(rows_done) + " complete step(s), not compacted";
+      } else {
+        outcome += "could not be closed either (" + closing +
+                   "): it may still be marked as open for writing (h5clear -s clears that)";
+      }
+    } catch (const FileLockError& e) {
+      outcome += "held no complete step, but could not be removed: " + std::string(e.what());
+    }
+    lock.release();
+    return outcome;
+  }
+
   // Writes one row per column, flushing before the last column (the step index) and after it:
   // a step index on disk means the rest of its row is on disk too.
-  void append_row(std::vector<H5RowDataset>& columns, const std::vector<const void*>& values) {
+  void append_row(std::vector<H5RowDataset>& columns, const std::vector<const void*>& values,
+                  int64_t& done) {
+    require(!failed, "append after an earlier append failed (the file was ended then)");
     require(file.valid(), "append after close()");
-    require(!failed, "append after an earlier append failed; the file is incomplete");
+    require(published, "append before publish()");
     h5_silence_auto_print();
     failed = true;
-    for (size_t i = 0; i + 1 < columns.size(); ++i) h5_row_dataset_append(columns[i], values[i]);
-    MOE_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
-    h5_row_dataset_append(columns.back(), values.back());
-    MOE_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
+    try {
+      for (size_t i = 0; i + 1 < columns.size(); ++i) h5_row_dataset_append(columns[i], values[i]);
+      MOE_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
+      h5_row_dataset_append(columns.back(), values.back());
+      MOE_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL));
+    } catch (const Hdf5Error& e) {
+      throw Hdf5Error(std::string(e.what()) + "; " + end_after_failure());
+    }
     failed = false;
+    ++done;
   }
 };
 
@@ -183,28 +207,37 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
   validate_header(h);
   h5_silence_auto_print();
   Impl& m = *impl_;
-  m.path = path;
+  m.files = stats_files(path);
+  m.overwrite = overwrite;
   m.L = h.num_layers, m.E = h.num_experts, m.W = h.world_size;
   m.num_phases = h.phase_names.size(), m.T = h.trace_tokens, m.K = h.top_k;
   m.compact_on_close = storage.compact_on_close;
-  const H5Id fapl = stats_fapl();
-  const H5Id fcpl = h5_untimed_plist(H5P_FILE_CREATE);  // untimed root group
-  // File space in pages: no metadata block smaller than a page straddles one. Linux acts on
-  // SIGKILL only between the pages of a write(), so a block that straddled one could be left half
-  // written by a kill during a flush, and its dataset unreadable (seen in 3 of 2000 kills). No
-  // free space is tracked (persist 0): in SWMR write mode HDF5 reuses none anyway.
-  MOE_H5_CHECK(H5Pset_file_space_strategy(fcpl.get(), H5F_FSPACE_STRATEGY_PAGE, 0, 1));
-  MOE_H5_CHECK(H5Pset_file_space_page_size(fcpl.get(), kStatsFilePageBytes));
-  const unsigned flags = fs::exists(path) ? H5F_ACC_TRUNC : H5F_ACC_EXCL;
-  m.file = H5Id(MOE_H5_CHECK(H5Fcreate(path.c_str(), flags, fcpl.get(), fapl.get())), H5Fclose);
+  stats_staging_create(m.files, m.lock);
   try {
+    const H5Id fapl = stats_fapl();
+    const H5Id fcpl = h5_untimed_plist(H5P_FILE_CREATE);  // untimed root group
+    // File space in pages: no metadata block smaller than a page straddles one. Linux acts on
+    // SIGKILL only between the pages of a write(), so a block that straddled one could be left
+    // half written by a kill during a flush, and its dataset unreadable (seen in 3 of 2000
+    // kills). No free space is tracked (persist 0): in SWMR write mode HDF5 reuses none anyway.
+    MOE_H5_CHECK(H5Pset_file_space_strategy(fcpl.get(), H5F_FSPACE_STRATEGY_PAGE, 0, 1));
+    MOE_H5_CHECK(H5Pset_file_space_page_size(fcpl.get(), kStatsFilePageBytes));
+    // The staging file exists (empty, locked): HDF5 truncates it, keeping the lock's inode.
+    m.file = H5Id(
+        MOE_H5_CHECK(H5Fcreate(m.files.staging.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())),
+        H5Fclose);
     m.create_objects(h, storage);
   } catch (...) {
-    // Leave no half-made file behind: close what is open and remove the file this call created.
+    // Leave no half-made file behind: close what is open and remove the staging file.
     m.steps.clear(), m.trace.clear();
     m.file.close_quietly();
-    std::error_code ec;
-    fs::remove(path, ec);
+    try {
+      m.lock.remove(m.files.staging);
+    } catch (const FileLockError&) {
+      // Left as a leftover that the next run removes (stats_staging_create); the first error is
+      // the one to report.
+    }
+    m.lock.release();
     throw;
   }
 }
@@ -267,8 +300,8 @@ StatsWriter::~StatsWriter() {
   try {
     close();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "warning: closing statistics file '%s' failed: %s\n", impl_->path.c_str(),
-                 e.what());
+    std::fprintf(stderr, "warning: closing statistics file '%s' failed: %s\n",
+                 impl_->files.path.c_str(), e.what());
   }
 }
 
@@ -286,11 +319,13 @@ void StatsWriter::append(const StepRow& r) {
     require_size(call, name, values, m.L, "L");
   }
   require_size(call, "phase_times", r.phase_times, m.W * m.num_phases, "W*num_phases");
-  impl_->append_row(impl_->steps, {&r.loss, &r.balance_loss, &r.grad_norm, &r.lr, &r.tokens_per_s,
-                                   &r.step_time_s, r.expert_load.data(), r.rank_load.data(),
-                                   r.bias.data(), r.load_variance.data(), r.max_violation.data(),
-                                   r.load_cv.data(), r.rank_overload.data(),
-                                   r.layer_balance_loss.data(), r.phase_times.data(), &r.step});
+  impl_->append_row(
+      impl_->steps,
+      {&r.loss, &r.balance_loss, &r.grad_norm, &r.lr, &r.tokens_per_s, &r.step_time_s,
+       r.expert_load.data(), r.rank_load.data(), r.bias.data(), r.load_variance.data(),
+       r.max_violation.data(), r.load_cv.data(), r.rank_overload.data(),
+       r.layer_balance_loss.data(), r.phase_times.data(), &r.step},
+      impl_->rows_done);
 }
 
 void StatsWriter::append_trace(const TraceRow& r) {
@@ -302,8 +337,10 @@ void StatsWriter::append_trace(const TraceRow& r) {
   require_size(call, "rank", r.rank, m.T, "T");
   require_size(call, "experts", r.experts, m.L * m.T * m.K, "L*T*K");
   require_size(call, "weights", r.weights, m.L * m.T * m.K, "L*T*K");
-  impl_->append_row(impl_->trace, {r.token_id.data(), r.position.data(), r.rank.data(),
-                                   r.experts.data(), r.weights.data(), &r.step});
+  impl_->append_row(impl_->trace,
+                    {r.token_id.data(), r.position.data(), r.rank.data(), r.experts.data(),
+                     r.weights.data(), &r.step},
+                    impl_->traces_done);
 }
 
 int64_t StatsWriter::num_rows() const {
@@ -314,17 +351,40 @@ int64_t StatsWriter::num_trace_rows() const {
   return impl_->trace.empty() ? 0 : static_cast<int64_t>(impl_->trace.back().dims[0]);
 }
 
-const std::string& StatsWriter::path() const { return impl_->path; }
+const std::string& StatsWriter::path() const { return impl_->files.path; }
+
+bool StatsWriter::removed() const { return impl_->removed; }
+
+void StatsWriter::publish() {
+  Impl& m = *impl_;
+  require(m.lock.held() && m.file.valid(), "publish after close() or a failed append");
+  if (m.published) return;
+  stats_publish(m.files, m.overwrite);
+  m.published = true;
+}
 
 void StatsWriter::close() {
-  if (!impl_ || !impl_->file.valid()) return;
+  if (!impl_ || !impl_->lock.held()) return;
+  Impl& m = *impl_;
   h5_silence_auto_print();
-  // Datasets first: the file closes only when its last object does. Closing the file ends SWMR
-  // write mode and clears the superblock's "open for writing" flags.
-  for (H5RowDataset& c : impl_->steps) c.dset.close();
-  for (H5RowDataset& c : impl_->trace) c.dset.close();
-  impl_->file.close();
-  if (impl_->compact_on_close) stats_compact(impl_->path);
+  // The lock goes last, however close() ends: until then no other run touches the file.
+  struct Release {
+    FileLock& lock;
+    ~Release() { lock.release(); }
+  } release{m.lock};
+  if (!m.published) {
+    // Set-up did not finish: the file never had its name, and the target stays as it was.
+    m.steps.clear(), m.trace.clear();
+    m.file.close_quietly();
+    m.lock.remove(m.files.staging);
+    return;
+  }
+  m.close_file(/*after_failure=*/false);
+  // Removed (or replaced) during the run: nothing to compact, and nothing to say "written" of.
+  m.removed = !m.lock.names(m.files.target);
+  if (!m.removed && m.compact_on_close) {
+    stats_compact(m.files, m.lock, h5_untimed_plist(H5P_FILE_CREATE).get(), stats_fapl().get());
+  }
 }
 
 }  // namespace moe

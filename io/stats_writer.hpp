@@ -98,16 +98,22 @@ struct StatsStorage {
   bool compact_on_close = true;     // rewrite the file without the holes SWMR leaves (close())
 };
 
+// The file's life on disk (docs/hdf5-schema.md, "Paths" and "Locks"): created as "<path>.new" and
+// locked; put at <path> by publish(), replacing any file there; compacted and unlocked by close().
+// A file a live writer holds is never replaced or removed by another writer, and a writer that
+// never publishes leaves <path> as it was.
 class StatsWriter {
  public:
   // Checks the output path, creating nothing: missing or non-directory parent, parent not
-  // writable, path is a directory or not a regular file, or an existing non-empty file without
-  // `overwrite` (the message then names --overwrite). An existing empty file (a name reserved by
-  // stats_default_path) is replaced without `overwrite`. Throws StatsPathError.
+  // writable, path is a directory or not a regular file, a live writer (another run) holds the
+  // file or is creating it, or an existing non-empty file without `overwrite` (the message then
+  // names --overwrite). An existing empty file (a name reserved by stats_default_path) is replaced
+  // without `overwrite`. A link to a file is followed. Throws StatsPathError.
   static void check_path(const std::string& path, bool overwrite);
 
-  // check_path, then creates the file, every dataset and the root attributes, and starts SWMR
-  // write mode. Throws StatsPathError, std::invalid_argument (bad header) or Hdf5Error.
+  // check_path, then creates "<path>.new" (a killed writer's leftover "<path>.new" or
+  // "<path>.compact" is removed first) with every dataset and the root attributes, and starts
+  // SWMR write mode. Throws StatsPathError, std::invalid_argument (bad header) or Hdf5Error.
   StatsWriter(const std::string& path, bool overwrite, const StatsHeader& header,
               const StatsStorage& storage = {});
   StatsWriter(StatsWriter&&) noexcept;
@@ -116,10 +122,17 @@ class StatsWriter {
   StatsWriter& operator=(const StatsWriter&) = delete;
   ~StatsWriter();  // close(), reporting a failure on stderr instead of throwing
 
+  // Renames the file to <path>, replacing the file there (which needs `overwrite` unless empty).
+  // Call it once the run's set-up has succeeded: until then nothing at <path> changes. Throws
+  // StatsPathError when another writer holds <path> (the file stays unpublished). Later calls do
+  // nothing.
+  void publish();
+
   // Appends one row to every /steps, /routing and /perf dataset, /steps/step last, flushing
-  // before and after /steps/step (docs/hdf5-schema.md, "Crash safety"). Wrong span sizes throw
-  // std::invalid_argument before anything is written; after an Hdf5Error the writer refuses
-  // further appends.
+  // before and after /steps/step (docs/hdf5-schema.md, "Crash safety"). Needs publish(). Wrong
+  // span sizes throw std::invalid_argument before anything is written. An Hdf5Error (a full
+  // disk) ends the writer: the file is closed, or removed when no append had completed, and the
+  // error's message says which; further appends throw.
   void append(const StepRow& row);
   // Appends one row to every /trace dataset, /trace/step last. Needs trace_tokens > 0.
   void append_trace(const TraceRow& row);
@@ -130,9 +143,14 @@ class StatsWriter {
 
   // Closes the file (ending SWMR write mode), then, with compact_on_close, rewrites it without
   // the unreclaimed space SWMR writing leaves behind: copied to "<path>.compact", renamed over
-  // <path>. A failed compaction leaves the complete, uncompacted file and warns on stderr.
-  // Throws Hdf5Error if closing fails. Later calls do nothing; append then throws.
+  // <path>. A failed compaction leaves the complete, uncompacted file and warns on stderr. An
+  // unpublished file is removed instead. Throws Hdf5Error if closing fails. The lock is released
+  // last. Later calls do nothing; append then throws.
   void close();
+
+  // After close(): true when <path> no longer named the file written (it was removed or replaced
+  // during the run), which was then left alone.
+  bool removed() const;
 
  private:
   struct Impl;

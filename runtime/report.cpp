@@ -108,7 +108,13 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   }
   std::printf("\n  worst load violation: %.3f at step 0, %.3f at the last step\n",
               first.max_violation, last.max_violation);
-  if (!stats_path.empty()) std::printf("  statistics written to %s\n", stats_path.c_str());
+  if (s.stats_removed) {
+    std::printf("  statistics file %s was removed (or replaced) during the run: this run's "
+                "statistics were not kept\n",
+                stats_path.c_str());
+  } else if (!stats_path.empty()) {
+    std::printf("  statistics written to %s\n", stats_path.c_str());
+  }
   report_phases(s.phases);
   std::fflush(stdout);
 }

@@ -2,11 +2,43 @@
 #include "runtime/run_stats.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "model/config.hpp"
 
 namespace moe {
+namespace {
+
+// --stats naming one of the run's input files would replace that file with the statistics.
+void refuse_input_file(const std::string& path, const RunConfig& cfg) {
+  std::vector<std::pair<const char*, std::string>> inputs = {
+      {"--config", cfg.config_path},
+      {"--hash-table", cfg.hash_table_path},
+      {"--resume", cfg.resume_point.checkpoint}};
+  for (const char* kind : {"tokens:", "text:"}) {
+    if (cfg.data.starts_with(kind)) {
+      inputs.emplace_back("--data", cfg.data.substr(std::strlen(kind)));
+    }
+  }
+  for (const auto& [option, input] : inputs) {
+    std::error_code ec;  // either file missing: not the same file (and no error here)
+    if (!input.empty() && std::filesystem::equivalent(path, input, ec)) {
+      throw StatsPathError("statistics file '" + path + "': is the " + option + " file '" + input +
+                           "'; choose another --stats");
+    }
+  }
+}
+
+// The empty file stats_default_path reserved, once the run that reserved it gave up the name.
+void drop_reservation(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) == 0 && !ec) std::filesystem::remove(path, ec);
+}
+
+}  // namespace
 
 RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
                    const RoutingState& routing, const std::string& data_description,
@@ -18,6 +50,7 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   bool overwrite = cfg.overwrite;
   if (cfg.stats_path.empty()) {
     path_ = stats_default_path("runs", cfg.model_name);  // reserves a fresh name
+    reserved_ = true;
     overwrite = true;
   } else {
     path_ = cfg.stats_path;
@@ -28,6 +61,7 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
                            "resumed, which the new file continues (its rows are kept and " +
                            "chained): choose another --stats, or leave it out for a new name");
     }
+    refuse_input_file(path_, cfg);
     StatsWriter::check_path(path_, overwrite);
   }
   StatsHeader h;
@@ -55,8 +89,35 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   h.trace_tokens = cfg.trace_every > 0 ? world_size * m.batch_per_rank * m.seq_len : 0;
   h.resumed_from = cfg.resume_point.stats_path;
   h.resumed_from_step = cfg.resume_point.step;
-  writer_ = std::make_unique<StatsWriter>(path_, overwrite, h);
+  try {
+    writer_ = std::make_unique<StatsWriter>(path_, overwrite, h);
+  } catch (...) {
+    if (reserved_) drop_reservation(path_);
+    throw;
+  }
   phase_all_.resize(static_cast<size_t>(world_size) * kNumPhases);
+}
+
+RunStats::~RunStats() {
+  writer_.reset();  // unpublished, it removes its staging file
+  if (reserved_ && !published_) drop_reservation(path_);
+}
+
+void RunStats::publish() {
+  if (!writer_) return;
+  writer_->publish();
+  published_ = true;
+}
+
+bool RunStats::close() {
+  if (!writer_) return true;
+  try {
+    writer_->close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "warning: closing statistics file '%s' failed: %s\n", path_.c_str(),
+                 e.what());
+  }
+  return !writer_->removed();
 }
 
 void RunStats::record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times) {

@@ -19,13 +19,26 @@ namespace moe {
 class RunStats {
  public:
   // Not collective. On rank 0: resolves the path (--stats, else a new runs/<model>-<time>.h5),
-  // checks it and creates the file; throws StatsPathError or Hdf5Error on a bad path. Other
-  // ranks only remember the shape.
+  // checks it (refusing one of the run's input files) and creates the file under a staging name
+  // (StatsWriter); throws StatsPathError or Hdf5Error on a bad path. Other ranks only remember
+  // the shape.
   RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
            const RoutingState& routing, const std::string& data_description,
            double entropy_floor);
+  // Without publish(): the staging file is removed and the path left as it was (a name reserved
+  // under runs/ is removed too).
+  ~RunStats();
+  RunStats(const RunStats&) = delete;
+  RunStats& operator=(const RunStats&) = delete;
 
   const std::string& path() const { return path_; }  // rank 0; empty elsewhere
+
+  // Rank 0: puts the file at its path (StatsWriter::publish), to be called once every rank agreed
+  // that set-up succeeded. Throws StatsPathError. Other ranks: nothing.
+  void publish();
+  // Rank 0: closes and compacts the file; false when the file was removed (or replaced) during
+  // the run. A failure to close is a warning on stderr. Other ranks: true.
+  bool close();
 
   // Collective over world: gathers every rank's phase times; rank 0 appends the step's row.
   void record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times);
@@ -39,6 +52,8 @@ class RunStats {
  private:
   int rank_ = 0, world_size_ = 1, layers_ = 0, top_k_ = 0, trace_every_ = 0;
   std::string path_;
+  bool reserved_ = false;                      // path_ is a name stats_default_path reserved
+  bool published_ = false;                     // publish() succeeded
   std::unique_ptr<StatsWriter> writer_;        // rank 0 only
   std::vector<double> phase_all_;              // [W, phases] on rank 0
   std::vector<int32_t> trace_local_, trace_all_;  // [3·N + L·N·K] per rank, gathered [W, ...]

@@ -271,18 +271,13 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   } catch (const std::exception& e) {
     error = e.what();
   }
-  // All ranks agree on `error`; when any failed, no run happens, so no header-only statistics
-  // file is left behind.
+  // All ranks agree on `error`; when any failed, no run happens: the unpublished statistics file
+  // is removed and any file at its path left as it was.
   auto agree = [&](const std::string& local_error) {
     try {
       setup_agree(world, local_error);
     } catch (const SetupError&) {
-      if (stats) {
-        const std::string path = stats->path();
-        stats.reset();
-        std::error_code ignored;
-        std::filesystem::remove(path, ignored);
-      }
+      stats.reset();
       throw;
     }
   };
@@ -306,6 +301,14 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   }
   agree(error);
   resume.reset();
+  // Set-up succeeded on every rank: only now does the statistics file replace the one at its path
+  // (agreed on too: another run may have taken the path meanwhile).
+  try {
+    if (stats) stats->publish();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(error);
   if (rank == 0 && !quiet) {
     report_config(cfg, RunShape{W, P, threads, trainer->num_dense_params(),
                                 static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model *
@@ -364,6 +367,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   summary.model_gflops = 3.0 * model_forward_flops_per_token(mc) * median_tokens_per_s(summary) *
                          1e-9;
   if (measure_peak) measure_sgemm_peak(summary, cfg, world, node_ranks, threads);
+  if (stats) summary.stats_removed = !stats->close();
   return summary;
 }
 

@@ -52,6 +52,7 @@ enum class RunEnd {
 struct TrainSummary {
   std::vector<StepRecord> steps;
   std::string stats_path;       // the statistics file written, empty for --stats none
+  bool stats_removed = false;   // the statistics file was removed (or replaced) during the run
   PhaseSummary phases;
   double model_gflops = 0;      // training FLOPs per second: 3 · forward FLOPs/token · tokens/s
   double peak_gflops = 0;       // measured sgemm rate of one core × cores in use (0: not measured)

@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -84,6 +85,21 @@ class WriterProcess {
     }
     char c = 0;
     return ::read(from_child_, &c, 1) == 1;
+  }
+  // Everything the writer writes until it exits; at most 60 s between two reads.
+  std::string read_all() {
+    std::string text;
+    char buffer[4096];
+    for (;;) {
+      pollfd p{from_child_, POLLIN, 0};
+      if (::poll(&p, 1, 60'000) != 1) {
+        ADD_FAILURE() << "the writer said nothing within 60 s";
+        return text;
+      }
+      const ssize_t n = ::read(from_child_, buffer, sizeof buffer);
+      if (n <= 0) return text;
+      text.append(buffer, static_cast<size_t>(n));
+    }
   }
   void kill() {
     if (pid_ > 0) ::kill(pid_, SIGKILL);
@@ -184,6 +200,41 @@ TEST(StatsCrash, NoDatasetHeaderStraddlesAPage) {
     }
   }
   EXPECT_GE(checked, 16);
+}
+
+// A full disk at an append (simulated in the writer program: see stats_writer_child.cpp) ends the
+// writer at once: the process usually dies of the error without running destructors (rank 0
+// aborts the job), so the writer must not leave the file marked as open for writing. A file
+// without a complete step is removed; one with steps is closed with them.
+TEST(StatsFullDisk, AFileWithoutACompleteStepIsRemoved) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  WriterProcess writer({"full-disk", path, "0"});
+  const std::string said = writer.read_all();
+  const int status = writer.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ": " << said;
+  EXPECT_NE(said.find("statistics file '" + path + "' held no complete step and was removed"),
+            std::string::npos)
+      << said;
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".new"));
+}
+
+TEST(StatsFullDisk, AFileWithStepsIsClosedWithThem) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  WriterProcess writer({"full-disk", path, "5"});
+  const std::string said = writer.read_all();
+  const int status = writer.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ": " << said;
+  const std::string closed = "statistics file '" + path + "' was closed with its ";
+  const size_t at = said.find(closed);
+  ASSERT_NE(at, std::string::npos) << said;
+  const size_t rows = std::stoul(said.substr(at + closed.size()));
+  EXPECT_GE(rows, 5u);
+  const H5Id file = open_file(path, /*swmr=*/false);  // no "open for writing" flag left
+  EXPECT_EQ(committed_rows(file.get()), rows);
+  expect_step_rows(file.get(), rows);
 }
 
 // The writer appends one row per request; the reader (this process) refreshes and sees each row

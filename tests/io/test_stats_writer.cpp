@@ -35,6 +35,7 @@ TEST(StatsWriter, RoundTripsEveryDatasetAndAttribute) {
   const StatsHeader h = test_header();
   {
     StatsWriter w(path, false, h);
+    w.publish();
     write_rows(w, 0, 3);
     w.append_trace(TraceData(0).row());
     w.append_trace(TraceData(2).row());
@@ -87,6 +88,7 @@ TEST(StatsWriter, WithoutTracingOrHashLayersHasNoTraceGroupAndAnEmptyHashTable) 
   const std::string path = dir.file("run.h5");
   {
     StatsWriter w(path, false, test_header(0, 0));
+    w.publish();
     write_rows(w, 0, 2);
     EXPECT_THROW(w.append_trace(TraceData(0).row()), std::invalid_argument);
   }
@@ -99,6 +101,7 @@ TEST(StatsWriter, WithoutTracingOrHashLayersHasNoTraceGroupAndAnEmptyHashTable) 
 TEST(StatsWriter, RejectsWrongRowSizesBeforeWritingAnything) {
   TempDir dir;
   StatsWriter w(dir.file("run.h5"), false, test_header());
+  w.publish();
   write_rows(w, 0, 1);
   const RowData d(1);
   StepRow bad = d.row();
@@ -137,6 +140,7 @@ TEST(StatsWriter, IdenticalInputsGiveByteIdenticalFiles) {
   TempDir dir;
   for (const char* name : {"a.h5", "b.h5"}) {
     StatsWriter w(dir.file(name), false, test_header());
+    w.publish();
     write_rows(w, 0, 40);
     w.append_trace(TraceData(0).row());
   }
@@ -161,6 +165,7 @@ TEST(StatsWriter, CloseCompactsTheFile) {
     StatsStorage storage;
     storage.compact_on_close = compact;
     StatsWriter w(dir.file(compact ? "a.h5" : "b.h5"), false, test_header(), storage);
+    w.publish();
     write_rows(w, 0, 300);
   }
   EXPECT_LT(fs::file_size(dir.file("a.h5")), fs::file_size(dir.file("b.h5")));
@@ -189,6 +194,7 @@ TEST(StatsWriter, H5dumpReadsTheFile) {
   const std::string path = dir.file("run.h5");
   {
     StatsWriter w(path, false, test_header());
+    w.publish();
     write_rows(w, 0, 2);
   }
   const std::string out = dir.file("dump.txt");
@@ -259,7 +265,10 @@ TEST(StatsPath, UnwritableDirectoryIsNamed) {
 TEST(StatsPath, ExistingFileNeedsOverwrite) {
   TempDir dir;
   const std::string path = dir.file("run.h5");
-  { StatsWriter w(path, false, test_header()); }
+  {
+    StatsWriter w(path, false, test_header());
+    w.publish();
+  }
   const std::string msg = path_problem(path, false);
   EXPECT_TRUE(contains(msg, path) && contains(msg, "already exists") &&
               contains(msg, "--overwrite"))
@@ -268,6 +277,7 @@ TEST(StatsPath, ExistingFileNeedsOverwrite) {
   EXPECT_EQ(path_problem(path, true), "");
   {
     StatsWriter w(path, true, test_header(0));
+    w.publish();
     write_rows(w, 0, 1);
   }
   const H5Id file = open_file(path);
@@ -289,6 +299,7 @@ TEST(StatsPath, DefaultNamesAreDistinctWithinOneSecond) {
   }
   // A reserved (empty) name is accepted without --overwrite.
   StatsWriter w(a, false, test_header());
+  w.publish();
   write_rows(w, 0, 1);
   const std::string iso = stats_now_iso8601();  // 2026-05-09T07:35:25+02:00
   EXPECT_EQ(iso.size(), 25u) << iso;

@@ -1,0 +1,47 @@
+// The statistics file's names on disk and its moves between them, for StatsWriter
+// (io/stats_writer.cpp): created under a staging name, locked; renamed over the target only by
+// publish(); copied to a compaction name at close. No file a live writer holds (FileLock) is
+// ever replaced or removed. docs/hdf5-schema.md, "Paths" and "Locks".
+#pragma once
+
+#include <string>
+
+#include "io/file_lock.hpp"
+#include "io/hdf5_check.hpp"
+
+namespace moe {
+
+// The names one writer uses.
+struct StatsFiles {
+  std::string path;     // as the caller gave it; messages name it
+  std::string target;   // what publish replaces: `path`, or the file a link at `path` points to
+  std::string staging;  // target + ".new": the file until it is published
+  std::string compact;  // target + ".compact": the copy made at close
+};
+
+StatsFiles stats_files(const std::string& path);
+
+// Creates files.staging, empty and locked into `lock`. A staging or compaction file left by a
+// killed writer is removed first; one a live writer holds is left alone. Throws StatsPathError
+// (another run is setting up the same path, or a system call failed).
+void stats_staging_create(const StatsFiles& files, FileLock& lock);
+
+// Renames files.staging over files.target, after locking the file there so that no other run
+// writes or replaces it meanwhile. Throws StatsPathError when a live run writes the target, or
+// when, without `overwrite`, a non-empty file appeared there since the path was checked.
+void stats_publish(const StatsFiles& files, bool overwrite);
+
+// Rewrites the closed, published file without the holes SWMR writing leaves: in SWMR write mode
+// HDF5 1.10 never reuses freed file space (a reader may still be reading it), so every chunk's
+// unfiltered first home stays behind, and a live file holds each chunk uncompressed and
+// compressed; a copy holds it once. The copy (files.compact, created with `fcpl`, both files
+// opened with `fapl`) is locked before it is written and renamed over the target, and its lock
+// then replaces `lock`: the path always names a complete file, and a locked one until the writer
+// releases it. Skipped with a warning on stderr when the disk lacks room or the copy fails; the
+// file at the target is then unchanged.
+void stats_compact(const StatsFiles& files, FileLock& lock, hid_t fcpl, hid_t fapl);
+
+// "statistics file 'PATH': " + problem.
+std::string stats_path_message(const std::string& path, const std::string& problem);
+
+}  // namespace moe
