@@ -230,7 +230,7 @@ struct MoeBench {
     for (float& g : d_out) g *= 1e-3f;
     out.resize(in.size());
     d_in.resize(in.size());
-    moe_saved_reserve(saved, N, dims, 1, placement.max_local());
+    moe_saved_reserve(saved, N, dims, 1, placement.max_local(), N / cfg.seq_len);
     routing.mode = round_robin ? RoutingMode::kRoundRobin : RoutingMode::kTopK;
     routing.bias = bias.data();
     routing.seq_len = cfg.seq_len;

@@ -72,7 +72,7 @@ int run(int argc, char** argv) {
   const std::vector<float> d_out = normal_values(ND, 8 + rank, "bench_moe_layer.d_out", 1e-3);
   std::vector<float> out(ND), d_in(ND);
   MoeSaved<float> saved;
-  moe_saved_reserve(saved, N, dims, P, placement.max_local());
+  moe_saved_reserve(saved, N, dims, P, placement.max_local(), N / cfg.seq_len);
   PhaseTimes times;
   MoeRouting routing;
   routing.mode = routing_name == "round-robin" ? RoutingMode::kRoundRobin : RoutingMode::kTopK;

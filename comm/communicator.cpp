@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace moe {
 
@@ -164,6 +165,41 @@ template <class T> void Comm::gather(std::span<const T> send, std::span<T> recv,
 }
 
 template <class T>
+void Comm::allreduce_sum_tree(std::span<T> data, std::span<T> scratch) const {
+  if (scratch.size() < data.size()) {
+    throw std::invalid_argument("Comm::allreduce_sum_tree: scratch smaller than data");
+  }
+  const int count = static_cast<int>(data.size());
+  // Walk down the tree to this rank's leaf, remembering the nodes on the way; then, leaf first,
+  // at each node the right half's first rank sends its sum to the left half's first rank, which
+  // adds it. Subtrees proceed independently; each rank sends at most once, to a lower rank.
+  int lo = 0, hi = size_;
+  std::vector<std::pair<int, int>> path;  // (lo, mid) of each node above this rank's leaf
+  while (hi - lo > 1) {
+    int half = 1;
+    while (half * 2 < hi - lo) half *= 2;
+    const int mid = lo + half;
+    path.emplace_back(lo, mid);
+    if (rank_ < mid) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  for (auto node = path.rbegin(); node != path.rend(); ++node) {
+    const auto [node_lo, mid] = *node;
+    if (rank_ == mid) {
+      MOE_MPI_CHECK(MPI_Send(data.data(), count, mpi_type<T>(), node_lo, 0, comm_));
+    } else if (rank_ == node_lo) {
+      MOE_MPI_CHECK(MPI_Recv(scratch.data(), count, mpi_type<T>(), mid, 0, comm_,
+                             MPI_STATUS_IGNORE));
+      for (int i = 0; i < count; ++i) data[i] += scratch[i];
+    }
+  }
+  broadcast(data, 0);
+}
+
+template <class T>
 void Comm::gatherv(std::span<const T> send, std::span<T> recv, std::span<const int> counts,
                    std::span<const int> displs, int root) const {
   if (rank_ == root) {
@@ -191,6 +227,7 @@ void Comm::barrier() const { MOE_MPI_CHECK(MPI_Barrier(comm_)); }
 #define MOE_COMM_INSTANTIATE(T)                                                                \
   template void Comm::allreduce_sum<T>(std::span<T>) const;                                    \
   template void Comm::allreduce_max<T>(std::span<T>) const;                                    \
+  template void Comm::allreduce_sum_tree<T>(std::span<T>, std::span<T>) const;                 \
   template void Comm::alltoall<T>(std::span<const T>, std::span<T>) const;                     \
   template void Comm::alltoallv<T>(std::span<const T>, std::span<const int>,                   \
                                    std::span<const int>, std::span<T>, std::span<const int>,   \

@@ -55,6 +55,11 @@ class Comm {
 
   template <class T> void allreduce_sum(std::span<T> data) const;
   template <class T> void allreduce_max(std::span<T> data) const;
+  // Sum over ranks in one fixed order, whatever MPI's algorithms: along a binary tree over the
+  // ranks (a range of n ranks splits after the largest power of two below n), reduced to rank 0
+  // and broadcast. Its bits depend only on each rank's values: with model/tree_sum.hpp's per-rank
+  // sums it gives the one-rank sum on any rank count. `scratch` holds data.size() elements.
+  template <class T> void allreduce_sum_tree(std::span<T> data, std::span<T> scratch) const;
   // Every rank sends `send.size() / size()` elements to each rank (MPI_Alltoall).
   template <class T> void alltoall(std::span<const T> send, std::span<T> recv) const;
   // Counts and displacements are in elements of T, one entry per rank.

@@ -127,6 +127,11 @@ void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d) {
   saved.d_probs.assign(size_t(d.H) * std::min(d.S, kQueryTile) * Kt, T(0));
   saved.d_k_heads.assign(size_t(d.H) * S * d.hd, T(0));
   saved.d_v_heads.assign(size_t(d.H) * S * d.hd, T(0));
+  const size_t D = d.D;
+  saved.tree_q.reserve(D * HD, max_B);
+  saved.tree_k.reserve(D * KD, max_B);
+  saved.tree_v.reserve(D * KD, max_B);
+  saved.tree_o.reserve(HD * D, max_B);
 }
 
 // The query rows [s0, s1) of tile t and the keys [lo, s1) they see between them; row s sees only
@@ -278,6 +283,11 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
   T* d_q = saved.d_q.data();
   T* d_k = saved.d_k.data();
   T* d_v = saved.d_v.data();
+  // Weight gradients sequence by sequence, added along the fixed tree (model/tree_sum.hpp).
+  saved.tree_q.begin(size_t(D) * HD);
+  saved.tree_k.begin(size_t(D) * KD);
+  saved.tree_v.begin(size_t(D) * KD);
+  saved.tree_o.begin(size_t(HD) * D);
   for (int b = 0; b < B; ++b) {
     const int64_t row0 = int64_t{b} * S;
     const T* x = in + row0 * D;
@@ -285,16 +295,17 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     const T* k = saved.k.data() + row0 * KD;
     const T* v = saved.v.data() + row0 * KD;
     T* dx = d_in + row0 * D;
-    // out = concat·Wo  ->  d_concat = d_out·Woᵀ, d_Wo += concatᵀ·d_out: two independent tasks
+    // out = concat·Wo  ->  d_concat = d_out·Woᵀ, d_Wo_b = concat_bᵀ·d_out_b: independent tasks
     std::fill(saved.d_concat.begin(), saved.d_concat.end(), T(0));
     parallel_tasks(2, [&](int64_t task) {
       if (task == 0) {
         linear_backward_input(d_concat, d_out + row0 * D, w.wo, S, HD, D);
       } else {
-        linear_backward<T>(nullptr, grads.wo, d_out + row0 * D, saved.concat.data() + row0 * HD,
-                           w.wo, S, HD, D);
+        gemm<T>(true, false, HD, D, S, T(1), saved.concat.data() + row0 * HD, d_out + row0 * D,
+                T(0), saved.tree_o.leaf());
       }
     });
+    saved.tree_o.push();
     // concat = softmax(q·kᵀ/sqrt(hd) + mask)·v  ->  d_q, d_k, d_v
     std::fill(saved.d_k.begin(), saved.d_k.end(), T(0));
     std::fill(saved.d_v.begin(), saved.d_v.end(), T(0));
@@ -305,7 +316,7 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     rope_backward(d_q, rope, d.H);
     rope_backward(d_k, rope, d.KVH);
     // q = in·Wq, k = in·Wk, v = in·Wv  ->  d_in += d_q·Wqᵀ + d_k·Wkᵀ + d_v·Wvᵀ (one task, in
-    // that order), d_W· += inᵀ·d_· (a task each; the largest tasks first)
+    // that order), d_W·_b = inᵀ·d_· (a task each; the largest tasks first)
     parallel_tasks(4, [&](int64_t task) {
       switch (task) {
         case 0:
@@ -313,12 +324,19 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
           linear_backward_input(dx, d_k, w.wk, S, D, KD);
           linear_backward_input(dx, d_v, w.wv, S, D, KD);
           break;
-        case 1: linear_backward<T>(nullptr, grads.wq, d_q, x, w.wq, S, D, HD); break;
-        case 2: linear_backward<T>(nullptr, grads.wk, d_k, x, w.wk, S, D, KD); break;
-        default: linear_backward<T>(nullptr, grads.wv, d_v, x, w.wv, S, D, KD); break;
+        case 1: gemm<T>(true, false, D, HD, S, T(1), x, d_q, T(0), saved.tree_q.leaf()); break;
+        case 2: gemm<T>(true, false, D, KD, S, T(1), x, d_k, T(0), saved.tree_k.leaf()); break;
+        default: gemm<T>(true, false, D, KD, S, T(1), x, d_v, T(0), saved.tree_v.leaf()); break;
       }
     });
+    saved.tree_q.push();
+    saved.tree_k.push();
+    saved.tree_v.push();
   }
+  saved.tree_q.finish(grads.wq);
+  saved.tree_k.finish(grads.wk);
+  saved.tree_v.finish(grads.wv);
+  saved.tree_o.finish(grads.wo);
 }
 
 template void rope_forward<float>(float*, const RopeTable&, int);

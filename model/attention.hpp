@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/tree_sum.hpp"
 
 namespace moe {
 
@@ -82,6 +83,7 @@ template <class T> struct AttnSaved {
   std::vector<T> d_probs;    // [H, Tq, Kt] per head one tile of ∂L/∂P, then of ∂L/∂scores
   std::vector<T> d_k_heads, d_v_heads;  // [H, S, hd] each head's share of d_k, d_v, summed
                                         //   over the heads of a group in head order
+  TreeSum<T> tree_q, tree_k, tree_v, tree_o;  // per-sequence d_Wq, d_Wk, d_Wv, d_Wo
 };
 
 // Checks dims (positive sizes, KVH divides H, hd even, W >= 0) and sizes saved for max_B sequences.

@@ -13,6 +13,7 @@
 #include "model/config.hpp"
 #include "model/rng.hpp"
 #include "model/router.hpp"
+#include "model/tree_sum.hpp"
 
 namespace moe {
 
@@ -96,16 +97,18 @@ double balance_loss_forward_backward(T* d_scores, int32_t* topk, std::vector<dou
                                      const T* scores, const int32_t* selected, const float* bias,
                                      int B, int S, int E, int K, double weight,
                                      BalanceLossForm form) {
-  double total = 0;
+  // Each sequence's weighted loss, added along the fixed tree over sequences (model/tree_sum.hpp):
+  // the same bits however the sequences are dealt out to ranks.
+  TreeSumScalar total;
   for (int b = 0; b < B; ++b) {
     const size_t row = static_cast<size_t>(b) * S;
-    total += form == BalanceLossForm::kDeepSeek
-                 ? deepseek_sequence(d_scores + row * E, topk + row * K, scratch,
-                                     scores + row * E, S, E, K, weight)
-                 : maxtext_sequence(d_scores + row * E, scratch, scores + row * E,
-                                    selected + row * K, bias, S, E, K, weight);
+    total.push(weight * (form == BalanceLossForm::kDeepSeek
+                             ? deepseek_sequence(d_scores + row * E, topk + row * K, scratch,
+                                                 scores + row * E, S, E, K, weight)
+                             : maxtext_sequence(d_scores + row * E, scratch, scores + row * E,
+                                                selected + row * K, bias, S, E, K, weight)));
   }
-  return weight * total;
+  return total.finish();
 }
 
 void bias_update(std::span<float> bias, std::span<const int64_t> load, double rate, bool center) {

@@ -11,6 +11,7 @@
 #include "model/rmsnorm.hpp"
 #include "model/rng.hpp"
 #include "model/router.hpp"
+#include "model/sequence_grads.hpp"
 
 namespace moe {
 
@@ -114,6 +115,7 @@ void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_siz
   a.layer_balance_loss.assign(L, 0.0);
   a.d_logits.assign(N * c.vocab, T(0));
   a.row_loss.assign(N, 0.0);
+  a.grad_tree.reserve(static_cast<size_t>(c.vocab) * D, B);
   a.rope = rope_table_make(c.seq_len, c.head_dim, c.rope_theta);
   const AttnDims ad = attn_dims_from(c);
   const MoeDims md = moe_dims_from(c);
@@ -121,7 +123,7 @@ void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_siz
   a.moe.resize(L);
   for (size_t l = 0; l < L; ++l) {
     attn_saved_reserve(a.attn[l], B, ad);
-    moe_saved_reserve(a.moe[l], static_cast<int>(N), md, ep_size, max_local);
+    moe_saved_reserve(a.moe[l], static_cast<int>(N), md, ep_size, max_local, B);
   }
 }
 
@@ -163,7 +165,7 @@ template <class T>
 double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m,
                      const RoutingState& routing, const ModelBatch& b, const ModelConfig& c,
                      const ExpertPlacement& placement, EpExchange& ex) {
-  const int B = a.B, N = B * c.seq_len, D = c.d_model, V = c.vocab;
+  const int B = a.B, S = c.seq_len, N = B * S, D = c.d_model, V = c.vocab;
   const size_t ND = static_cast<size_t>(N) * D;
   const AttnDims ad = attn_dims_from(c);
   const MoeDims md = moe_dims_from(c);
@@ -202,14 +204,22 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
   rmsnorm_forward(a.final_normed.data(), rstd + last * N, resid + last * ND, dense + m.final_norm,
                   N, D, c.norm_eps);
   linear_forward(a.logits.data(), a.final_normed.data(), dense + m.lm_head, N, D, V);
-  return cross_entropy_forward_backward(a.d_logits.data(), a.row_loss.data(), a.logits.data(),
-                                        b.targets, N, V, b.loss_scale);
+  cross_entropy_forward_backward(a.d_logits.data(), a.row_loss.data(), a.logits.data(), b.targets,
+                                 N, V, b.loss_scale);
+  // The loss summed per sequence, the sequences along the fixed tree (model/tree_sum.hpp).
+  TreeSumScalar loss;
+  for (int s = 0; s < a.B; ++s) {
+    double sequence = 0.0;
+    for (int t = s * S; t < (s + 1) * S; ++t) sequence += a.row_loss[t];
+    loss.push(sequence);
+  }
+  return loss.finish();
 }
 
 template <class T>
 void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m,
                     const ModelBatch& b, const ModelConfig& c, EpExchange& ex) {
-  const int B = a.B, N = B * c.seq_len, D = c.d_model, V = c.vocab;
+  const int B = a.B, S = c.seq_len, N = B * S, D = c.d_model, V = c.vocab;
   const size_t ND = static_cast<size_t>(N) * D;
   const AttnDims ad = attn_dims_from(c);
   const MoeDims md = moe_dims_from(c);
@@ -224,11 +234,12 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     ScopedPhase timer(a.times, Phase::kOther);
     const size_t last = 2 * static_cast<size_t>(c.layers);
     std::fill(a.d_final.begin(), a.d_final.end(), T(0));
-    linear_backward(a.d_final.data(), dd + m.lm_head, a.d_logits.data(), a.final_normed.data(),
-                    dense + m.lm_head, N, D, V);
+    linear_backward_input(a.d_final.data(), a.d_logits.data(), dense + m.lm_head, N, D, V);
+    seq_linear_weight_backward(dd + m.lm_head, a.grad_tree, a.d_logits.data(),
+                               a.final_normed.data(), B, S, D, V);
     std::fill(a.d_resid.begin(), a.d_resid.end(), T(0));
-    rmsnorm_backward(d_resid, dd + m.final_norm, a.d_final.data(), resid + last * ND,
-                     dense + m.final_norm, rstd + last * N, N, D);
+    seq_rmsnorm_backward(d_resid, dd + m.final_norm, a.grad_tree, a.d_final.data(),
+                         resid + last * ND, dense + m.final_norm, rstd + last * N, B, S, D);
   }
   for (int l = c.layers - 1; l >= 0; --l) {
     const LayerOffsets& o = m.layers[l];
@@ -238,18 +249,18 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     moe_backward(d_normed, moe_weights_at(dd, de, o.moe, md), d_resid, a.moe[l],
                  normed + i1 * ND, moe_weights_at(dense, experts, o.moe, md), md, ex);
     ScopedPhase timer(a.times, Phase::kAttentionBackward);
-    rmsnorm_backward(d_resid, dd + o.moe_norm, d_normed, resid + i1 * ND, dense + o.moe_norm,
-                     rstd + i1 * N, N, D);
+    seq_rmsnorm_backward(d_resid, dd + o.moe_norm, a.grad_tree, d_normed, resid + i1 * ND,
+                         dense + o.moe_norm, rstd + i1 * N, B, S, D);
     // x1 = x0 + Attn(RMSNorm(x0)): d_x0 = d_x1 + RMSNorm'ᵀ(Attn'ᵀ d_x1)
     std::fill(a.d_normed.begin(), a.d_normed.end(), T(0));
     attention_backward(d_normed, attn_weights_at(dd, o), d_resid, a.attn[l], normed + i0 * ND,
                        attn_weights_at(dense, o), ad, a.rope, B);
-    rmsnorm_backward(d_resid, dd + o.attn_norm, d_normed, resid + i0 * ND, dense + o.attn_norm,
-                     rstd + i0 * N, N, D);
+    seq_rmsnorm_backward(d_resid, dd + o.attn_norm, a.grad_tree, d_normed, resid + i0 * ND,
+                         dense + o.attn_norm, rstd + i0 * N, B, S, D);
   }
   // x0 = embed[tokens]
   ScopedPhase timer(a.times, Phase::kOther);
-  embedding_backward(dd + m.embed, d_resid, b.tokens, N, D);
+  seq_embedding_backward(dd + m.embed, a.grad_tree, d_resid, b.tokens, B, S, D, V);
 }
 
 double model_forward_flops_per_token(const ModelConfig& c) {

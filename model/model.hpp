@@ -15,6 +15,7 @@
 #include "model/moe_layer.hpp"
 #include "model/params.hpp"
 #include "model/phase_timer.hpp"
+#include "model/tree_sum.hpp"
 
 namespace moe {
 
@@ -83,6 +84,7 @@ template <class T> struct ModelActs {
   std::vector<double> row_loss;  // [N] the cross-entropy's per-token losses (scratch)
   std::vector<T> d_resid, d_normed, d_final;  // [N, D] backward scratch
   std::vector<double> layer_balance_loss;     // [L] this rank's share, from the last forward
+  TreeSum<T> grad_tree;            // per-sequence weight gradients of the LM head, norms, embedding
   RopeTable rope;                  // cos/sin for S positions
   std::vector<AttnSaved<T>> attn;  // [L]
   std::vector<MoeSaved<T>> moe;    // [L]

@@ -11,6 +11,7 @@
 #include "model/parallel.hpp"
 #include "model/phase_timer.hpp"
 #include "model/router.hpp"
+#include "model/sequence_grads.hpp"
 #include "model/swiglu.hpp"
 
 namespace moe {
@@ -60,7 +61,8 @@ MoeWeights<T> moe_weights_at(T* dense, T* experts, const MoeOffsets& off, const 
 }
 
 template <class T>
-void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int max_local) {
+void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int max_local,
+                       int max_sequences) {
   const size_t NE = static_cast<size_t>(N) * d.E, NK = static_cast<size_t>(N) * d.K;
   const size_t R = static_cast<size_t>(ep_size) * N * std::min(d.K, max_local);
   const size_t NFs = static_cast<size_t>(N) * d.Fs;
@@ -78,6 +80,7 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
   s.plan.send_assignment.reserve(NK);
   s.plan.send_position.reserve(NK);
   s.plan.recv_to_expert.reserve(R);
+  s.grad_tree.reserve(static_cast<size_t>(d.D) * std::max(d.Fs, d.E), max_sequences);
 }
 
 namespace {
@@ -192,6 +195,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   const size_t D = d.D;
   const bool overlap = shared_overlaps_dispatch(d, ex);
   s.N = N;
+  s.seq_len = routing.seq_len;
   {
     ScopedPhase timer(s.times, Phase::kRouter);
     s.logits.resize(static_cast<size_t>(N) * d.E);
@@ -264,6 +268,7 @@ template <class T>
 void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>& s, const T* in,
                   const MoeWeights<T>& w, const MoeDims& d, EpExchange& ex) {
   const int N = s.N, NK = s.plan.num_send(), R = s.plan.num_recv;
+  const int S = s.seq_len > 0 ? s.seq_len : N, B = S > 0 ? N / S : 0;  // weight gradients by sequence
   const size_t D = d.D;
   const bool overlap = shared_overlaps_dispatch(d, ex);
   {
@@ -299,11 +304,14 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     s.sd_h.assign(NFs, T(0));
     s.sd_g.resize(NFs);
     s.sd_v.resize(NFs);
-    linear_backward(s.sd_h.data(), gr.shared_w2, d_out, s.sh.data(), w.shared_w2, N, d.Fs, d.D);
+    linear_backward_input(s.sd_h.data(), d_out, w.shared_w2, N, d.Fs, d.D);
+    seq_linear_weight_backward(gr.shared_w2, s.grad_tree, d_out, s.sh.data(), B, S, d.Fs, d.D);
     swiglu_backward(s.sd_g.data(), s.sd_v.data(), s.sd_h.data(), s.sg.data(), s.sv.data(),
                     static_cast<int64_t>(NFs), 0.0f);
-    linear_backward(d_in, gr.shared_w1, s.sd_g.data(), in, w.shared_w1, N, d.D, d.Fs);
-    linear_backward(d_in, gr.shared_w3, s.sd_v.data(), in, w.shared_w3, N, d.D, d.Fs);
+    linear_backward_input(d_in, s.sd_g.data(), w.shared_w1, N, d.D, d.Fs);
+    linear_backward_input(d_in, s.sd_v.data(), w.shared_w3, N, d.D, d.Fs);
+    seq_linear_weight_backward(gr.shared_w1, s.grad_tree, s.sd_g.data(), in, B, S, d.D, d.Fs);
+    seq_linear_weight_backward(gr.shared_w3, s.grad_tree, s.sd_v.data(), in, B, S, d.D, d.Fs);
   };
   if (overlap) {
     {
@@ -369,12 +377,13 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
                          s.expert_idx.data(), N, d.E, d.K, d.route_scale);
   score_backward(s.d_logits.data(), s.d_scores.data(), s.logits.data(), s.scores.data(), N, d.E,
                  d.score);
-  linear_backward(d_in, gr.router, s.d_logits.data(), in, w.router, N, d.D, d.E);
+  linear_backward_input(d_in, s.d_logits.data(), w.router, N, d.D, d.E);
+  seq_linear_weight_backward(gr.router, s.grad_tree, s.d_logits.data(), in, B, S, d.D, d.E);
 }
 
 #define MOE_LAYER_INSTANTIATE(T)                                                               \
   template MoeWeights<T> moe_weights_at<T>(T*, T*, const MoeOffsets&, const MoeDims&);         \
-  template void moe_saved_reserve<T>(MoeSaved<T>&, int, const MoeDims&, int, int);             \
+  template void moe_saved_reserve<T>(MoeSaved<T>&, int, const MoeDims&, int, int, int);        \
   template void moe_forward<T>(T*, MoeSaved<T>&, const T*, const MoeWeights<T>&,               \
                                const MoeRouting&, const MoeDims&, const ExpertPlacement&,      \
                                EpExchange&, int);                                              \

@@ -23,6 +23,7 @@
 #include "model/config.hpp"
 #include "model/params.hpp"
 #include "model/phase_timer.hpp"
+#include "model/tree_sum.hpp"
 
 namespace moe {
 
@@ -109,12 +110,16 @@ template <class T> struct MoeSaved {
   std::vector<T> d_g, d_v, d_h;     // [R, F]
   std::vector<T> d_weights;         // [N, K]
   std::vector<T> d_scores, d_logits;  // [N, E]
+  // The router's and the shared expert's weight gradients, by sequence (model/tree_sum.hpp): the
+  // forward's N tokens are N / seq_len sequences (one when seq_len is 0).
+  int seq_len = 0;
+  TreeSum<T> grad_tree;
 };
 
-// Reserves room for N local tokens on an EP group of `ep_size` ranks owning at most `max_local`
-// experts each: R <= ep_size · N · min(K, max_local).
+// Reserves room for N local tokens, in at most `max_sequences` sequences, on an EP group of
+// `ep_size` ranks owning at most `max_local` experts each: R <= ep_size · N · min(K, max_local).
 template <class T> void moe_saved_reserve(MoeSaved<T>& saved, int N, const MoeDims& dims,
-                                          int ep_size, int max_local);
+                                          int ep_size, int max_local, int max_sequences = 1);
 
 // out[N, D] = MoE(in). Collective over the EP group of `ex`.
 template <class T>

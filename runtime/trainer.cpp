@@ -79,6 +79,10 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, std::unique_ptr<TokenS
   tokens_.resize(N);
   targets_.resize(N);
   sums_.resize(1 + L);
+  sums_scratch_.resize(1 + L);
+  dense_scratch_.resize(dense_.size());
+  expert_sq_.resize(static_cast<size_t>(L) * placement_.max_local());
+  expert_sq_all_.resize(expert_sq_.size() * P_);
   recv_local_.resize(L);
   recv_all_.resize(static_cast<size_t>(W) * L);
   T_ = static_cast<int64_t>(W) * N;
@@ -152,9 +156,11 @@ void Trainer::load_batch(int step) {
 void Trainer::reduce(StepRecord& rec) {
   ScopedPhase timer(&times_, Phase::kAllReduce);
   const int W = world_.size(), L = mc_.layers, E = mc_.experts;
-  world_.allreduce_sum(std::span<float>(d_dense_));
+  // Dense gradients and the losses along the fixed tree over ranks (model/tree_sum.hpp): with
+  // power-of-two sequences per rank, the same bits on any rank count.
+  world_.allreduce_sum_tree(std::span<float>(d_dense_), std::span<float>(dense_scratch_));
   if (groups_.num_replicas > 1) groups_.replica.allreduce_sum(std::span<float>(d_experts_));
-  world_.allreduce_sum(std::span<double>(sums_));
+  world_.allreduce_sum_tree(std::span<double>(sums_), std::span<double>(sums_scratch_));
   rec.loss = sums_[0] / static_cast<double>(T_);
   rec.layer_balance_loss.assign(sums_.begin() + 1, sums_.end());
   for (double b : rec.layer_balance_loss) rec.balance_loss += b;
@@ -172,17 +178,41 @@ void Trainer::reduce(StepRecord& rec) {
       rec.rank_load[static_cast<size_t>(l) * W + r] = recv_all_[static_cast<size_t>(r) * L + l];
     }
   }
-  // Global norm: dense gradients are identical everywhere (count once); each expert shard is
-  // counted once by summing over one EP group, whose members own disjoint experts.
-  expert_sq_[0] = sum_squares(d_experts_);
-  groups_.ep.allreduce_sum(std::span<double>(expert_sq_));
+  // Global norm: dense gradients are identical everywhere (count once); each expert once, from
+  // one EP group, whose members own disjoint experts: every expert's sum of squares, gathered and
+  // added in (layer, global expert) order, so the norm is the same on any EP size.
+  // The expert arena holds, per layer, w1 of each local expert, then w3, then w2 (model_layout).
+  const int num_local = placement_.num_local(groups_.ep.rank());
+  const int max_local = placement_.max_local();
+  const size_t DF = static_cast<size_t>(mc_.d_model) * mc_.ffn_dim;
+  const std::span<const float> grads(d_experts_);
+  std::fill(expert_sq_.begin(), expert_sq_.end(), 0.0);
+  for (int l = 0; l < L; ++l) {
+    const size_t layer = static_cast<size_t>(l) * 3 * num_local * DF;
+    for (int i = 0; i < num_local; ++i) {
+      double sq = 0.0;
+      for (int m = 0; m < 3; ++m) {
+        sq += sum_squares(grads.subspan(layer + (static_cast<size_t>(m) * num_local + i) * DF, DF));
+      }
+      expert_sq_[static_cast<size_t>(l) * max_local + i] = sq;
+    }
+  }
+  groups_.ep.allgather(std::span<const double>(expert_sq_), std::span<double>(expert_sq_all_));
+  expert_norm_sq_ = 0.0;
+  for (int l = 0; l < L; ++l) {
+    for (int q = 0; q < P_; ++q) {
+      for (int i = 0; i < placement_.num_local(q); ++i) {
+        expert_norm_sq_ += expert_sq_all_[(static_cast<size_t>(q) * L + l) * max_local + i];
+      }
+    }
+  }
 }
 
 // Clipping, AdamW on both arenas, then the loss-free bias update from the global loads. A
 // non-finite loss or norm (the same on every rank: both are global) updates nothing.
 void Trainer::optimize(StepRecord& rec, int step) {
   ScopedPhase timer(&times_, Phase::kOptimizer);
-  rec.grad_norm = std::sqrt(sum_squares(d_dense_) + expert_sq_[0]);
+  rec.grad_norm = std::sqrt(sum_squares(d_dense_) + expert_norm_sq_);
   const float lr = lr_at_step(step, lr_horizon(cfg_), cfg_.warmup_steps,
                               static_cast<float>(cfg_.lr), kMinLrRatio);
   rec.lr = lr;

@@ -81,7 +81,10 @@ class Trainer {
   std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
   std::vector<double> sums_;                       // [CE sum, balance loss of each layer]
   std::vector<int64_t> recv_local_, recv_all_;     // [L], [W, L]
-  std::vector<double> expert_sq_ = {0.0};
+  std::vector<float> dense_scratch_;                // [dense elements] for the tree all-reduce
+  std::vector<double> sums_scratch_;                // [1 + L]
+  std::vector<double> expert_sq_, expert_sq_all_;   // [L, max local], [P, L, max local]
+  double expert_norm_sq_ = 0.0;                      // Σ over every expert, in a fixed order
   std::vector<double> slowest_ = {0.0, 0.0};  // [step seconds, stop signal], max over ranks
   double stats_seconds_ = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
   double checkpoint_seconds_ = 0.0;  // a checkpoint after the previous step

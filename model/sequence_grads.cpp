@@ -1,0 +1,66 @@
+// Weight gradients summed by sequence along the tree of model/tree_sum.hpp (sequence_grads.hpp).
+#include "model/sequence_grads.hpp"
+
+#include <algorithm>
+
+#include "model/blas.hpp"
+#include "model/embedding.hpp"
+#include "model/rmsnorm.hpp"
+
+namespace moe {
+
+template <class T>
+void seq_linear_weight_backward(T* d_weight, TreeSum<T>& tree, const T* d_out, const T* in, int B,
+                                int S, int I, int O) {
+  tree.begin(static_cast<size_t>(I) * O);
+  for (int b = 0; b < B; ++b) {
+    const int64_t row0 = int64_t{b} * S;
+    // out = in·weight  ->  d_weight_b[I,O] = in_bᵀ[I,S]·d_out_b[S,O]
+    gemm<T>(true, false, I, O, S, T(1), in + row0 * I, d_out + row0 * O, T(0), tree.leaf());
+    tree.push();
+  }
+  tree.finish(d_weight);
+}
+
+template <class T>
+void seq_rmsnorm_backward(T* d_in, T* d_weight, TreeSum<T>& tree, const T* d_out, const T* in,
+                          const T* weight, const T* rstd, int B, int S, int D) {
+  tree.begin(static_cast<size_t>(D));
+  for (int b = 0; b < B; ++b) {
+    const int64_t row0 = int64_t{b} * S;
+    T* leaf = tree.leaf();
+    std::fill(leaf, leaf + D, T(0));
+    rmsnorm_backward(d_in + row0 * D, leaf, d_out + row0 * D, in + row0 * D, weight, rstd + row0,
+                     S, D);
+    tree.push();
+  }
+  tree.finish(d_weight);
+}
+
+template <class T>
+void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const int32_t* ids,
+                            int B, int S, int D, int V) {
+  const size_t VD = static_cast<size_t>(V) * D;
+  tree.begin(VD);
+  for (int b = 0; b < B; ++b) {
+    const int64_t row0 = int64_t{b} * S;
+    T* leaf = tree.leaf();
+    std::fill(leaf, leaf + VD, T(0));
+    embedding_backward(leaf, d_out + row0 * D, ids + row0, S, D);
+    tree.push();
+  }
+  tree.finish(d_table);
+}
+
+#define MOE_SEQUENCE_GRADS_INSTANTIATE(T)                                                      \
+  template void seq_linear_weight_backward<T>(T*, TreeSum<T>&, const T*, const T*, int, int,   \
+                                              int, int);                                       \
+  template void seq_rmsnorm_backward<T>(T*, T*, TreeSum<T>&, const T*, const T*, const T*,     \
+                                        const T*, int, int, int);                              \
+  template void seq_embedding_backward<T>(T*, TreeSum<T>&, const T*, const int32_t*, int, int, \
+                                          int, int);
+MOE_SEQUENCE_GRADS_INSTANTIATE(float)
+MOE_SEQUENCE_GRADS_INSTANTIATE(double)
+#undef MOE_SEQUENCE_GRADS_INSTANTIATE
+
+}  // namespace moe
