@@ -11,7 +11,7 @@
 #include "model/rmsnorm.hpp"
 #include "model/rng.hpp"
 #include "model/router.hpp"
-#include "model/sequence_grads.hpp"
+#include "model/per_sequence.hpp"
 
 namespace moe {
 
@@ -203,7 +203,7 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
   const size_t last = 2 * static_cast<size_t>(c.layers);
   rmsnorm_forward(a.final_normed.data(), rstd + last * N, resid + last * ND, dense + m.final_norm,
                   N, D, c.norm_eps);
-  linear_forward(a.logits.data(), a.final_normed.data(), dense + m.lm_head, N, D, V);
+  seq_linear_forward(a.logits.data(), a.final_normed.data(), dense + m.lm_head, a.B, S, D, V);
   cross_entropy_forward_backward(a.d_logits.data(), a.row_loss.data(), a.logits.data(), b.targets,
                                  N, V, b.loss_scale);
   // The loss summed per sequence, the sequences along the fixed tree (model/tree_sum.hpp).
@@ -234,7 +234,7 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     ScopedPhase timer(a.times, Phase::kOther);
     const size_t last = 2 * static_cast<size_t>(c.layers);
     std::fill(a.d_final.begin(), a.d_final.end(), T(0));
-    linear_backward_input(a.d_final.data(), a.d_logits.data(), dense + m.lm_head, N, D, V);
+    seq_linear_backward_input(a.d_final.data(), a.d_logits.data(), dense + m.lm_head, B, S, D, V);
     seq_linear_weight_backward(dd + m.lm_head, a.grad_tree, a.d_logits.data(),
                                a.final_normed.data(), B, S, D, V);
     std::fill(a.d_resid.begin(), a.d_resid.end(), T(0));

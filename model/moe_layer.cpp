@@ -6,12 +6,13 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
 #include "model/phase_timer.hpp"
 #include "model/router.hpp"
-#include "model/sequence_grads.hpp"
+#include "model/per_sequence.hpp"
 #include "model/swiglu.hpp"
 
 namespace moe {
@@ -157,6 +158,14 @@ void local_experts_forward(MoeSaved<T>& s, const MoeWeights<T>& w, const MoeDims
 
 namespace {
 
+// The forward's N tokens as (B sequences, S rows each); one sequence of N rows when the routing
+// gave no sequence length. Token-row GEMMs and weight gradients go sequence by sequence
+// (model/per_sequence.hpp).
+template <class T> std::pair<int, int> sequences_of(const MoeSaved<T>& s, int N) {
+  const int S = s.seq_len > 0 ? s.seq_len : N;
+  return {S > 0 ? N / S : 0, S};
+}
+
 // The shared expert writes out = swiglu(in·S1, in·S3)·S2 (or zeros without one); the routed
 // experts' weighted outputs are added to it afterwards.
 template <class T> void shared_expert_forward(T* out, MoeSaved<T>& s, const T* in,
@@ -166,13 +175,14 @@ template <class T> void shared_expert_forward(T* out, MoeSaved<T>& s, const T* i
     return;
   }
   const size_t NFs = static_cast<size_t>(N) * d.Fs;
+  const auto [B, S] = sequences_of(s, N);
   s.sg.resize(NFs);
   s.sv.resize(NFs);
   s.sh.resize(NFs);
-  linear_forward(s.sg.data(), in, w.shared_w1, N, d.D, d.Fs);
-  linear_forward(s.sv.data(), in, w.shared_w3, N, d.D, d.Fs);
+  seq_linear_forward(s.sg.data(), in, w.shared_w1, B, S, d.D, d.Fs);
+  seq_linear_forward(s.sv.data(), in, w.shared_w3, B, S, d.D, d.Fs);
   swiglu_forward(s.sh.data(), s.sg.data(), s.sv.data(), static_cast<int64_t>(NFs), 0.0f);
-  linear_forward(out, s.sh.data(), w.shared_w2, N, d.Fs, d.D);
+  seq_linear_forward(out, s.sh.data(), w.shared_w2, B, S, d.Fs, d.D);
 }
 
 }  // namespace
@@ -268,7 +278,7 @@ template <class T>
 void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>& s, const T* in,
                   const MoeWeights<T>& w, const MoeDims& d, EpExchange& ex) {
   const int N = s.N, NK = s.plan.num_send(), R = s.plan.num_recv;
-  const int S = s.seq_len > 0 ? s.seq_len : N, B = S > 0 ? N / S : 0;  // weight gradients by sequence
+  const auto [B, S] = sequences_of(s, N);
   const size_t D = d.D;
   const bool overlap = shared_overlaps_dispatch(d, ex);
   {
@@ -304,12 +314,12 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     s.sd_h.assign(NFs, T(0));
     s.sd_g.resize(NFs);
     s.sd_v.resize(NFs);
-    linear_backward_input(s.sd_h.data(), d_out, w.shared_w2, N, d.Fs, d.D);
+    seq_linear_backward_input(s.sd_h.data(), d_out, w.shared_w2, B, S, d.Fs, d.D);
     seq_linear_weight_backward(gr.shared_w2, s.grad_tree, d_out, s.sh.data(), B, S, d.Fs, d.D);
     swiglu_backward(s.sd_g.data(), s.sd_v.data(), s.sd_h.data(), s.sg.data(), s.sv.data(),
                     static_cast<int64_t>(NFs), 0.0f);
-    linear_backward_input(d_in, s.sd_g.data(), w.shared_w1, N, d.D, d.Fs);
-    linear_backward_input(d_in, s.sd_v.data(), w.shared_w3, N, d.D, d.Fs);
+    seq_linear_backward_input(d_in, s.sd_g.data(), w.shared_w1, B, S, d.D, d.Fs);
+    seq_linear_backward_input(d_in, s.sd_v.data(), w.shared_w3, B, S, d.D, d.Fs);
     seq_linear_weight_backward(gr.shared_w1, s.grad_tree, s.sd_g.data(), in, B, S, d.D, d.Fs);
     seq_linear_weight_backward(gr.shared_w3, s.grad_tree, s.sd_v.data(), in, B, S, d.D, d.Fs);
   };
@@ -377,7 +387,7 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
                          s.expert_idx.data(), N, d.E, d.K, d.route_scale);
   score_backward(s.d_logits.data(), s.d_scores.data(), s.logits.data(), s.scores.data(), N, d.E,
                  d.score);
-  linear_backward_input(d_in, s.d_logits.data(), w.router, N, d.D, d.E);
+  seq_linear_backward_input(d_in, s.d_logits.data(), w.router, B, S, d.D, d.E);
   seq_linear_weight_backward(gr.router, s.grad_tree, s.d_logits.data(), in, B, S, d.D, d.E);
 }
 
