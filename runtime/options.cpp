@@ -1,4 +1,4 @@
-// Option parsing and the configuration as text. One table (option_fields) lists every
+// Option parsing and the configuration as text. One table (option_table.hpp) lists every
 // configuration option once, with its help and how to read and write its value; --help, the
 // config-file keys, parsing and run_config_to_text are all generated from it, so they cannot
 // disagree. Boost parses the command line, config_file.cpp the config file; values are converted
@@ -22,6 +22,7 @@
 #include "io/token_data.hpp"
 #include "model/balance.hpp"
 #include "runtime/config_file.hpp"
+#include "runtime/option_table.hpp"
 #include "runtime/option_values.hpp"
 #include "runtime/presets.hpp"
 
@@ -29,133 +30,6 @@ namespace moe {
 namespace {
 
 namespace po = boost::program_options;
-
-// ---- the option table ---------------------------------------------------------------------------
-
-struct OptionField {
-  const char* name;        // long name without "--"; also the config-file key
-  const char* value_name;  // N, X, NAME, PATH, SPEC, MODE
-  const char* help;
-  std::function<std::string(const RunConfig&)> get;
-  std::function<void(RunConfig&, const std::string&)> set;
-  bool is_flag = false;    // boolean: `--name` alone means true; `name = false` in a file
-};
-
-// `access` is a generic lambda returning a reference to the field, for const and non-const configs.
-template <class Access>
-OptionField field(const char* name, const char* value_name, const char* help, Access access) {
-  RunConfig probe;
-  const bool is_flag = std::is_same_v<std::decay_t<decltype(access(probe))>, bool>;
-  return {name, value_name, help,
-          [access](const RunConfig& c) { return option_value_to_text(access(c)); },
-          [access, name](RunConfig& c, const std::string& text) {
-            option_value_from_text(std::string("--") + name, text, access(c));
-          },
-          is_flag};
-}
-
-const std::vector<OptionField>& option_fields() {
-  static const std::vector<OptionField> fields = {
-      field("model", "NAME", "preset the other options start from: deepseek4-tiny, micro",
-            [](auto& c) -> auto& { return c.model_name; }),
-      field("steps", "N", "training steps (200: about 1.5 minutes of deepseek4-tiny on 8 ranks, 2 cores)",
-            [](auto& c) -> auto& { return c.steps; }),
-      field("seed", "N", "seed of weights, hash tables and synthetic data",
-            [](auto& c) -> auto& { return c.seed; }),
-      field("batch-per-rank", "N", "B: sequences per rank per step",
-            [](auto& c) -> auto& { return c.model.batch_per_rank; }),
-      field("seq-len", "N", "S: tokens per sequence",
-            [](auto& c) -> auto& { return c.model.seq_len; }),
-      field("layers", "N", "L: transformer layers",
-            [](auto& c) -> auto& { return c.model.layers; }),
-      field("hash-layers", "N", "L_h: the first L_h layers route by a token hash table",
-            [](auto& c) -> auto& { return c.model.hash_layers; }),
-      field("experts", "N", "E: routed experts per layer",
-            [](auto& c) -> auto& { return c.model.experts; }),
-      field("top-k", "N", "K: experts per token",
-            [](auto& c) -> auto& { return c.model.top_k; }),
-      field("shared-experts", "N", "shared experts per layer, each of width F (0 = none)",
-            [](auto& c) -> auto& { return c.model.shared_experts; }),
-      field("d-model", "N", "D: model width",
-            [](auto& c) -> auto& { return c.model.d_model; }),
-      field("ffn-dim", "N", "F: expert FFN width",
-            [](auto& c) -> auto& { return c.model.ffn_dim; }),
-      field("heads", "N", "attention query heads",
-            [](auto& c) -> auto& { return c.model.heads; }),
-      field("kv-heads", "N", "key/value heads of grouped-query attention (divides --heads)",
-            [](auto& c) -> auto& { return c.model.kv_heads; }),
-      field("head-dim", "N", "width of one attention head (even, for RoPE)",
-            [](auto& c) -> auto& { return c.model.head_dim; }),
-      field("vocab", "N", "V: vocabulary size",
-            [](auto& c) -> auto& { return c.model.vocab; }),
-      field("score-func", "NAME", "router score function: sqrtsoftplus, sigmoid, softmax",
-            [](auto& c) -> auto& { return c.model.score_func; }),
-      field("route-scale", "X", "scale of the normalised routing weights",
-            [](auto& c) -> auto& { return c.model.route_scale; }),
-      field("swiglu-limit", "X", "clamp of the routed experts' SwiGLU inputs (<= 0: no clamp)",
-            [](auto& c) -> auto& { return c.model.swiglu_limit; }),
-      field("sliding-window", "N", "attention window in tokens (0 = full causal)",
-            [](auto& c) -> auto& { return c.model.sliding_window; }),
-      field("rope-theta", "X", "RoPE base frequency",
-            [](auto& c) -> auto& { return c.model.rope_theta; }),
-      field("norm-eps", "X", "RMSNorm epsilon",
-            [](auto& c) -> auto& { return c.model.norm_eps; }),
-      field("bias-update-rate", "X", "loss-free balancing bias step gamma (0 = off)",
-            [](auto& c) -> auto& { return c.bias_update_rate; }),
-      field("seq-aux-loss-weight", "X", "sequence-wise balance loss weight alpha (0 = off)",
-            [](auto& c) -> auto& { return c.seq_aux_loss_weight; }),
-      field("bias-update-center", "BOOL", "shift each bias update to mean zero",
-            [](auto& c) -> auto& { return c.bias_update_center; }),
-      field("balance-loss-form", "NAME",
-            "deepseek (SPEC 3) or maxtext (extra factor K, softmax of biased scores, layer mean)",
-            [](auto& c) -> auto& { return c.balance_loss_form; }),
-      field("routing-groups", "N", "G expert groups for group-limited top-k (1 = off)",
-            [](auto& c) -> auto& { return c.routing_groups; }),
-      field("group-topk", "N", "M groups a token may use when --routing-groups > 1",
-            [](auto& c) -> auto& { return c.group_topk; }),
-      field("hash-table", "PATH", "hash-routing tables file (docs/load-balancing.md); default seeded",
-            [](auto& c) -> auto& { return c.hash_table_path; }),
-      field("force-balance", "MODE",
-            "none; forced: round-robin (exactly balanced), random, zipf:ALPHA, hot:FRACTION",
-            [](auto& c) -> auto& { return c.force_balance; }),
-      field("check-bias", "BOOL", "verify every step that all ranks hold the same bias",
-            [](auto& c) -> auto& { return c.check_bias; }),
-      field("data", "SPEC", "synthetic, tokens:PATH (llm.c .bin shard), text:PATH (bytes)",
-            [](auto& c) -> auto& { return c.data; }),
-      field("stats", "PATH", "HDF5 statistics file (default: a new runs/<model>-<time>.h5; none: no file)",
-            [](auto& c) -> auto& { return c.stats_path; }),
-      field("overwrite", "BOOL", "replace an existing --stats file instead of failing",
-            [](auto& c) -> auto& { return c.overwrite; }),
-      field("trace-every", "N", "write every N-th step's per-token routing to the file (0 = off)",
-            [](auto& c) -> auto& { return c.trace_every; }),
-      field("checkpoint-every", "N", "write a checkpoint every N steps and at the end (0 = off)",
-            [](auto& c) -> auto& { return c.checkpoint_every; }),
-      field("checkpoint-dir", "DIR",
-            "checkpoint folder (default: beside the --stats file, <stats>-checkpoints)",
-            [](auto& c) -> auto& { return c.checkpoint_dir; }),
-      field("keep-checkpoints", "K", "keep the newest K checkpoints, remove older ones",
-            [](auto& c) -> auto& { return c.keep_checkpoints; }),
-      field("resume", "PATH",
-            "continue from a checkpoint file, or a folder's newest (docs/checkpoints.md)",
-            [](auto& c) -> auto& { return c.resume; }),
-      field("lr", "X", "AdamW learning rate after warmup (small models take 3e-3)",
-            [](auto& c) -> auto& { return c.lr; }),
-      field("warmup-steps", "N", "steps of linear learning-rate warmup from 0",
-            [](auto& c) -> auto& { return c.warmup_steps; }),
-      field("lr-decay-steps", "N",
-            "steps of the cosine schedule to 10% of --lr (0: --steps); fixed when resuming",
-            [](auto& c) -> auto& { return c.lr_decay_steps; }),
-      field("weight-decay", "X", "AdamW decoupled weight decay",
-            [](auto& c) -> auto& { return c.weight_decay; }),
-      field("grad-clip", "X", "clip of the global gradient L2 norm (0 = off)",
-            [](auto& c) -> auto& { return c.grad_clip; }),
-      field("ep", "N", "expert-parallel group size P (0: largest divisor of W <= E)",
-            [](auto& c) -> auto& { return c.ep; }),
-      field("threads", "N", "threads per rank, at most 1024 (0: usable cores / ranks on the node)",
-            [](auto& c) -> auto& { return c.threads; }),
-  };
-  return fields;
-}
 
 RunConfig default_run_config() {
   RunConfig cfg;
@@ -219,19 +93,13 @@ po::variables_map parse_command_line(int argc, const char* const* argv) {
   return values;
 }
 
-const OptionField* find_field(std::string_view name) {
-  for (const OptionField& f : option_fields()) {
-    if (name == f.name) return &f;
-  }
-  return nullptr;
-}
 
 // The file's values over the preset (whose name it may have given), each error naming the line.
 void apply_file_values(RunConfig& cfg, const std::vector<ConfigEntry>& entries) {
   for (const ConfigEntry& entry : entries) {
     if (entry.key == "model") continue;
     try {
-      find_field(entry.key)->set(cfg, entry.value);  // config_file_read checked the key
+      option_find(entry.key)->set(cfg, entry.value);  // config_file_read checked the key
     } catch (const ConfigError& e) {
       throw ConfigError(config_file_where(cfg.config_path, entry.line) + e.what());
     }
@@ -272,14 +140,14 @@ OnResume on_resume(std::string_view name) {
 // The configuration a checkpoint recorded (run_config_to_text's lines).
 RunConfig config_from_text(const std::string& text, const std::string& origin) {
   const std::vector<ConfigEntry> entries =
-      config_text_parse(text, origin, [](std::string_view key) { return find_field(key); });
+      config_text_parse(text, origin, [](std::string_view key) { return option_find(key); });
   RunConfig cfg;
   for (const ConfigEntry& entry : entries) {
     if (entry.key == "model") cfg.model_name = entry.value;
   }
   cfg.model = preset_model(cfg.model_name);
   for (const ConfigEntry& entry : entries) {
-    if (entry.key != "model") find_field(entry.key)->set(cfg, entry.value);
+    if (entry.key != "model") option_find(entry.key)->set(cfg, entry.value);
   }
   return cfg;
 }
@@ -372,7 +240,7 @@ RunConfig options_parse(int argc, const char* const* argv) {
   if (cli.count("config")) {
     cfg.config_path = cli["config"].as<std::string>();
     file = config_file_read(cfg.config_path,
-                            [](std::string_view key) { return find_field(key) != nullptr; });
+                            [](std::string_view key) { return option_find(key) != nullptr; });
   }
   int model_line = 0;  // the file's line that chose the preset, 0 if none did
   if (cli.count("model")) {
