@@ -49,6 +49,11 @@ template <class T> class TreeSum {
     return buffers_[sizes_.size()].data();
   }
 
+  // Values held by the reserved buffers (model_memory_estimate counts them).
+  size_t reserved_values() const {
+    return buffers_.empty() ? 0 : buffers_.size() * buffers_[0].size();
+  }
+
   void push() {
     sizes_.push_back(1);
     while (sizes_.size() >= 2 && sizes_[sizes_.size() - 1] == sizes_[sizes_.size() - 2]) merge();
