@@ -170,6 +170,17 @@ TEST(TreeSum, ReserveHoldsMaxLeavesAndRefusesOneMoreThanItsCapacity) {
   }
 }
 
+// push() refuses the leaf past the capacity too, without a leaf() call before it.
+TEST(TreeSum, PushRefusesALeafPastTheCapacity) {
+  TreeSum<float> tree;
+  tree.reserve(1, 2);  // two buffers: three leaves
+  tree.begin(1);
+  for (int l = 0; l < 3; ++l) EXPECT_NO_THROW(tree.push());
+  EXPECT_THROW(tree.push(), std::logic_error);
+  TreeSum<float> unreserved;
+  EXPECT_THROW(unreserved.push(), std::logic_error);
+}
+
 TEST(TreeSum, BeginRefusesMoreValuesThanReserved) {
   TreeSum<double> unreserved;
   EXPECT_THROW(unreserved.begin(1), std::logic_error);
