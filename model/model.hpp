@@ -63,7 +63,8 @@ RoutingState routing_state_make(const ModelConfig& cfg, RoutingMode forced, uint
 // counts may exceed any integer type for configurations that are then refused.
 struct ModelMemory {
   double param_bytes = 0;   // parameters + gradients + AdamW m, v (fp32)
-  double act_bytes = 0;     // saved activations and their gradients (fp32)
+  double act_bytes = 0;     // saved activations and their gradients (fp32), tree_bytes included
+  double tree_bytes = 0;    // the per-sequence weight-gradient partial sums (model/tree_sum.hpp)
   double max_tensor = 0;    // elements of the largest single tensor
   const char* max_tensor_name = "";  // which one, with the options that size it
   double total() const { return param_bytes + act_bytes; }
