@@ -1,4 +1,4 @@
-// The HDF5 statistics file of SPEC §6 ("moe_rt.stats", format version 1), written by rank 0 only:
+// The HDF5 statistics file ("moe_rt.stats", format version 1), written by rank 0 only:
 // a header (root attributes, routing kinds, hash tables, phase names) created once, then one row
 // per step appended to chunked, extendible, compressed datasets and flushed, so that every
 // completed step survives a crash and a SWMR reader sees rows appear while the run goes on.
@@ -37,7 +37,7 @@ struct StatsHeader {
   std::string data_description;  // TokenSource::describe()
   std::string created;           // ISO-8601 local time with offset, see stats_now_iso8601()
   int world_size = 1;            // W
-  int ep_size = 1;               // P of SPEC §4 (EP group size)
+  int ep_size = 1;               // P (expert-parallel group size)
   int num_layers = 0;            // L
   int num_experts = 0;           // E
   int top_k = 0;                 // K

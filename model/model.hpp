@@ -1,6 +1,7 @@
-// The whole decoder of SPEC §2: embedding, per layer `x += Attn(RMSNorm(x))` then
-// `x += MoE_l(RMSNorm(x))`, final RMSNorm, untied LM head, next-token cross-entropy.
-// model_forward is a flat list of layer calls; model_backward is the same list reversed.
+// The whole decoder (docs/architecture.md, "The model"): embedding, per layer
+// `x += Attn(RMSNorm(x))` then `x += MoE_l(RMSNorm(x))`, final RMSNorm, untied LM head, next-token
+// cross-entropy. model_forward is a flat list of layer calls; model_backward is the same list
+// reversed.
 //
 // Legend: B sequences on this rank, S sequence length, N = B·S local tokens, D model width,
 // V vocab, L layers, L_h hash layers, E experts, K experts per token.

@@ -1,4 +1,5 @@
-// The Mixture-of-Experts layer of SPEC §2 over expert parallelism (SPEC §4), forward and backward.
+// The Mixture-of-Experts layer over expert parallelism, forward and backward
+// (docs/architecture.md).
 //
 //   logits = u·W_g, s = f(logits), sel = route(s + b | token ids | global index),
 //   w_j = s[sel_j] / (Σ s[sel] + 1e-20) · route_scale,

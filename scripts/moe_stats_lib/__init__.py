@@ -1,9 +1,9 @@
 """The logic behind scripts/moe_stats.py, the post-hoc analysis of moe_rt statistics files (HDF5,
-format "moe_rt.stats", version 1; layout in docs/analysis.md, SPEC §6).
+format "moe_rt.stats", version 1; layout in docs/hdf5-schema.md, analysis in docs/analysis.md).
 
     stats_file  opening, checking and reading one file into a Run; the facts derived from a run
     chain       a resumed run: the file and the predecessors it names, joined into one Run
-    variance    the seed document's per-layer load-variance table and its text, markdown, CSV forms
+    variance    the per-layer load-variance table of MaxText pull request #4190: text, markdown, CSV
     summary     the key facts of one run as text
     plot        PNG figures of one run or two
 

@@ -23,7 +23,8 @@ import numpy as np
 FORMAT_NAME = "moe_rt.stats"
 FORMAT_VERSION = 1  # the newest version this script reads
 
-# Per-step datasets: every one has N rows first; SPEC §6 requires the first group.
+# Per-step datasets: every one has N rows first; a file without one of the first group is refused
+# (docs/hdf5-schema.md).
 REQUIRED_PER_STEP = (
     "steps/step", "steps/loss", "steps/balance_loss", "steps/grad_norm", "steps/lr",
     "steps/tokens_per_s", "routing/expert_load", "routing/rank_load", "routing/bias",

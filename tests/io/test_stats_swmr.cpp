@@ -1,6 +1,6 @@
 // Tests of the HDF5 statistics file while it is being written: a writer killed by SIGKILL (after
 // its rows, or in the middle of appending) leaves a file whose completed rows all read back, and
-// a SWMR reader in another process sees each appended row appear (SPEC §6, docs/hdf5-schema.md).
+// a SWMR reader in another process sees each appended row appear (docs/hdf5-schema.md).
 // The writer is another program (stats_writer_child.cpp); pipes keep the two in lock-step.
 // Legend: N rows, L layers, E experts, K top-k, V vocabulary, W ranks, T traced tokens.
 #include <gtest/gtest.h>
