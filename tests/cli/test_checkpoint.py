@@ -219,7 +219,8 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_cleanly(moe_rt_bin, t
     proc = start(moe_rt_bin, MICRO + ["--steps", 10**6, "--stats", stats, "--checkpoint-every", 50,
                                       "--checkpoint-dir", folder], 2)
     wait_for_rows(stats, 60, proc)  # a checkpoint written, the folder in use
-    shutil.rmtree(folder)
+    # Moved away in one step (the run keeps writing into it), then a file takes its name.
+    folder.rename(tmp_path / "moved")
     folder.write_text("the folder is gone: a file of its name stands there")
     _, err = finish(proc, 60)
     assert proc.returncode == 3, err
