@@ -21,9 +21,11 @@ import h5py
 import numpy as np
 
 FORMAT_NAME = "moe_rt.stats"
-FORMAT_VERSION = 1  # the newest version this script reads
+FORMAT_VERSION = 2  # the newest version this script reads (and every one before it)
+# Version 2 adds units, descriptions, dimension scales (/dims) and the typed /config group; the
+# datasets read here are the same in both.
 
-# Per-step datasets: every one has N rows first; SPEC §6 requires the first group.
+# Per-step datasets: every one has N rows first; every file has the first group.
 REQUIRED_PER_STEP = (
     "steps/step", "steps/loss", "steps/balance_loss", "steps/grad_norm", "steps/lr",
     "steps/tokens_per_s", "routing/expert_load", "routing/rank_load", "routing/bias",
@@ -207,14 +209,14 @@ def check_format(path, attrs):
         version = int(version)
     if not isinstance(version, int) or isinstance(version, bool):
         raise StatsError(f"{path}: no integer 'format_version' attribute "
-                         f"(this script reads version {FORMAT_VERSION})")
+                         f"(this script reads versions 1 to {FORMAT_VERSION})")
     if version > FORMAT_VERSION:
         raise StatsError(f"{path}: format_version {version} is newer than this moe_stats.py "
                          f"supports (version {FORMAT_VERSION}); use the moe_stats.py of the "
                          f"moe_rt that wrote the file")
     if version < 1:
         raise StatsError(f"{path}: unknown format_version {version} "
-                         f"(this script reads version {FORMAT_VERSION})")
+                         f"(this script reads versions 1 to {FORMAT_VERSION})")
 
 
 def check_per_step_shapes(path, f, names):
