@@ -135,6 +135,16 @@ def decode(value):
     return value
 
 
+# Why ctypes: no public interface sets the number of metadata read attempts.
+#   - h5py (3.16 included) wraps neither H5Pset_metadata_read_attempts nor HDF5's generic
+#     H5Pset, so h5py.h5p.PropFAID has no call for it;
+#   - HDF5 reads no environment variable for it: an unset value (0) becomes 100 for a SWMR open
+#     (H5F_SWMR_METADATA_READ_ATTEMPTS), 1 otherwise.
+# So the public C function is called through ctypes on the property list h5py made (its public
+# `.id`), in the very library h5py uses: dlopen of h5py's own h5p extension module (already
+# loaded) and symbol lookup through its dependencies. tests/python/test_moe_stats_summary.py checks
+# with the installed h5py that the library found is h5py's (same version) and that a file opened
+# by open_swmr really reads with SWMR_READ_ATTEMPTS. Where the lookup fails, the open is unbounded.
 @functools.lru_cache(maxsize=None)
 def hdf5_library():
     """The HDF5 C library h5py itself calls, through ctypes: h5py's own extension module resolves
@@ -142,11 +152,13 @@ def hdf5_library():
     mistake. None where that fails (h5py built another way)."""
     try:
         lib = ctypes.CDLL(h5py.h5p.__file__)
-        for name in ("H5Pset_metadata_read_attempts", "H5Pget_metadata_read_attempts"):
+        for name in ("H5Pset_metadata_read_attempts", "H5Pget_metadata_read_attempts",
+                     "H5get_libversion"):
             getattr(lib, name).restype = ctypes.c_int
         lib.H5Pset_metadata_read_attempts.argtypes = [ctypes.c_int64, ctypes.c_uint]
         lib.H5Pget_metadata_read_attempts.argtypes = [ctypes.c_int64,
                                                       ctypes.POINTER(ctypes.c_uint)]
+        lib.H5get_libversion.argtypes = [ctypes.POINTER(ctypes.c_uint)] * 3
     except (OSError, AttributeError):
         return None
     return lib
