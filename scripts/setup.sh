@@ -75,10 +75,17 @@ if [[ -n "$missing_py" ]]; then
     # (~/.local), which leaves Debian's own files alone. Without them, export --format parquet
     # and the tensorboard command say what is missing, and their tests are skipped.
     rest=$(py_missing)
+    # Debian 12's numpy is 1.24; pyarrow 19 and later need numpy 2 (seen: "pyarrow requires NumPy
+    # 2.0 or newer"), so take the last release built for numpy 1 there.
+    if [[ " $rest " == *" pyarrow "* ]] &&
+        "$py" -c 'import numpy, sys; sys.exit(int(numpy.__version__.split(".")[0]) >= 2)' 2>/dev/null; then
+      rest=${rest/pyarrow/pyarrow<19}
+    fi
     if [[ -n "$rest" ]]; then
       if ! "$py" -m pip --version >/dev/null 2>&1; then apt_install python3-pip || true; fi
       # shellcheck disable=SC2086
-      if ! "$py" -m pip install -q --user --break-system-packages $rest >>"$log" 2>&1; then
+      if ! "$py" -m pip install -q --user --break-system-packages $rest >>"$log" 2>&1 ||
+          [[ -n "$(py_missing)" ]] || ! "$py" -c 'import pyarrow, tensorboard' >/dev/null 2>&1; then
         echo "setup: warning: could not install $rest for $py; export --format parquet and" \
           "moe_stats.py tensorboard need pyarrow and tensorboard" >&2
       fi
