@@ -248,6 +248,8 @@ def plot_balance(plt, runs, tags, options=PlotOptions()):
     ceiling = collapse_ceiling(runs[0])
     if ceiling is not None and ax_viol.get_ylim()[1] > 0.8 * (ceiling - 1):
         ax_viol.axhline(ceiling - 1, color="0.3", ls="-.", lw=1.0)
+        ax_viol.annotate(f"E/K − 1 = {ceiling - 1:.3g} (collapse)", (0.02, ceiling - 1),
+                         xycoords=("axes fraction", "data"), va="bottom", fontsize=7)
     for ax in (ax_var, ax_viol):
         step_axis(ax, runs)
         ax.grid(alpha=0.3)
@@ -329,10 +331,15 @@ def plot_bias(plt, runs, tags, options=PlotOptions()):
 
 
 def expert_color(expert, num_experts):
+    """Experts (and ranks: rank_color) take colours of a sequential map, never the qualitative
+    ones of the layers (layer_color), so a legend never shows one colour for both."""
     import matplotlib
-    if num_experts <= 10:
-        return matplotlib.colormaps["tab10"](expert)
-    return matplotlib.colormaps["turbo"](expert / max(num_experts - 1, 1))
+    return matplotlib.colormaps["viridis"](0.9 * expert / max(num_experts - 1, 1))
+
+
+def rank_color(rank, num_ranks):
+    import matplotlib
+    return matplotlib.colormaps["plasma"](0.85 * rank / max(num_ranks - 1, 1))
 
 
 def plot_ranks(plt, runs, tags, options=PlotOptions()):
@@ -343,7 +350,7 @@ def plot_ranks(plt, runs, tags, options=PlotOptions()):
     for run, tag, style in zip(runs, tags, STYLES):
         per_rank = run.data["routing/rank_load"].sum(axis=1)              # [N, W]
         for r in range(per_rank.shape[1]):
-            ax_load.plot(run.steps, per_rank[:, r], style, color=expert_color(r, width), lw=1.0)
+            ax_load.plot(run.steps, per_rank[:, r], style, color=rank_color(r, width), lw=1.0)
         plot_layer_lines(ax_over, run, rank_overload(run), style, tag, layers)
     ax_load.set_title("Assignments received per rank (all layers)")
     ax_load.set_ylabel("assignments per step")
@@ -355,7 +362,7 @@ def plot_ranks(plt, runs, tags, options=PlotOptions()):
     handles = (run_style_handles(tags) if len(runs) > 1 else []) + layer_handles(runs[0], layers)
     handles += mean_handles(tags, layers)
     if width <= 16:
-        handles += [Line2D([], [], color=expert_color(r, width), label=f"rank {r}")
+        handles += [Line2D([], [], color=rank_color(r, width), label=f"rank {r}")
                     for r in range(width)]
     legend_outside(fig, None, handles)
     return fig
