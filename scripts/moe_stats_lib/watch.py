@@ -29,7 +29,6 @@ import os
 import struct
 import time
 
-import h5py
 import numpy as np
 
 from .metrics import load_metrics

@@ -117,3 +117,24 @@ def test_a_killed_real_run_is_reported_gone(binary, tmp_path):
     steps = step_numbers(proc.stdout)
     assert steps == list(range(len(steps))) and len(steps) >= len(step_numbers(live.stdout))
     assert "is gone without closing it (killed?)" in proc.stdout
+
+
+def test_on_a_terminal_the_table_is_redrawn_in_place(tmp_path):
+    import io
+    import moe_stats
+    path = tmp_path / "live.h5"
+    writer = subprocess.Popen([sys.executable, sf.__file__, "swmr-writer", str(path), "3"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        out = io.StringIO()
+        code = moe_stats._watch.watch(str(path), out, interval=0.05, timeout=0.3, tty=True)
+    finally:
+        writer.communicate("done\n", timeout=30)
+    text = out.getvalue()
+    assert code == 124
+    table = "per-layer balance at step 2"
+    # Drawn at every refresh; each redraw first moves up over the last one and erases it.
+    assert text.count(table) >= 2
+    height = 1 + 2 + sf.NUM_LAYERS          # blank line, title, header, a line per layer
+    assert text.count(f"\x1b[{height}F\x1b[J") == text.count(table) - 1
