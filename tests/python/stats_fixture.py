@@ -1,5 +1,7 @@
 """Small moe_rt statistics files (format "moe_rt.stats", version 1) for the tests of
-scripts/moe_stats.py and the worked example of docs/analysis.md, following SPEC §6 exactly.
+scripts/moe_stats.py and the worked example of docs/analysis.md, following docs/hdf5-schema.md
+(version 1: without the units, named axes and /config of version 2, so the tools are tested on
+both, real runs giving version 2).
 
 Two runs of one tiny model, steps 0..20: L=6 layers (2 hash, then 4 top-k), E=4 experts, K=2,
 W=2 ranks (EP group 2: rank 0 owns experts 0-1, rank 1 owns 2-3), B=2 sequences of S=16 tokens
@@ -86,7 +88,7 @@ def expert_load(variant):
 
 
 def bias_trajectory(load, rate):
-    """[N, L, E] float32: the bias used at each step, updated after it (SPEC §3), top-k only."""
+    """[N, L, E] float32: the bias used at each step, updated after it, top-k only."""
     bias = np.zeros(load.shape, dtype=np.float32)
     for n in range(1, load.shape[0]):
         step = rate * np.sign(load[n - 1].mean(axis=1, keepdims=True) - load[n - 1])
