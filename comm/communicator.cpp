@@ -1,11 +1,11 @@
 // Comm: typed MPI collectives with every call checked.
 #include "comm/communicator.hpp"
 
+#include <array>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <vector>
 
 namespace moe {
 
@@ -173,21 +173,24 @@ void Comm::allreduce_sum_tree(std::span<T> data, std::span<T> scratch) const {
   // Walk down the tree to this rank's leaf, remembering the nodes on the way; then, leaf first,
   // at each node the right half's first rank sends its sum to the left half's first rank, which
   // adds it. Subtrees proceed independently; each rank sends at most once, to a lower rank.
+  // The path has at most ceil(log2(size)) <= 31 nodes: a fixed array, so that the step loop
+  // allocates nothing.
   int lo = 0, hi = size_;
-  std::vector<std::pair<int, int>> path;  // (lo, mid) of each node above this rank's leaf
+  std::array<std::pair<int, int>, 32> path;  // (lo, mid) of each node above this rank's leaf
+  int depth = 0;
   while (hi - lo > 1) {
     int half = 1;
     while (half * 2 < hi - lo) half *= 2;
     const int mid = lo + half;
-    path.emplace_back(lo, mid);
+    path[depth++] = {lo, mid};
     if (rank_ < mid) {
       hi = mid;
     } else {
       lo = mid;
     }
   }
-  for (auto node = path.rbegin(); node != path.rend(); ++node) {
-    const auto [node_lo, mid] = *node;
+  for (int level = depth - 1; level >= 0; --level) {
+    const auto [node_lo, mid] = path[level];
     if (rank_ == mid) {
       MOE_MPI_CHECK(MPI_Send(data.data(), count, mpi_type<T>(), node_lo, 0, comm_));
     } else if (rank_ == node_lo) {

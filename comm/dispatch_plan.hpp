@@ -1,6 +1,7 @@
-// The dispatch plan of expert parallelism (SPEC §4): a pure function from one rank's routing
-// (`[T, K]` global expert ids) and the expert placement to everything the token exchange needs.
-// Dispatch, combine and both backward passes take the same plan, so the directions cannot drift.
+// The dispatch plan of expert parallelism (docs/architecture.md): a pure function from one rank's
+// routing (`[T, K]` global expert ids) and the expert placement to everything the token exchange
+// needs. Dispatch, combine and both backward passes take the same plan, so the directions cannot
+// drift.
 //
 // Legend: T local tokens, K experts per token, E experts, P EP group size, E_loc experts owned by
 // this rank, R rows this rank receives. An "assignment" is one (token, slot) pair a = t·K + j.

@@ -1,6 +1,6 @@
-// StatsWriter: creates the statistics file with every dataset up front (SWMR write mode allows no
-// new objects or attributes), under a staging name and locked; appends one row per step
-// once it is published; ends it cleanly after a failed append (the output-path checks, the
+// StatsWriter: creates the statistics file (docs/hdf5-schema.md) with every dataset up front (SWMR
+// write mode allows no new objects or attributes), under a staging name and locked; appends one row
+// per step once it is published; ends it cleanly after a failed append (the output-path checks, the
 // staging file, publishing, compaction and the default file name are in stats_path.cpp).
 // Layout, guarantees and chunk measurements: docs/hdf5-schema.md. Legend: N steps, L layers,
 // E experts, W ranks, T traced tokens, num_phases timed phases.

@@ -40,7 +40,7 @@ struct StatsHeader {
   std::string data_description;  // TokenSource::describe()
   std::string created;           // ISO-8601 local time with offset, see stats_now_iso8601()
   int world_size = 1;            // W
-  int ep_size = 1;               // EP group size
+  int ep_size = 1;               // P (expert-parallel group size)
   int num_layers = 0;            // L
   int num_experts = 0;           // E
   int top_k = 0;                 // K

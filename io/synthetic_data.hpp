@@ -1,5 +1,5 @@
-// The `synthetic` data source (SPEC §5): token sequences generated from (seed, global sample index)
-// alone, learnable, with Zipf-like token frequencies and an exactly computed entropy floor.
+// The `synthetic` data source (README, Data): token sequences generated from (seed, global sample
+// index) alone, learnable, with Zipf-like token frequencies and an exactly computed entropy floor.
 //
 // The generator is a fixed first-order Markov chain over the V tokens, built from the seed:
 //   z(b)    ∝ 1/(b+1)^s            Zipf unigram popularity; token id = popularity rank, as in

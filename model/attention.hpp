@@ -1,4 +1,4 @@
-// Causal grouped-query self-attention with RoPE and an optional sliding window (SPEC §2), forward
+// Causal grouped-query self-attention with RoPE and an optional sliding window, forward
 // and backward on the CPU, as in llama/DeepSeek decoders. Per sequence of S tokens:
 //
 //   q = rope(in·Wq), k = rope(in·Wk), v = in·Wv        (position p = token index in its sequence)

@@ -1,6 +1,6 @@
-// Load balancing of top-k layers (SPEC §3): the sequence-wise balance loss with its gradient, the
-// loss-free bias update, the extra routing policies (group-limited top-k, forced random), and the
-// balance metrics computed from global loads.
+// Load balancing of top-k layers (docs/load-balancing.md): the sequence-wise balance loss with its
+// gradient, the loss-free bias update, the extra routing policies (group-limited top-k, forced
+// random), and the balance metrics computed from global loads.
 //
 // Legend: N = B·S local tokens in B sequences of S, E experts, K experts per token, L layers,
 // W ranks, c[e] global load (assignments) of expert e in one layer.
@@ -17,7 +17,7 @@ namespace moe {
 //   f_e = E/(K·S)·Σ_t 1[e ∈ TopK(s(t))]   (top-k of the unbiased scores)
 //   P_e = (1/S)·Σ_t s(t)[e] / Σ_e' s(t)[e']
 //   L   = α·Σ_e f_e·P_e, averaged over the step's sequences, summed over top-k layers.
-// kMaxText (for comparison with the seed document), per sequence:
+// kMaxText (MaxText pull request #4190's form, for like-for-like comparisons), per sequence:
 //   d_e = (1/S)·Σ_t 1[e ∈ sel(t)]          (the actual, biased selection)
 //   p_e = (1/S)·Σ_t softmax(s(t) + b)[e]
 //   L   = α·E·Σ_e d_e·p_e  (= K times the DeepSeek form's f·P), averaged over sequences and over
@@ -60,8 +60,10 @@ void route_topk_grouped(int32_t* expert_idx,  // [N, K]
 // Forced random routing for throughput runs: K distinct experts per token, a pure function of
 // (stream, global token index), so any rank count draws the same experts for the same token.
 // Expert e is drawn with weight (e + 1)^-zipf_alpha among those not yet taken (alpha 0: uniform);
-// with probability hot_fraction a token's first slot is expert 0 (a "hot" expert). Skew makes
-// imbalance a controlled variable: plot step time against it.
+// with probability h = hot_fraction a token's first slot is expert 0 (a "hot" expert), and
+// otherwise its slots are drawn as without skew, expert 0 included: expert 0 holds h + (1 − h)/E
+// of the first slots and serves h + (1 − h)·K/E of the tokens. Skew makes imbalance a controlled
+// variable: plot step time against it.
 struct RandomRouting {
   double zipf_alpha = 0.0;
   double hot_fraction = 0.0;

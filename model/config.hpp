@@ -1,4 +1,5 @@
-// The model's shape and routing details as one validated value type (SPEC §2, §4).
+// The model's shape and routing details as one validated value type (docs/architecture.md,
+// "The model" and "Ranks and groups").
 // Legend: V vocab, D model width, L layers, L_h hash layers, E routed experts, K experts per token,
 // F expert FFN width, S sequence length, B sequences per rank, W ranks, P expert-parallel group size.
 #pragma once
@@ -59,7 +60,7 @@ void model_config_validate(const ModelConfig& cfg);
 // Throws ConfigError when the expert-parallel layout cannot hold: P must divide W and be at most E.
 void parallel_config_validate(const ModelConfig& cfg, int world_size, int ep_size);
 
-// SPEC §7 default for --ep: the largest divisor of W that is at most E.
+// The default of --ep: the largest divisor of W that is at most E.
 int default_ep_size(int world_size, int num_experts);
 
 }  // namespace moe

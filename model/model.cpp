@@ -2,6 +2,7 @@
 #include "model/model.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -78,10 +79,16 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
   // part is an upper bound.
   const double attention = 2 * N * (HD + KD) + N * H * keys + S * (4 * HD + 2 * KD) + H * 32 * keys;
   const double moe = 5 * N * E + 3 * N * K * D + 5 * rows * D + 6 * rows * F + 6 * N * Fs;
-  const double acts = L * (attention + moe) + (4 * L + 6) * N * D + 2 * N * V;
+  // The TreeSums of the weight gradients keep bit_width(B) buffers each (tree_sum.hpp): the LM
+  // head's and embedding's [V, D], per layer Wq, Wk, Wv, Wo, and the router's or shared expert's.
+  const double depth = std::bit_width(static_cast<unsigned>(std::max(c.batch_per_rank, 0)));
+  const double trees =
+      std::max(depth, 1.0) * (V * D + L * (2 * D * HD + 2 * D * KD + D * std::max(Fs, E)));
+  const double acts = L * (attention + moe) + (4 * L + 6) * N * D + 2 * N * V + trees;
   ModelMemory m;
   m.param_bytes = 4.0 * sizeof(float) * (dense + experts);
   m.act_bytes = sizeof(float) * acts;
+  m.tree_bytes = sizeof(float) * trees;
   // The tensors indexed with int (rows times a width), which must stay below 2^31 elements.
   const std::pair<double, const char*> tensors[] = {
       {V * D, "embedding [V, D] (--vocab, --d-model)"},

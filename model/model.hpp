@@ -1,6 +1,7 @@
-// The whole decoder of SPEC §2: embedding, per layer `x += Attn(RMSNorm(x))` then
-// `x += MoE_l(RMSNorm(x))`, final RMSNorm, untied LM head, next-token cross-entropy.
-// model_forward is a flat list of layer calls; model_backward is the same list reversed.
+// The whole decoder (docs/architecture.md, "The model"): embedding, per layer
+// `x += Attn(RMSNorm(x))` then `x += MoE_l(RMSNorm(x))`, final RMSNorm, untied LM head, next-token
+// cross-entropy. model_forward is a flat list of layer calls; model_backward is the same list
+// reversed.
 //
 // Legend: B sequences on this rank, S sequence length, N = B·S local tokens, D model width,
 // V vocab, L layers, L_h hash layers, E experts, K experts per token.
@@ -63,7 +64,8 @@ RoutingState routing_state_make(const ModelConfig& cfg, RoutingMode forced, uint
 // counts may exceed any integer type for configurations that are then refused.
 struct ModelMemory {
   double param_bytes = 0;   // parameters + gradients + AdamW m, v (fp32)
-  double act_bytes = 0;     // saved activations and their gradients (fp32)
+  double act_bytes = 0;     // saved activations and their gradients (fp32), tree_bytes included
+  double tree_bytes = 0;    // the per-sequence weight-gradient partial sums (model/tree_sum.hpp)
   double max_tensor = 0;    // elements of the largest single tensor
   const char* max_tensor_name = "";  // which one, with the options that size it
   double total() const { return param_bytes + act_bytes; }

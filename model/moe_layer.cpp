@@ -81,6 +81,7 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
   s.plan.send_assignment.reserve(NK);
   s.plan.send_position.reserve(NK);
   s.plan.recv_to_expert.reserve(R);
+  s.max_sequences = max_sequences;
   s.grad_tree.reserve(static_cast<size_t>(d.D) * std::max(d.Fs, d.E), max_sequences);
 }
 
@@ -202,6 +203,20 @@ template <class T>
 void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
                  const MoeRouting& routing, const MoeDims& d, const ExpertPlacement& placement,
                  EpExchange& ex, int N) {
+  // The shared expert's GEMMs and the weight gradients go sequence by sequence (sequences_of):
+  // refused here, before any collective, unless the tokens are whole sequences that fit the
+  // reserve. Every rank of the EP group sees the same sizes, so all refuse together.
+  if (routing.seq_len < 0 || (routing.seq_len > 0 && N % routing.seq_len != 0)) {
+    throw std::invalid_argument("moe_forward: " + std::to_string(N) +
+                                " tokens are not whole sequences of seq_len " +
+                                std::to_string(routing.seq_len));
+  }
+  const int num_sequences = routing.seq_len > 0 ? N / routing.seq_len : (N > 0 ? 1 : 0);
+  if (num_sequences > s.max_sequences) {
+    throw std::invalid_argument("moe_forward: " + std::to_string(num_sequences) +
+                                " sequences, but moe_saved_reserve reserved " +
+                                std::to_string(s.max_sequences));
+  }
   const size_t D = d.D;
   const bool overlap = shared_overlaps_dispatch(d, ex);
   s.N = N;

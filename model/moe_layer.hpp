@@ -1,4 +1,5 @@
-// The Mixture-of-Experts layer of SPEC §2 over expert parallelism (SPEC §4), forward and backward.
+// The Mixture-of-Experts layer over expert parallelism, forward and backward
+// (docs/architecture.md).
 //
 //   logits = u·W_g, s = f(logits), sel = route(s + b | token ids | global index),
 //   w_j = s[sel_j] / (Σ s[sel] + 1e-20) · route_scale,
@@ -78,7 +79,9 @@ struct MoeRouting {
   // (and / top-k layers for the MaxText form); 0 turns it off.
   double balance_weight = 0.0;
   BalanceLossForm balance_form = BalanceLossForm::kDeepSeek;
-  int seq_len = 0;                       // S: the loss is per sequence of S tokens
+  int seq_len = 0;                       // S: the loss, the shared expert's GEMMs and the
+                                         //   weight gradients go by sequences of S tokens
+                                         //   (N a multiple of S); 0: N tokens, one sequence
 };
 
 // Activations kept from forward for backward, and backward's temporaries. Sized once by
@@ -111,17 +114,21 @@ template <class T> struct MoeSaved {
   std::vector<T> d_weights;         // [N, K]
   std::vector<T> d_scores, d_logits;  // [N, E]
   // The router's and the shared expert's weight gradients, by sequence (model/tree_sum.hpp): the
-  // forward's N tokens are N / seq_len sequences (one when seq_len is 0).
+  // forward's N tokens are N / seq_len sequences (one when seq_len is 0), at most max_sequences.
   int seq_len = 0;
+  int max_sequences = 0;
   TreeSum<T> grad_tree;
 };
 
 // Reserves room for N local tokens, in at most `max_sequences` sequences, on an EP group of
 // `ep_size` ranks owning at most `max_local` experts each: R <= ep_size · N · min(K, max_local).
+// The default suits routing without a sequence length (seq_len 0: all N tokens one sequence).
 template <class T> void moe_saved_reserve(MoeSaved<T>& saved, int N, const MoeDims& dims,
                                           int ep_size, int max_local, int max_sequences = 1);
 
-// out[N, D] = MoE(in). Collective over the EP group of `ex`.
+// out[N, D] = MoE(in). Collective over the EP group of `ex`. Throws std::invalid_argument, before
+// any communication, when N is not a multiple of routing.seq_len or holds more sequences than
+// were reserved.
 template <class T>
 void moe_forward(T* out,              // [N, D]
                  MoeSaved<T>& saved,  //

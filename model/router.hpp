@@ -1,7 +1,7 @@
-// Routing math of the MoE layer (SPEC §2): router logits, the score function and its gradient,
-// expert selection (top-k with bias, hash table, forced round-robin), the hash tables themselves,
-// and the combine weights with their gradient. Selection is not differentiated; gradients reach
-// the router through the weights (and, elsewhere, through the balance loss).
+// Routing math of the MoE layer (docs/load-balancing.md): router logits, the score function and its
+// gradient, expert selection (top-k with bias, hash table, forced round-robin), the hash tables
+// themselves, and the combine weights with their gradient. Selection is not differentiated;
+// gradients reach the router through the weights (and, elsewhere, through the balance loss).
 // Legend: N rows/tokens, D model width, E experts, K top-k, V vocab (F expert width unused here).
 #pragma once
 

@@ -1,4 +1,4 @@
-// SwiGLU activation of the experts (SPEC §2), elementwise over the two projections g = u·W1 and
+// SwiGLU activation of the experts, elementwise over the two projections g = u·W1 and
 // v = u·W3: h = silu(g')·v' with g' = min(g, limit), v' = clamp(v, -limit, limit) when limit > 0,
 // and no clamp when limit <= 0 (the shared experts). Also the overflow-free sigmoid that the
 // router's score functions share.

@@ -49,7 +49,17 @@ template <class T> class TreeSum {
     return buffers_[sizes_.size()].data();
   }
 
+  // Values held by the reserved buffers (model_memory_estimate counts them).
+  size_t reserved_values() const {
+    return buffers_.empty() ? 0 : buffers_.size() * buffers_[0].size();
+  }
+
+  // Adds the leaf written through leaf(). Refuses, as leaf() does, a leaf past the reserved
+  // buffers, so that a push without leaf() cannot merge outside them.
   void push() {
+    if (sizes_.size() >= buffers_.size()) {
+      throw std::logic_error("TreeSum: more leaves than reserved");
+    }
     sizes_.push_back(1);
     while (sizes_.size() >= 2 && sizes_[sizes_.size() - 1] == sizes_[sizes_.size() - 2]) merge();
   }

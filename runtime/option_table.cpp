@@ -28,7 +28,8 @@ const std::vector<OptionField>& option_fields() {
   static const std::vector<OptionField> fields = {
       field("model", "NAME", "preset the other options start from: deepseek4-tiny, micro",
             [](auto& c) -> auto& { return c.model_name; }),
-      field("steps", "N", "training steps (200: about 1.5 minutes of deepseek4-tiny on 8 ranks, 2 cores)",
+      field("steps", "N",
+            "training steps (200: about 48 s of deepseek4-tiny on 8 ranks, 2 idle cores)",
             [](auto& c) -> auto& { return c.steps; }),
       field("seed", "N", "seed of weights, hash tables and synthetic data",
             [](auto& c) -> auto& { return c.seed; }),
@@ -77,7 +78,8 @@ const std::vector<OptionField>& option_fields() {
       field("bias-update-center", "BOOL", "shift each bias update to mean zero",
             [](auto& c) -> auto& { return c.bias_update_center; }),
       field("balance-loss-form", "NAME",
-            "deepseek (SPEC 3) or maxtext (extra factor K, softmax of biased scores, layer mean)",
+            "deepseek (DeepSeek's f*P per sequence, summed over layers) or maxtext (MaxText pull "
+            "request #4190: extra factor K, softmax of biased scores, layer mean)",
             [](auto& c) -> auto& { return c.balance_loss_form; }),
       field("routing-groups", "N", "G expert groups for group-limited top-k (1 = off)",
             [](auto& c) -> auto& { return c.routing_groups; }),
@@ -86,11 +88,14 @@ const std::vector<OptionField>& option_fields() {
       field("hash-table", "PATH", "hash-routing tables file (docs/load-balancing.md); default seeded",
             [](auto& c) -> auto& { return c.hash_table_path; }),
       field("force-balance", "MODE",
-            "none; forced: round-robin (exactly balanced), random, zipf:ALPHA, hot:FRACTION",
+            "none; forced: round-robin (exactly balanced), random (K distinct experts, uniform), "
+            "zipf:ALPHA (expert e drawn with weight (e+1)^-ALPHA), hot:FRACTION (that fraction of "
+            "tokens take expert 0 in their first slot, the rest draw uniformly, so expert 0 holds "
+            "FRACTION + (1 - FRACTION)/E of first slots)",
             [](auto& c) -> auto& { return c.force_balance; }),
       field("check-bias", "BOOL", "verify every step that all ranks hold the same bias",
             [](auto& c) -> auto& { return c.check_bias; }),
-      field("data", "SPEC", "synthetic, tokens:PATH (llm.c .bin shard), text:PATH (bytes)",
+      field("data", "SOURCE", "synthetic, tokens:PATH (llm.c .bin shard), text:PATH (bytes)",
             [](auto& c) -> auto& { return c.data; }),
       field("stats", "PATH", "HDF5 statistics file (default: a new runs/<model>-<time>.h5; none: no file)",
             [](auto& c) -> auto& { return c.stats_path; }),

@@ -14,7 +14,7 @@ namespace moe {
 
 struct OptionField {
   const char* name;        // long name without "--"; also the config-file key
-  const char* value_name;  // N, X, NAME, PATH, SPEC, MODE
+  const char* value_name;  // N, X, NAME, PATH, SOURCE, MODE
   const char* help;
   std::function<std::string(const RunConfig&)> get;
   std::function<void(RunConfig&, const std::string&)> set;  // throws ConfigError naming it

@@ -1,4 +1,4 @@
-// The run's configuration (SPEC §7): command-line and config-file parsing with
+// The run's configuration (README, Options): command-line and config-file parsing with
 // Boost.Program_options (the command line) and config_file.hpp (the file), validation, and the
 // resolved configuration as re-readable text.
 // Precedence: command line > `--config FILE` > the preset chosen by `--model` (from the command
@@ -40,8 +40,8 @@ struct RunConfig {
   int lr_decay_steps = 0;                        // --lr-decay-steps: cosine horizon, 0 = --steps
   double weight_decay = 0.1;                     // --weight-decay: AdamW's decoupled decay
   double grad_clip = 1.0;                        // --grad-clip: global L2 norm, 0 = off
-  double bias_update_rate = 0.001;               // --bias-update-rate: γ of SPEC §3, 0 = off
-  double seq_aux_loss_weight = 0.0001;           // --seq-aux-loss-weight: α of SPEC §3, 0 = off
+  double bias_update_rate = 0.001;               // --bias-update-rate: γ, 0 = off
+  double seq_aux_loss_weight = 0.0001;           // --seq-aux-loss-weight: α, 0 = off
   bool bias_update_center = false;               // --bias-update-center: mean-centre the update
   std::string balance_loss_form = "deepseek";    // --balance-loss-form: deepseek or maxtext
   std::string force_balance = "none";            // --force-balance: none, round-robin, random

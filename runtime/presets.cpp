@@ -8,7 +8,7 @@
 namespace moe {
 namespace {
 
-// SPEC §2.
+// DeepSeek-V4's MoE stack shrunk for a CPU (docs/architecture.md, "The model").
 constexpr ModelConfig kDeepseek4Tiny{
     .vocab = 2048, .d_model = 128, .layers = 7, .hash_layers = 3,
     .heads = 4, .kv_heads = 1, .head_dim = 32,
@@ -31,7 +31,7 @@ constexpr ModelConfig kMicro{
 const std::vector<ModelPreset>& preset_table() {
   static const std::vector<ModelPreset> table = {
       {"deepseek4-tiny",
-       "SPEC §2: V=2048 D=128 L=7 (3 hash) E=8 K=3 shared=1 F=128 S=256",
+       "a tiny DeepSeek-V4-style MoE: V=2048 D=128 L=7 (3 hash) E=8 K=3 shared=1 F=128 S=256",
        kDeepseek4Tiny},
       {"micro", "for tests: V=64 D=16 L=3 (1 hash) E=4 K=2 shared=1 F=16 S=16 window=8",
        kMicro},

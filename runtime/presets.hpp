@@ -15,8 +15,8 @@ struct ModelPreset {
   ModelConfig model;
 };
 
-// Every preset, in the order of --help: `deepseek4-tiny` (SPEC §2) and `micro` (a few thousand
-// parameters, for tests).
+// Every preset, in the order of --help: `deepseek4-tiny` (docs/architecture.md, "The model") and
+// `micro` (a few thousand parameters, for tests).
 const std::vector<ModelPreset>& preset_table();
 
 // The names of preset_table(), in the same order.

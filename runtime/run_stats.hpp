@@ -1,6 +1,7 @@
-// The run's statistics file (SPEC §6): rank 0 owns the HDF5 writer; every rank takes part in the
-// small gathers that feed it (per-rank phase times, routing traces). Legend: W ranks, L layers,
-// E experts, K experts per token, N local tokens, T = W·N tokens per step.
+// The run's statistics file (docs/hdf5-schema.md): rank 0 owns the HDF5 writer; every rank takes
+// part in the small gathers that feed it (per-rank phase times, routing traces).
+// Legend: W ranks, L layers, E experts, K experts per token, N local tokens, T = W·N tokens per
+// step.
 #pragma once
 
 #include <memory>

@@ -126,6 +126,35 @@ CheckpointHeader checkpoint_header(const RunConfig& cfg, int W, int P,
   return h;
 }
 
+// Collective: writes the checkpoint of `step` (rank 0 names it and prunes the folder after) and
+// charges its time to the next step. A failed write ends the run: false, with the summary saying
+// why on every rank.
+bool checkpoint_after(int step, Trainer& trainer, CheckpointHeader& header, const RunConfig& cfg,
+                      const Comm& world, TrainSummary& summary) {
+  const double t0 = MPI_Wtime();
+  std::string path;
+  if (world.rank() == 0) {
+    path = (std::filesystem::path(summary.checkpoint_dir) / checkpoint_file_name(step)).string();
+    header.step = step;
+    header.created = stats_now_iso8601();
+  }
+  try {
+    checkpoint_save(path, header, trainer.state(), world);
+  } catch (const CheckpointError& e) {
+    summary.end = RunEnd::kCheckpointFailed;
+    summary.end_detail = e.what();
+    return false;
+  }
+  if (world.rank() == 0) {
+    summary.last_checkpoint = path;
+    for (const std::string& w : checkpoint_prune(summary.checkpoint_dir, cfg.keep_checkpoints)) {
+      std::fprintf(stderr, "moe_rt: warning: %s\n", w.c_str());
+    }
+  }
+  trainer.charge_checkpoint(MPI_Wtime() - t0);
+  return true;
+}
+
 RoutingState make_routing(const RunConfig& cfg) {
   const ModelConfig& mc = cfg.model;
   const ForcedRouting forced = forced_routing_from_name(cfg.force_balance);
@@ -334,28 +363,9 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     }
     const bool stop = trainer->stop_signal() != 0;
     if (cfg.checkpoint_every > 0 &&
-        (stop || step + 1 == cfg.steps || (step + 1) % cfg.checkpoint_every == 0)) {
-      const double t0 = MPI_Wtime();
-      std::string path;
-      if (rank == 0) {
-        path = (std::filesystem::path(summary.checkpoint_dir) / checkpoint_file_name(step)).string();
-        checkpoint_template.step = step;
-        checkpoint_template.created = stats_now_iso8601();
-      }
-      try {
-        checkpoint_save(path, checkpoint_template, trainer->state(), world);
-      } catch (const CheckpointError& e) {
-        summary.end = RunEnd::kCheckpointFailed;
-        summary.end_detail = e.what();
-        break;
-      }
-      if (rank == 0) {
-        summary.last_checkpoint = path;
-        for (const std::string& w : checkpoint_prune(summary.checkpoint_dir, cfg.keep_checkpoints)) {
-          std::fprintf(stderr, "moe_rt: warning: %s\n", w.c_str());
-        }
-      }
-      trainer->charge_checkpoint(MPI_Wtime() - t0);
+        (stop || step + 1 == cfg.steps || (step + 1) % cfg.checkpoint_every == 0) &&
+        !checkpoint_after(step, *trainer, checkpoint_template, cfg, world, summary)) {
+      break;
     }
     if (stop) {
       summary.end = RunEnd::kSignal;
@@ -366,7 +376,10 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   summarize_phases(summary, world, phase_sum);
   summary.model_gflops = 3.0 * model_forward_flops_per_token(mc) * median_tokens_per_s(summary) *
                          1e-9;
-  if (measure_peak) measure_sgemm_peak(summary, cfg, world, node_ranks, threads);
+  // A stopped run ends at once: mpirun may kill it a second after its signal.
+  if (measure_peak && summary.end == RunEnd::kCompleted) {
+    measure_sgemm_peak(summary, cfg, world, node_ranks, threads);
+  }
   if (stats) summary.stats_removed = !stats->close();
   return summary;
 }

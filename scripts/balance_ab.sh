@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The seed document's A/B experiment on deepseek4-tiny: run A without balancing against run B with
-# the loss-free bias update and the sequence-wise balance loss, then the per-layer variance table.
+# The A/B experiment of MaxText pull request #4190 on deepseek4-tiny: run A without balancing
+# against run B with the loss-free bias update and the sequence-wise balance loss, then the
+# per-layer load-variance table (docs/load-balancing.md).
 #
-#   scripts/balance_ab.sh seed      # the seed's regime: --lr 3e-5 --warmup-steps 2, 21 steps
+#   scripts/balance_ab.sh pr4190    # its regime: --lr 3e-5 --warmup-steps 2, 21 steps
 #   scripts/balance_ab.sh preset    # the preset's own learning rate over STEPS (default 400)
 #
 # Environment: NP (ranks, default 8), STEPS, OUT (output folder, default runs/balance-ab-<regime>),
@@ -11,11 +12,11 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # No cd: OUT and the default runs/ folder are relative to the caller's directory.
-regime=${1:-seed}
+regime=${1:-pr4190}
 case "$regime" in
-  seed) steps=${STEPS:-21}; train=(--lr 3e-5 --warmup-steps 2) ;;
+  pr4190) steps=${STEPS:-21}; train=(--lr 3e-5 --warmup-steps 2) ;;
   preset) steps=${STEPS:-400}; train=() ;;
-  *) echo "usage: scripts/balance_ab.sh seed|preset" >&2; exit 2 ;;
+  *) echo "usage: scripts/balance_ab.sh pr4190|preset" >&2; exit 2 ;;
 esac
 out=${OUT:-runs/balance-ab-$regime}
 mkdir -p "$out"

@@ -5,8 +5,9 @@
         configuration, the files of a resumed run, steps, loss against the data's entropy floor,
         throughput, the balance of each layer at a glance and its expert-load distribution.
     moe_stats.py variance RUN_A.h5 [RUN_B.h5] [--steps S0,S1] [--markdown | --csv] [--no-chain]
-        the per-layer load-variance table: variance at step S0 (run A), at step S1 in A and in
-        B, improvement (A - B)/A, and a TOTAL row over the top-k layers.
+        the per-layer load-variance table of MaxText pull request #4190: variance at step S0
+        (run A), at step S1 in A and in B, improvement (A - B)/A, and a TOTAL row over the top-k
+        layers (the sums, then the improvement of the sums).
     moe_stats.py plot RUN_A.h5 [RUN_B.h5] --out DIR [--format png,pdf,svg] [--dpi N]
                       [--label NAME]... [--layers L,...] [--steps S0:S1] [--no-chain]
         figures: expert-load heatmaps, variance and max violation, load-distribution metrics,
@@ -153,7 +154,7 @@ def build_parser():
     p = sub.add_parser("summary", help="configuration, loss, throughput, per-layer balance")
     p.add_argument("run", help="statistics file (HDF5)")
     add_no_chain(p)
-    p = sub.add_parser("variance", help="the per-layer load-variance table")
+    p = sub.add_parser("variance", help="the per-layer load-variance table, run A against run B")
     p.add_argument("run_a", help="run A (also the step-0 baseline)")
     p.add_argument("run_b", nargs="?", help="run B, compared with A at the second step")
     p.add_argument("--steps", metavar="S0,S1",

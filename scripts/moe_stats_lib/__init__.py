@@ -5,7 +5,7 @@ docs/analysis.md).
     stats_file  opening, checking and reading one file into a Run; the facts derived from a run
     chain       a resumed run: the file and the predecessors it names, joined into one Run
     metrics     per-layer, per-step expert-load metrics (CV, percentiles, dead experts, entropy)
-    variance    the per-layer load-variance table and its text, markdown, CSV forms
+    variance    the per-layer load-variance table of MaxText pull request #4190: text, markdown, CSV
     summary     the key facts of one run as text
     plot        figures of one run or two (PNG, PDF, SVG)
     export      tidy CSV and Parquet tables
@@ -14,6 +14,6 @@ docs/analysis.md).
     traces      what the per-token routing traces say
 
 Dependencies point one way: everything -> stats_file; summary, plot, export, tensorboard_events,
-watch -> metrics; export -> traces (summary also uses variance's column padding). The command line lives in scripts/moe_stats.py, which re-exports
-these names.
+watch -> metrics; export -> traces (summary also uses variance's column padding). The command
+line lives in scripts/moe_stats.py, which re-exports these names.
 """

@@ -25,7 +25,8 @@ FORMAT_VERSION = 2  # the newest version this script reads (and every one before
 # Version 2 adds units, descriptions, dimension scales (/dims) and the typed /config group; the
 # datasets read here are the same in both.
 
-# Per-step datasets: every one has N rows first; every file has the first group.
+# Per-step datasets: every one has N rows first; a file without one of the first group is refused
+# (docs/hdf5-schema.md).
 REQUIRED_PER_STEP = (
     "steps/step", "steps/loss", "steps/balance_loss", "steps/grad_norm", "steps/lr",
     "steps/tokens_per_s", "routing/expert_load", "routing/rank_load", "routing/bias",

@@ -1,6 +1,6 @@
-"""The per-layer load-variance table: its values from one or two runs, the checks
-of the stored variance against the recomputed one, the choice of the two steps, and its text,
-markdown and CSV forms.
+"""The per-layer load-variance table (docs/load-balancing.md): its values from one or two runs,
+the checks of the stored variance against the recomputed one, the choice of the two steps, and its
+text, markdown and CSV forms.
 
 Shapes: N complete rows (steps), L layers, E experts.
 """
@@ -113,7 +113,7 @@ def variance_headers(step0, step1, two_runs):
 
 
 def variance_table(run_a, run_b, step0, step1):
-    """The table. Two runs: change = improvement (A - B)/A at step1. One run: change =
+    """The load-variance table. Two runs: change = improvement (A - B)/A at step1. One run: change =
     (var at step1 - var at step0)/var at step0, so a fall in variance is negative."""
     columns = [layer_variances(run_a, row_of_step(run_a, step0)),
                layer_variances(run_a, row_of_step(run_a, step1))]

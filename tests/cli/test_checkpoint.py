@@ -214,6 +214,20 @@ def test_a_second_signal_ends_the_rank_at_once(moe_rt_bin, tmp_path):
         assert complete_rows(f) >= 2
 
 
+def test_a_checkpoint_that_cannot_be_written_stops_the_run_cleanly(moe_rt_bin, tmp_path):
+    stats, folder = tmp_path / "w.h5", tmp_path / "ck"
+    proc = start(moe_rt_bin, MICRO + ["--steps", 10**6, "--stats", stats, "--checkpoint-every", 50,
+                                      "--checkpoint-dir", folder], 2)
+    wait_for_rows(stats, 60, proc)  # a checkpoint written, the folder in use
+    shutil.rmtree(folder)
+    folder.write_text("the folder is gone: a file of its name stands there")
+    _, err = finish(proc, 60)
+    assert proc.returncode == 3, err
+    errors = error_lines(err)
+    assert len(errors) == 1 and "checkpoint" in errors[0] and "stopped" in errors[0], err
+    assert assert_closed_cleanly(stats) >= 60
+
+
 # ---- non-finite values ----------------------------------------------------------------------
 
 

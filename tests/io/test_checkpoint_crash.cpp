@@ -4,16 +4,12 @@
 // directory's newest complete checkpoint is at least the last one whose commit() returned, and
 // it and every other complete one there read back whole: the header and every tensor of its step,
 // checksums passing. Then a new writer continues after it, as a resumed run would.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +23,7 @@
 
 #include "checkpoint_test_data.hpp"
 #include "io/checkpoint_file.hpp"
+#include "child_process.hpp"
 #include "test_tempdir.hpp"
 
 namespace moe {
@@ -37,77 +34,11 @@ using namespace checkpoint_test;
 using Clock = std::chrono::steady_clock;
 using testing_util::TempDir;
 
-// The writer program, started with posix_spawn (a fork of this MPI process may hang); its stdout
-// is a pipe to this process. Every wait is bounded, so a stuck writer fails the test instead of
-// hanging it.
-class WriterProcess {
+// The writer program (checkpoint_writer_child.cpp) writing from `first_step` on in `dir`.
+class WriterProcess : public testing_util::ChildProcess {
  public:
-  WriterProcess(const std::string& dir, int64_t first_step) {
-    int out[2] = {-1, -1};
-    if (::pipe2(out, O_CLOEXEC) != 0) {
-      throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
-    }
-    std::string program = MOE_CHECKPOINT_WRITER_CHILD, dir_arg = dir;
-    std::string step_arg = std::to_string(first_step);
-    char* argv[] = {program.data(), dir_arg.data(), step_arg.data(), nullptr};
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-    const int rc = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(out[1]);  // the child's end: its death gives end of output here
-    from_child_ = out[0];
-    if (rc != 0) {
-      pid_ = -1;
-      ::close(from_child_);
-      throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
-    }
-  }
-  ~WriterProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    ::close(from_child_);
-  }
-  WriterProcess(const WriterProcess&) = delete;
-  WriterProcess& operator=(const WriterProcess&) = delete;
-
-  // The next message, waiting at most 60 s; 0 at end of output or when none came.
-  char receive() {
-    pollfd p{from_child_, POLLIN, 0};
-    if (::poll(&p, 1, 60'000) != 1) {
-      ADD_FAILURE() << "no message from the writer within 60 s";
-      return 0;
-    }
-    char c = 0;
-    return ::read(from_child_, &c, 1) == 1 ? c : 0;
-  }
-  // Kills the writer, waits for it (at most 60 s) and returns the messages it sent that were
-  // not received yet. Once only.
-  std::string kill_and_drain() {
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    pid_t done = 0;
-    for (int i = 0; i < 6000 && done == 0; ++i) {
-      done = ::waitpid(pid_, &status, WNOHANG);
-      if (done == 0) ::usleep(10'000);
-    }
-    if (done != pid_) {
-      ADD_FAILURE() << "writer " << pid_ << " not gone 60 s after SIGKILL";
-      return "";  // the destructor tries again
-    }
-    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-        << "the writer ended by itself (status " << status << "), not by the kill";
-    pid_ = -1;
-    std::string rest;
-    for (char c; (c = receive()) != 0;) rest += c;
-    return rest;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int from_child_ = -1;
+  WriterProcess(const std::string& dir, int64_t first_step)
+      : ChildProcess(MOE_CHECKPOINT_WRITER_CHILD, {dir, std::to_string(first_step)}) {}
 };
 
 // The complete checkpoints the directory must hold, from the writers' messages: a commit adds

@@ -1,17 +1,13 @@
 // Tests of the HDF5 statistics file while it is being written: a writer killed by SIGKILL (after
 // its rows, or in the middle of appending) leaves a file whose completed rows all read back, and
-// a SWMR reader in another process sees each appended row appear (SPEC §6, docs/hdf5-schema.md).
+// a SWMR reader in another process sees each appended row appear (docs/hdf5-schema.md).
 // The writer is another program (stats_writer_child.cpp); pipes keep the two in lock-step.
 // Legend: N rows, L layers, E experts, K top-k, V vocabulary, W ranks, T traced tokens.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "child_process.hpp"
 #include "io/stats_writer.hpp"
 #include "stats_test_util.hpp"
 #include "test_tempdir.hpp"
@@ -30,105 +27,11 @@ namespace {
 using namespace stats_test;
 using testing_util::TempDir;
 
-// The writer program (stats_writer_child.cpp), started with posix_spawn: a fork of this process,
-// where MPI's threads run, is not guaranteed to give a child that works. Its stdin and stdout are
-// pipes to this process, one byte a message.
-class WriterProcess {
+// The writer program (stats_writer_child.cpp), its stdin and stdout piped to this test.
+class WriterProcess : public testing_util::ChildProcess {
  public:
-  explicit WriterProcess(std::vector<std::string> args) {
-    // A write to a writer that died fails with EPIPE (and the test with it) instead of killing
-    // this process with SIGPIPE.
-    ::signal(SIGPIPE, SIG_IGN);
-    int to_child[2] = {-1, -1}, from_child[2] = {-1, -1};
-    if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0) {
-      for (int fd : {to_child[0], to_child[1]}) ::close(fd);
-      throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
-    }
-    args.insert(args.begin(), MOE_STATS_WRITER_CHILD);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
-    const int rc = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(to_child[0]), ::close(from_child[1]);  // the child's ends: its exit gives EOF here
-    to_child_ = to_child[1], from_child_ = from_child[0];
-    if (rc != 0) {
-      pid_ = -1;
-      ::close(to_child_), ::close(from_child_);
-      throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
-    }
-  }
-  ~WriterProcess() {
-    if (pid_ > 0) {
-      kill();
-      ::waitpid(pid_, nullptr, 0);
-    }
-    ::close(to_child_), ::close(from_child_);
-  }
-  WriterProcess(const WriterProcess&) = delete;
-  WriterProcess& operator=(const WriterProcess&) = delete;
-
-  void send() {
-    const char c = 'x';
-    if (::write(to_child_, &c, 1) != 1) throw std::runtime_error("pipe write failed");
-  }
-  // Waits at most 60 s for one byte: a writer that died or got stuck fails the test instead of
-  // hanging it.
-  bool receive() {
-    pollfd p{from_child_, POLLIN, 0};
-    if (::poll(&p, 1, 60'000) != 1) {
-      ADD_FAILURE() << "no answer from the writer within 60 s";
-      return false;
-    }
-    char c = 0;
-    return ::read(from_child_, &c, 1) == 1;
-  }
-  // Everything the writer writes until it exits; at most 60 s between two reads.
-  std::string read_all() {
-    std::string text;
-    char buffer[4096];
-    for (;;) {
-      pollfd p{from_child_, POLLIN, 0};
-      if (::poll(&p, 1, 60'000) != 1) {
-        ADD_FAILURE() << "the writer said nothing within 60 s";
-        return text;
-      }
-      const ssize_t n = ::read(from_child_, buffer, sizeof buffer);
-      if (n <= 0) return text;
-      text.append(buffer, static_cast<size_t>(n));
-    }
-  }
-  void kill() {
-    if (pid_ > 0) ::kill(pid_, SIGKILL);
-  }
-  // The writer's wait status; waits at most 60 s: a writer still running then is killed and
-  // reported. Once only.
-  int wait() {
-    if (pid_ <= 0) throw std::logic_error("WriterProcess::wait: no writer to wait for");
-    int status = 0;
-    pid_t done = 0;
-    for (int i = 0; i < 6000 && done == 0; ++i) {
-      done = ::waitpid(pid_, &status, WNOHANG);
-      if (done == 0) ::usleep(10000);
-    }
-    if (done == 0) {
-      ADD_FAILURE() << "writer " << pid_ << " still running after 60 s: killed";
-      kill();
-      done = ::waitpid(pid_, &status, 0);
-    }
-    const int err = errno;
-    pid_ = -1;
-    if (done < 0) throw std::runtime_error(std::string("waitpid: ") + std::strerror(err));
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int to_child_ = -1, from_child_ = -1;
+  explicit WriterProcess(std::vector<std::string> args)
+      : ChildProcess(MOE_STATS_WRITER_CHILD, std::move(args)) {}
 };
 
 // Rows a reader may trust after a crash: those of /steps/step, less a last row still holding the

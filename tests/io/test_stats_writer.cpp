@@ -1,4 +1,4 @@
-// Tests of the HDF5 statistics file (SPEC §6, docs/hdf5-schema.md), read back with the HDF5 C API:
+// Tests of the HDF5 statistics file (docs/hdf5-schema.md), read back with the HDF5 C API:
 // every dataset's dtype, shape and values, the root attributes, byte-identical files for identical
 // inputs, compaction at close, output-path errors and default names. Crash safety and the SWMR
 // reader are in test_stats_swmr.cpp; the fixtures and readers in stats_test_util.hpp.

@@ -1,5 +1,6 @@
-// Tests of the file-backed token sources: llm.c shard round trip and sampling rule, every error
-// case of SPEC §5 (the DataError names the file and the problem), raw text, the `--data` factory.
+// Tests of the file-backed token sources: llm.c shard round trip and sampling rule, every bad-data
+// case (missing or not a file, truncated, bad magic or version, token >= V, shorter than one
+// sample: the DataError names the file and the problem), raw text, the `--data` factory.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 

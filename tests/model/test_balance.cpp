@@ -159,6 +159,13 @@ TEST(RandomRouting, SkewIsControlled) {
   // expected load N·(0.5 + 0.5·K/E).
   const std::vector<int64_t> hot = random_loads({0.0, 0.5}, N, E, K);
   EXPECT_NEAR(hot[0], N * (0.5 + 0.5 * K / E), N * 0.02);
+  // The tokens that lose the hot coin draw their first slot uniformly, expert 0 included, so
+  // expert 0's share of first slots is h + (1 − h)/E (0.3875 at h = 0.3), not h.
+  std::vector<int32_t> idx(static_cast<size_t>(N) * K);
+  route_random(idx.data(), 77, 0, N, E, K, {0.0, 0.3});
+  int64_t first_slot_hot = 0;
+  for (int t = 0; t < N; ++t) first_slot_hot += idx[static_cast<size_t>(t) * K] == 0;
+  EXPECT_NEAR(static_cast<double>(first_slot_hot) / N, 0.3 + 0.7 / E, 0.015);
 }
 
 TEST(ForcedRouting, ParsesEveryMode) {

@@ -33,7 +33,7 @@ void expect_model_rejected(const std::function<void(ModelConfig&)>& edit,
 TEST(ModelConfig, DefaultsValidate) {
   const ModelConfig cfg;
   EXPECT_NO_THROW(model_config_validate(cfg));
-  // The deepseek4-tiny preset of SPEC §2.
+  // The deepseek4-tiny preset (docs/architecture.md, "The model").
   EXPECT_EQ(cfg.vocab, 2048);
   EXPECT_EQ(cfg.d_model, 128);
   EXPECT_EQ(cfg.layers, 7);

@@ -144,6 +144,31 @@ TEST(ModelMemory, ParameterBytesMatchTheLayout) {
   }
 }
 
+// The weight-gradient trees keep bit_width(B) buffers of each gradient they sum (the LM head's and
+// embedding's [V, D] among them): the estimate counts exactly what model_acts_reserve reserves.
+TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
+  ModelConfig c = micro_config();
+  for (int shared : {0, 1}) {
+    c.shared_experts = shared;
+    for (int B : {1, 2, 3, 4, 8}) {
+      c.batch_per_rank = B;
+      const ExpertPlacement placement{c.experts, 1};
+      ModelActs<float> acts;
+      model_acts_reserve(acts, c, B, 1, placement.max_local());
+      size_t values = acts.grad_tree.reserved_values();
+      for (const AttnSaved<float>& a : acts.attn) {
+        values += a.tree_q.reserved_values() + a.tree_k.reserved_values() +
+                  a.tree_v.reserved_values() + a.tree_o.reserved_values();
+      }
+      for (const MoeSaved<float>& m : acts.moe) values += m.grad_tree.reserved_values();
+      const ModelMemory memory = model_memory_estimate(c, 1);
+      EXPECT_EQ(memory.tree_bytes, static_cast<double>(sizeof(float) * values))
+          << "B=" << B << " shared=" << shared;
+      EXPECT_GT(memory.act_bytes, memory.tree_bytes);
+    }
+  }
+}
+
 // Sizes far past any machine give a finite estimate at once, naming the tensor that breaks int
 // indexing, rather than overflowing or allocating.
 TEST(ModelMemory, AbsurdSizesAreCountedNotAllocated) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -231,6 +232,40 @@ TEST(MoeRouting, RoundRobinLoadsExactlyEqual) {
   world.allreduce_sum(std::span<int64_t>(load));
   ASSERT_EQ((W * N * dims.K) % dims.E, 0);
   for (int e = 0; e < dims.E; ++e) EXPECT_EQ(load[e], W * N * dims.K / dims.E) << "expert " << e;
+}
+
+// The shared expert and the weight gradients go sequence by sequence: tokens that are not whole
+// sequences, or more sequences than reserved, are refused before any work (no rank waits: all see
+// the same sizes), rather than leaving the tail rows of the output uncomputed.
+TEST(MoeSequences, PartialSequencesAndUnreservedSequencesAreRefused) {
+  const Comm self = Comm::self();
+  EpExchange ex(self);
+  const int N = 12, V = 16;
+  const MoeDims dims{8, 4, 4, 4, 2, ScoreFunc::kSqrtSoftplus, 1.0f, 0.0f};
+  MoeHarness<float> h(dims, 1, 0, 3, V, N);  // reserved for one sequence
+  const std::vector<float> in = testing_moe::global_normal<float>("in", N * dims.D, 1.0);
+  std::vector<float> out(N * dims.D);
+  MoeRouting routing = h.routing(RoutingMode::kRoundRobin, nullptr, 0);
+  for (int seq_len : {-1, 5, 8, 24}) {
+    routing.seq_len = seq_len;
+    EXPECT_THROW(moe_forward(out.data(), h.saved, in.data(), h.weights(), routing, dims,
+                             h.placement, ex, N),
+                 std::invalid_argument)
+        << "seq_len " << seq_len;
+  }
+  routing.seq_len = 4;  // three sequences, one reserved
+  EXPECT_THROW(moe_forward(out.data(), h.saved, in.data(), h.weights(), routing, dims, h.placement,
+                           ex, N),
+               std::invalid_argument);
+  moe_saved_reserve(h.saved, N, dims, 1, h.placement.max_local(), 3);
+  for (int seq_len : {0, 4, 12}) {
+    routing.seq_len = seq_len;
+    std::vector<float> d_in(N * dims.D, 0.0f);
+    EXPECT_NO_THROW(moe_forward(out.data(), h.saved, in.data(), h.weights(), routing, dims,
+                                h.placement, ex, N));
+    EXPECT_NO_THROW(moe_backward(d_in.data(), h.grads(), in.data(), h.saved, in.data(),
+                                 h.weights(), dims, ex));
+  }
 }
 
 }  // namespace

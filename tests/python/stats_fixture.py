@@ -88,7 +88,8 @@ def expert_load(variant):
 
 
 def bias_trajectory(load, rate):
-    """[N, L, E] float32: the bias used at each step, updated after it, top-k only."""
+    """[N, L, E] float32: the bias used at each step, updated after it (docs/load-balancing.md),
+    top-k only."""
     bias = np.zeros(load.shape, dtype=np.float32)
     for n in range(1, load.shape[0]):
         step = rate * np.sign(load[n - 1].mean(axis=1, keepdims=True) - load[n - 1])

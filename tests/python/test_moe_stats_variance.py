@@ -1,6 +1,6 @@
-"""`moe_stats.py variance`: the per-layer load-variance table, checked against
-variances computed here with numpy straight from the HDF5 datasets, against the hand-computed
-values of stats_fixture.py, and across the text, markdown and CSV outputs."""
+"""`moe_stats.py variance`: the per-layer load-variance table (docs/load-balancing.md), checked
+against variances computed here with numpy straight from the HDF5 datasets, against the
+hand-computed values of stats_fixture.py, and across the text, markdown and CSV outputs."""
 import csv
 import io
 import re

@@ -1,0 +1,79 @@
+"""README's option table and `moe_rt --help` list the same options, and the same values for the
+options that take one of a fixed set: an option (or a value) in one but not the other fails."""
+import os
+import re
+import subprocess
+
+import pytest
+from mpi_launch import launcher, run_env  # tests/mpi_launch.py, on the path by conftest.py
+
+README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
+OPTION = re.compile(r"--[a-z][a-z0-9-]*")
+# Options whose bad value is refused with "(valid: a, b, c)": every value named there must be in
+# the option's --help entry and in its README row.
+CHOICE_OPTIONS = ["--model", "--score-func", "--balance-loss-form", "--force-balance", "--data"]
+
+
+@pytest.fixture(scope="module")
+def help_text(moe_rt_bin):
+    proc = subprocess.run(launcher(1) + [moe_rt_bin, "--help"], env=run_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def help_entries(text):
+    """{"--name": its whole entry, continuation lines joined}. An entry starts with exactly two
+    spaces and "--"; boost indents its wrapped lines further, and a blank line ends a section."""
+    entries, current = {}, None
+    for line in text.splitlines():
+        m = re.match(r"  (--[a-z][a-z0-9-]*)", line)
+        if m:
+            current = m.group(1)
+            entries[current] = line.strip()
+        elif current and line.startswith("   "):
+            entries[current] += " " + line.strip()
+        else:
+            current = None
+    return entries
+
+
+def readme_rows():
+    """{"--name": the README row's meaning cell} for every option in the first cell of a row of
+    the table under "## Options"."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    section = text.split("\n## Options\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if not line.startswith("| `--"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        for name in OPTION.findall(cells[0]):
+            rows[name] = " | ".join(cells[1:])
+    return rows
+
+
+def test_readme_table_and_help_list_the_same_options(help_text):
+    in_help = set(help_entries(help_text))
+    in_readme = set(readme_rows())
+    assert len(in_help) > 40, f"--help parsed to only {sorted(in_help)}"
+    missing = sorted(in_help - in_readme)
+    assert not missing, f"in --help, missing from README's option table: {missing}"
+    extra = sorted(in_readme - in_help)
+    assert not extra, f"in README's option table, not in --help: {extra}"
+
+
+@pytest.mark.parametrize("option", CHOICE_OPTIONS)
+def test_every_valid_value_is_in_help_and_readme(run_moe, help_text, option):
+    proc = run_moe([option, "no-such-value"], np_=1)
+    assert proc.returncode != 0
+    m = re.search(r"\(valid: ([^)]*)\)", proc.stdout + proc.stderr)
+    assert m, f"{option}: no '(valid: ...)' in {proc.stdout + proc.stderr!r}"
+    values = [v.strip() for v in m.group(1).split(",")]
+    entry = help_entries(help_text)[option]
+    row = readme_rows()[option]
+    for v in values:
+        assert re.search(rf"(?<![\w:-]){re.escape(v)}(?![\w:-])", entry), \
+            f"--help's {option} entry does not name {v!r}: {entry!r}"
+        assert f"`{v}`" in row, f"README's {option} row does not name `{v}`: {row!r}"
