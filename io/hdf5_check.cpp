@@ -176,25 +176,28 @@ void h5_row_dataset_append(H5RowDataset& d, const void* values) {
                         H5P_DEFAULT, values));
 }
 
-void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hid_t fapl) {
-  H5Id in(MOE_H5_CHECK(H5Fopen(src.c_str(), H5F_ACC_RDONLY, fapl)), H5Fclose);
-  H5Id out(MOE_H5_CHECK(H5Fcreate(dst.c_str(), H5F_ACC_TRUNC, fcpl, fapl)), H5Fclose);
-  H5O_info_t root{};
-  MOE_H5_CHECK(H5Oget_info2(in.get(), &root, H5O_INFO_NUM_ATTRS));
-  for (hsize_t i = 0; i < root.num_attrs; ++i) {
-    // Read with the attribute's own type (a variable-length string reads as char*) and write
-    // the same bytes back; then free what HDF5 allocated for variable-length values.
-    H5Id attr(MOE_H5_CHECK(H5Aopen_by_idx(in.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT,
+namespace {
+
+// Copies the attributes of `from` onto `to`, in name order: each read with its own type (a
+// variable-length string reads as char*) and written back as the same bytes, then what HDF5
+// allocated for variable-length values freed. Attributes holding object references are skipped:
+// they would point into the source file (h5_copy_file's `after_copy` remakes them).
+void copy_attributes(hid_t from, hid_t to) {
+  H5O_info_t info{};
+  MOE_H5_CHECK(H5Oget_info2(from, &info, H5O_INFO_NUM_ATTRS));
+  for (hsize_t i = 0; i < info.num_attrs; ++i) {
+    H5Id attr(MOE_H5_CHECK(H5Aopen_by_idx(from, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT,
                                           H5P_DEFAULT)),
               H5Aclose);
+    H5Id type(MOE_H5_CHECK(H5Aget_type(attr.get())), H5Tclose);
+    if (MOE_H5_CHECK(H5Tdetect_class(type.get(), H5T_REFERENCE)) > 0) continue;
     std::string name(MOE_H5_CHECK(H5Aget_name(attr.get(), 0, nullptr)) + 1, '\0');
     MOE_H5_CHECK(H5Aget_name(attr.get(), name.size(), name.data()));
-    H5Id type(MOE_H5_CHECK(H5Aget_type(attr.get())), H5Tclose);
     H5Id space(MOE_H5_CHECK(H5Aget_space(attr.get())), H5Sclose);
     const hssize_t num_values = MOE_H5_CHECK(H5Sget_simple_extent_npoints(space.get()));
     std::vector<unsigned char> bytes(MOE_H5_CHECK(H5Tget_size(type.get())) * num_values);
     MOE_H5_CHECK(H5Aread(attr.get(), type.get(), bytes.data()));
-    H5Id copy(MOE_H5_CHECK(H5Acreate2(out.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT,
+    H5Id copy(MOE_H5_CHECK(H5Acreate2(to, name.c_str(), type.get(), space.get(), H5P_DEFAULT,
                                       H5P_DEFAULT)),
               H5Aclose);
     const herr_t written = H5Awrite(copy.get(), type.get(), bytes.data());
@@ -204,6 +207,27 @@ void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hi
     }
     MOE_H5_CHECK(written);
   }
+}
+
+// H5Ovisit2 callback: the path of every object below the root, in name order.
+herr_t collect_object(hid_t, const char* name, const H5O_info_t*, void* paths) {
+  if (std::string(name) != ".") static_cast<std::vector<std::string>*>(paths)->push_back(name);
+  return 0;
+}
+
+}  // namespace
+
+void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hid_t fapl,
+                  void (*after_copy)(hid_t)) {
+  H5Id in(MOE_H5_CHECK(H5Fopen(src.c_str(), H5F_ACC_RDONLY, fapl)), H5Fclose);
+  H5Id out(MOE_H5_CHECK(H5Fcreate(dst.c_str(), H5F_ACC_TRUNC, fcpl, fapl)), H5Fclose);
+  copy_attributes(in.get(), out.get());
+  // Objects without their attributes, which are copied one by one below: HDF5 1.10.8's H5Ocopy
+  // crashes (SIGSEGV in H5T__conv_vlen) copying an attribute of object references, as dimension
+  // scales keep them, and would leave references between separately copied groups pointing
+  // nowhere anyway.
+  H5Id ocpypl(MOE_H5_CHECK(H5Pcreate(H5P_OBJECT_COPY)), H5Pclose);
+  MOE_H5_CHECK(H5Pset_copy_object(ocpypl.get(), H5O_COPY_WITHOUT_ATTR_FLAG));
   H5G_info_t links{};
   MOE_H5_CHECK(H5Gget_info(in.get(), &links));
   for (hsize_t i = 0; i < links.nlinks; ++i) {
@@ -213,8 +237,17 @@ void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hi
     MOE_H5_CHECK(H5Lget_name_by_idx(in.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
                                     name.size(), H5P_DEFAULT));
     MOE_H5_CHECK(
-        H5Ocopy(in.get(), name.c_str(), out.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
+        H5Ocopy(in.get(), name.c_str(), out.get(), name.c_str(), ocpypl.get(), H5P_DEFAULT));
   }
+  std::vector<std::string> paths;
+  MOE_H5_CHECK(H5Ovisit2(in.get(), H5_INDEX_NAME, H5_ITER_INC, collect_object, &paths,
+                         H5O_INFO_BASIC));
+  for (const std::string& path : paths) {
+    H5Id from(MOE_H5_CHECK(H5Oopen(in.get(), path.c_str(), H5P_DEFAULT)), H5Oclose);
+    H5Id to(MOE_H5_CHECK(H5Oopen(out.get(), path.c_str(), H5P_DEFAULT)), H5Oclose);
+    copy_attributes(from.get(), to.get());
+  }
+  if (after_copy != nullptr) after_copy(out.get());
   out.close();
   in.close();
 }

@@ -105,7 +105,10 @@ void h5_row_dataset_append(H5RowDataset& d, const void* values);
 // Copies the root attributes and every object under the root of the closed file `src` into a new
 // file `dst` (created with `fcpl`, replacing any file there; both opened with `fapl`). Objects go
 // through H5Ocopy: same layout, chunks and filters, chunks copied without recompression, no holes.
-void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hid_t fapl);
+// Attributes are copied one by one, except those holding object references (dimension scales):
+// `after_copy`, when given, remakes them in `dst` before it is closed.
+void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hid_t fapl,
+                  void (*after_copy)(hid_t) = nullptr);
 
 }  // namespace moe
 

@@ -38,8 +38,10 @@ void stats_publish(const StatsFiles& files, bool overwrite);
 // opened with `fapl`) is locked before it is written and renamed over the target, and its lock
 // then replaces `lock`: the path always names a complete file, and a locked one until the writer
 // releases it. Skipped with a warning on stderr when the disk lacks room or the copy fails; the
-// file at the target is then unchanged.
-void stats_compact(const StatsFiles& files, FileLock& lock, hid_t fcpl, hid_t fapl);
+// file at the target is then unchanged. `after_copy` runs on the copy before it is closed
+// (h5_copy_file).
+void stats_compact(const StatsFiles& files, FileLock& lock, hid_t fcpl, hid_t fapl,
+                   void (*after_copy)(hid_t) = nullptr);
 
 // "statistics file 'PATH': " + problem.
 std::string stats_path_message(const std::string& path, const std::string& problem);

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "io/stats_path.hpp"
+#include "io/stats_schema.hpp"
 
 namespace moe {
 namespace {
@@ -288,6 +289,8 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
     add(m.trace, "/trace/weights", f32, n_f32, {m.L, m.T, m.K});
     add(m.trace, "/trace/step", i64, n_i64, {}, &no_step);
   }
+  stats_write_config_attributes(f, h.config_text);
+  stats_describe(f, StatsAxes{m.L, m.E, m.W, m.K, m.T});
   // From here on no object or attribute can be created; readers may open with SWMR.
   MOE_H5_CHECK(H5Fstart_swmr_write(f));
 }
@@ -383,7 +386,8 @@ void StatsWriter::close() {
   // Removed (or replaced) during the run: nothing to compact, and nothing to say "written" of.
   m.removed = !m.lock.names(m.files.target);
   if (!m.removed && m.compact_on_close) {
-    stats_compact(m.files, m.lock, h5_untimed_plist(H5P_FILE_CREATE).get(), stats_fapl().get());
+    stats_compact(m.files, m.lock, h5_untimed_plist(H5P_FILE_CREATE).get(), stats_fapl().get(),
+                  stats_reattach_scales);
   }
 }
 

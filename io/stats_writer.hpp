@@ -1,5 +1,6 @@
-// The HDF5 statistics file ("moe_rt.stats", format version 1), written by rank 0 only:
-// a header (root attributes, routing kinds, hash tables, phase names) created once, then one row
+// The HDF5 statistics file ("moe_rt.stats", format version 2), written by rank 0 only: a header
+// (root attributes, the configuration as typed attributes, routing kinds, hash tables, phase
+// names, units, descriptions and dimension scales: io/stats_schema.hpp) created once, then one row
 // per step appended to chunked, extendible, compressed datasets and flushed, so that every
 // completed step survives a crash and a SWMR reader sees rows appear while the run goes on.
 // The layout, the guarantees and the measured chunk choice are documented in docs/hdf5-schema.md.
@@ -20,7 +21,9 @@
 namespace moe {
 
 inline constexpr const char* kStatsFormat = "moe_rt.stats";
-inline constexpr int32_t kStatsFormatVersion = 1;
+// 2: units and description on every dataset, dimension scales (/dims, /steps/step, /perf/phases,
+// /trace/step), typed configuration attributes (/config). Version 1 files lack these only.
+inline constexpr int32_t kStatsFormatVersion = 2;
 
 // An unusable output path. The message names the path and the problem.
 class StatsPathError : public std::runtime_error {

@@ -1,16 +1,28 @@
 #!/usr/bin/env python3
-"""Post-hoc analysis of moe_rt statistics files (HDF5, format "moe_rt.stats", version 1).
+"""Post-hoc analysis of moe_rt statistics files (HDF5, format "moe_rt.stats", versions 1 and 2).
 
     moe_stats.py summary RUN.h5 [--no-chain]
         configuration, the files of a resumed run, steps, loss against the data's entropy floor,
-        throughput, and the balance of each layer at a glance.
+        throughput, the balance of each layer at a glance and its expert-load distribution.
     moe_stats.py variance RUN_A.h5 [RUN_B.h5] [--steps S0,S1] [--markdown | --csv] [--no-chain]
         the per-layer load-variance table of MaxText pull request #4190: variance at step S0
         (run A), at step S1 in A and in B, improvement (A - B)/A, and a TOTAL row over the top-k
         layers (the sums, then the improvement of the sums).
-    moe_stats.py plot RUN_A.h5 [RUN_B.h5] --out DIR [--no-chain]
-        PNG figures: expert-load heatmaps, variance and max violation, bias trajectories, per-rank
-        load and overload, loss.
+    moe_stats.py plot RUN_A.h5 [RUN_B.h5] --out DIR [--format png,pdf,svg] [--dpi N]
+                      [--label NAME]... [--layers L,...] [--steps S0:S1] [--no-chain]
+        figures: expert-load heatmaps, variance and max violation, load-distribution metrics,
+        bias trajectories, per-rank load and overload, loss, phase times.
+    moe_stats.py export RUN.h5 --format csv|parquet [--what TABLE[,TABLE...]|all] [-o OUT]
+        tidy long tables (steps, layers, loads, bias, ranks, phases, traces) for pandas.
+    moe_stats.py tensorboard RUN.h5 LOGDIR [--label NAME] [--overwrite]
+        TensorBoard event files in LOGDIR/NAME: losses, optimiser, throughput, phase times,
+        per-layer balance metrics, per-rank load, expert-load histograms.
+    moe_stats.py watch RUN.h5 [--interval S] [--timeout S]
+        follows a running job's file: a line per new step and a per-layer balance table; ends
+        when the writer closes the file or is gone.
+    moe_stats.py traces RUN.h5 [--no-chain]
+        from the per-token traces (--trace-every): routing stability between traced steps,
+        routing of frequent and rare tokens, and what the bias changes.
 
     A resumed run's file names its predecessor (root attributes resumed_from, resumed_from_step):
     the whole chain of files is read as one run, unless --no-chain reads the named file alone.
@@ -39,9 +51,10 @@ if _HERE not in sys.path:
 # Re-exported: the tests and other callers use these as moe_stats.NAME.
 from moe_stats_lib.chain import (check_consecutive, check_same_model, join_files, load_run,
                                  predecessor_path, read_predecessors)
-from moe_stats_lib.plot import (mark_resumes, panel_grid, plot_balance, plot_bias,
-                                plot_expert_load, plot_layer_lines, plot_loss, plot_ranks, pyplot,
-                                run_tags, save, step_axis)
+from moe_stats_lib.plot import (PlotOptions, layer_color, mark_resumes, panel_grid,
+                                plot_balance, plot_bias, plot_expert_load, plot_layer_lines,
+                                plot_loss, plot_metrics, plot_phases, plot_ranks, pyplot,
+                                run_tags, save, select_steps, step_axis)
 from moe_stats_lib.plot import write_plots as _write_plots
 from moe_stats_lib.stats_file import (FORMAT_NAME, FORMAT_VERSION, OPTIONAL_PER_STEP,
                                       REQUIRED_PER_STEP, ROUTING_LABELS, SWMR_READ_ATTEMPTS, Run,
@@ -51,9 +64,16 @@ from moe_stats_lib.stats_file import (FORMAT_NAME, FORMAT_VERSION, OPTIONAL_PER_
                                       parse_config_text, rank_overload, read_file,
                                       read_per_step, read_strings, resume_attributes,
                                       routing_label, row_of_step, swmr_fapl, topk_mask)
+from moe_stats_lib import export as _export
+from moe_stats_lib import tensorboard_events as _tensorboard
+from moe_stats_lib import traces as _traces
+from moe_stats_lib import watch as _watch
+from moe_stats_lib.metrics import (METRICS, PERCENTILES, collapse_ceiling, layer_metrics,
+                                   load_metrics, load_ratio)
 from moe_stats_lib.summary import (SUMMARY_CONFIG_KEYS, render_summary,
                                    summary_config_lines, summary_layer_rows,
                                    summary_progress_lines, summary_segment_lines)
+from moe_stats_lib.traces import load_traces, render_traces
 from moe_stats_lib.variance import (VARIANCE_REL_TOL, VarianceRow, VarianceTable,
                                     default_steps, format_percent, improvement, layer_variances,
                                     markdown_line, pad_rows, parse_steps, relative_change,
@@ -62,12 +82,13 @@ from moe_stats_lib.variance import (VARIANCE_REL_TOL, VarianceRow, VarianceTable
                                     variance_headers, variance_mismatches, variance_table)
 
 PROG = "moe_stats.py"
+FIGURE_FORMATS = ("png", "pdf", "svg")
 
 
-def write_plots(runs, out_dir, dpi=80):
+def write_plots(runs, out_dir, dpi=80, options=None):
     """moe_stats_lib.plot.write_plots through this module's `save`, so that replacing
     `moe_stats.save` (as the plot tests do) sees every figure."""
-    return _write_plots(runs, out_dir, dpi, save=save)
+    return _write_plots(runs, out_dir, dpi, save=save, options=options)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,6 +100,44 @@ def positive_int(text):
     if not text.isascii() or not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return int(text)
+
+
+def positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def formats(text):
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    bad = [name for name in names if name not in FIGURE_FORMATS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"expected png, pdf or svg (comma-separated), got "
+                                         f"{text!r}")
+    return tuple(dict.fromkeys(names))
+
+
+def int_list(text):
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected layer numbers such as 3,4,6, got {text!r}")
+    return tuple(dict.fromkeys(int(p) for p in parts))
+
+
+def step_range(text):
+    first, sep, last = text.partition(":")
+    try:
+        lo = int(first) if first.strip() else -(2 ** 62)
+        hi = int(last) if last.strip() else 2 ** 62
+    except ValueError:
+        lo, hi = 1, 0
+    if not sep or lo > hi:
+        raise argparse.ArgumentTypeError(f"expected S0:S1 (steps, inclusive), got {text!r}")
+    return lo, hi
 
 
 def add_no_chain(parser):
@@ -105,11 +164,47 @@ def build_parser():
     fmt.add_argument("--markdown", action="store_true", help="markdown table")
     fmt.add_argument("--csv", action="store_true", help="CSV, full precision, %% without sign")
     add_no_chain(p)
-    p = sub.add_parser("plot", help="PNG figures")
+    p = sub.add_parser("plot", help="figures (PNG, PDF, SVG)")
     p.add_argument("run_a", help="run A (solid lines)")
     p.add_argument("run_b", nargs="?", help="run B (dashed lines)")
     p.add_argument("--out", required=True, help="output folder (created if missing)")
-    p.add_argument("--dpi", type=positive_int, default=80, help="resolution of the PNG files")
+    p.add_argument("--format", default="png", type=formats,
+                   help="png, pdf, svg, or several comma-separated (default png)")
+    p.add_argument("--dpi", type=positive_int, default=80,
+                   help="resolution of PNG files and of heatmap pixels (default 80)")
+    p.add_argument("--label", action="append", default=[], metavar="NAME",
+                   help="name of run A in legends and titles; again for run B")
+    p.add_argument("--layers", type=int_list, metavar="L,...",
+                   help="layers drawn (default: all; the balance figures: the top-k layers)")
+    p.add_argument("--steps", type=step_range, metavar="S0:S1",
+                   help="steps drawn, S0 to S1 inclusive (either may be left out)")
+    add_no_chain(p)
+    p = sub.add_parser("export", help="tidy tables as CSV or Parquet")
+    p.add_argument("run", help="statistics file (HDF5)")
+    p.add_argument("--format", required=True, choices=_export.FORMATS)
+    p.add_argument("--what", default="all",
+                   help=f"{', '.join(_export.TABLES)}; several comma-separated, or all "
+                        f"(default; traces only where the file has them)")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="file for one table, folder for several; one CSV table without -o "
+                        "goes to stdout")
+    add_no_chain(p)
+    p = sub.add_parser("tensorboard", help="TensorBoard event files")
+    p.add_argument("run", help="statistics file (HDF5)")
+    p.add_argument("logdir", help="TensorBoard log folder; the run goes to LOGDIR/LABEL")
+    p.add_argument("--label", help="the run's name in TensorBoard (default: the file's name "
+                                   "without .h5)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the event files already in LOGDIR/LABEL")
+    add_no_chain(p)
+    p = sub.add_parser("watch", help="follow a running job's file")
+    p.add_argument("run", help="statistics file (HDF5), being written or not")
+    p.add_argument("--interval", type=positive_float, default=2.0,
+                   help="seconds between refreshes (default 2)")
+    p.add_argument("--timeout", type=positive_float,
+                   help="stop after this many seconds (exit code 124)")
+    p = sub.add_parser("traces", help="routing stability and token routing from /trace")
+    p.add_argument("run", help="statistics file (HDF5)")
     add_no_chain(p)
     return parser
 
@@ -146,21 +241,54 @@ def command_variance(args, out, err):
 
 def command_plot(args, out, err):
     runs = load_runs(args)
-    for path in write_plots(runs, args.out, args.dpi):
+    options = PlotOptions(formats=args.format, dpi=args.dpi, labels=tuple(args.label),
+                          layers=args.layers or (), steps=args.steps or ())
+    for path in write_plots(runs, args.out, args.dpi, options=options):
         out.write(path + "\n")
+
+
+def command_export(args, out, err):
+    run = load_run(args.run, chain=not args.no_chain)
+    what = _export.parse_what(args.what)
+    if args.what == "all" and not load_traces(run):
+        what.remove("traces")
+    if args.what == "all" and "perf/phase_time" not in run.data:
+        what.remove("phases")
+    for path in _export.export(run, what, args.format, args.output, out):
+        out.write(path + "\n")
+
+
+def command_tensorboard(args, out, err):
+    run = load_run(args.run, chain=not args.no_chain)
+    out.write(_tensorboard.write_events(run, args.logdir, args.label, args.overwrite) + "\n")
+
+
+def command_watch(args, out, err):
+    return _watch.watch(args.run, out, interval=args.interval, timeout=args.timeout)
+
+
+def command_traces(args, out, err):
+    run = load_run(args.run, chain=not args.no_chain)
+    out.write(render_traces(run, load_traces(run)))
 
 
 def main(argv=None, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
-    commands = {"summary": command_summary, "variance": command_variance, "plot": command_plot}
+    commands = {"summary": command_summary, "variance": command_variance, "plot": command_plot,
+                "export": command_export, "tensorboard": command_tensorboard,
+                "watch": command_watch, "traces": command_traces}
     try:
-        commands[args.command](args, out, err)
+        code = commands[args.command](args, out, err)
     except StatsError as error:
         print(f"{PROG}: error: {error}", file=err)
         return 2
-    return 0
+    except BrokenPipeError:            # e.g. `export ... | head`: the reader has all it wants
+        if out is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -43,19 +43,54 @@ if ((${#missing[@]})); then
   fi
 fi
 
-# Python analysis tools: numpy, h5py, matplotlib, pytest for the python tests.
+# Python analysis tools (scripts/moe_stats.py) and the python tests: numpy, h5py, matplotlib,
+# pandas (export), pyarrow (export --format parquet), tensorboard (its event writer and reader),
+# pytest.
 py=${PYTHON:-python3}
-if ! "$py" -c 'import numpy, h5py, matplotlib, pytest' >/dev/null 2>&1; then
-  echo "setup: installing Python packages (numpy h5py matplotlib pytest) for $("$py" -c 'import sys; print(sys.executable)')"
-  if ! "$py" -m pip install -q numpy h5py matplotlib pytest >>"$log" 2>&1; then
-    # Debian's own python3 refuses pip (PEP 668); its packages are the fallback, and serve only
-    # Debian's python3 (checked below when $PYTHON names another interpreter).
-    if ! apt_install python3-numpy python3-h5py python3-matplotlib python3-pytest; then
+py_modules=(numpy h5py matplotlib pandas pyarrow tensorboard pytest)
+py_missing() {  # the modules of py_modules that $py cannot import, space-separated
+  "$py" - "${py_modules[@]}" <<'PY'
+import importlib.util, sys
+print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))
+PY
+}
+missing_py=$(py_missing)
+if [[ -n "$missing_py" ]]; then
+  echo "setup: installing Python packages ($missing_py) for $("$py" -c 'import sys; print(sys.executable)')"
+  # shellcheck disable=SC2086  # the names are single words
+  if ! "$py" -m pip install -q $missing_py >>"$log" 2>&1; then
+    # Debian's own python3 refuses pip (PEP 668) or has none: Debian's packages first, for the
+    # modules Debian packages; they serve only Debian's python3 (checked below when $PYTHON
+    # names another interpreter).
+    debian_py=()
+    for m in $missing_py; do
+      case "$m" in numpy|h5py|matplotlib|pandas|pytest) debian_py+=("python3-$m") ;; esac
+    done
+    if ((${#debian_py[@]})) && ! apt_install "${debian_py[@]}"; then
       echo "setup: installing the Python packages failed; log follows" >&2
       tail -n 40 "$log" >&2
       exit 1
     fi
+    # Debian 12 packages neither pyarrow nor tensorboard: pip into the user's site-packages
+    # (~/.local), which leaves Debian's own files alone. Without them, export --format parquet
+    # and the tensorboard command say what is missing, and their tests are skipped.
+    rest=$(py_missing)
+    # Debian 12's numpy is 1.24; pyarrow 19 and later need numpy 2 (seen: "pyarrow requires NumPy
+    # 2.0 or newer"), so take the last release built for numpy 1 there.
+    if [[ " $rest " == *" pyarrow "* ]] &&
+        "$py" -c 'import numpy, sys; sys.exit(int(numpy.__version__.split(".")[0]) >= 2)' 2>/dev/null; then
+      rest=${rest/pyarrow/pyarrow<19}
+    fi
+    if [[ -n "$rest" ]]; then
+      if ! "$py" -m pip --version >/dev/null 2>&1; then apt_install python3-pip || true; fi
+      # shellcheck disable=SC2086
+      if ! "$py" -m pip install -q --user --break-system-packages $rest >>"$log" 2>&1 ||
+          [[ -n "$(py_missing)" ]] || ! "$py" -c 'import pyarrow, tensorboard' >/dev/null 2>&1; then
+        echo "setup: warning: could not install $rest for $py; export --format parquet and" \
+          "moe_stats.py tensorboard need pyarrow and tensorboard" >&2
+      fi
+    fi
   fi
-  "$py" -c 'import numpy, h5py, matplotlib, pytest' ||
+  "$py" -c 'import numpy, h5py, matplotlib, pandas, pytest' ||
     { echo "setup: Python packages still not importable by $py" >&2; exit 1; }
 fi

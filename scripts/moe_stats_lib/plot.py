@@ -1,7 +1,10 @@
-"""`moe_stats.py plot`: PNG figures of one run or two side by side (A solid, B dashed): expert-load
-heatmaps, variance and max violation, bias trajectories, per-rank load and overload, loss. A
-resumed run is drawn whole, with a dotted line where each of its files starts; ranks a file did
-not have (NaN in its rank axis) leave gaps in their lines.
+"""`moe_stats.py plot`: figures of one run or two side by side (A solid, B dashed): expert-load
+heatmaps, variance and max violation, the load-distribution metrics, bias trajectories, per-rank
+load and overload, loss, phase times. PNG, PDF or SVG (PlotOptions.formats), for papers: units on
+every axis, one colour per layer in every figure (layer_color), legends outside the data, and the
+heatmaps' colour scale running up to the collapse ceiling E/K. A resumed run is drawn whole, with
+a dotted line where each of its files starts; ranks a file did not have (NaN in its rank axis)
+leave gaps in their lines.
 
 Each plot_* function draws one figure and returns it (None where there is nothing to draw);
 write_plots saves them through `save`, which a caller may replace (the tests do, to inspect the
@@ -11,32 +14,63 @@ Shapes: N complete rows (steps), L layers, E experts, W ranks.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
 import numpy as np
 
+from .metrics import collapse_ceiling, layer_metrics, load_ratio
 from .stats_file import (StatsError, balance_layers, check_same_shape, entropy_floor,
                          rank_overload, routing_label, topk_mask)
+
+FORMATS = ("png", "pdf", "svg")
+STYLES = ("-", "--")
+FONT = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8,
+        "ytick.labelsize": 8, "legend.fontsize": 8, "figure.titlesize": 11}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlotOptions:
+    formats: tuple = ("png",)   # any of FORMATS
+    dpi: int = 80               # PNG resolution (and of the heatmaps' pixels in PDF and SVG)
+    labels: tuple = ()          # names of run A, run B (default: their file names)
+    layers: tuple = ()          # layers drawn (default: all, or the top-k ones where it says)
+    steps: tuple = ()           # (first, last) steps drawn, inclusive (default: all)
+
 
 def pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    plt.rcParams.update(FONT)
     return plt
 
 
-def run_tags(runs):
+def run_tags(runs, labels=()):
+    if labels:
+        return list(labels)
     tags = ["A", "B"]
     return [f"{tags[i]} ({run.name})" if len(runs) > 1 else run.name
             for i, run in enumerate(runs)]
 
 
-def panel_grid(plt, count, title):
-    ncols = min(count, 4)
+def layer_color(layer, num_layers):
+    """The colour of layer `layer` in every figure: tab10 up to 10 layers, tab20 up to 20, then
+    evenly spaced along viridis."""
+    import matplotlib
+    if num_layers <= 10:
+        return matplotlib.colormaps["tab10"](layer % 10)
+    if num_layers <= 20:
+        return matplotlib.colormaps["tab20"](layer % 20)
+    return matplotlib.colormaps["viridis"](layer / max(num_layers - 1, 1))
+
+
+def panel_grid(plt, count, title, ncols=4, width=3.4, height=2.5):
+    ncols = min(count, ncols)
     nrows = math.ceil(count / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, 2.5 * nrows + 0.7),
-                             squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows + 0.7),
+                             squeeze=False, layout="constrained")
     for ax in axes.reshape(-1)[count:]:
         ax.set_visible(False)
     fig.suptitle(title)
@@ -46,159 +80,393 @@ def panel_grid(plt, count, title):
 def step_axis(ax, runs=()):
     from matplotlib.ticker import MaxNLocator
     ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
     mark_resumes(ax, runs)
 
 
 def mark_resumes(ax, runs):
     """A dotted vertical line before the first step of each file after the first of a run."""
     for run in runs:
+        steps = run.steps
         for segment in run.segments[1:]:
-            if segment.rows:
+            if segment.rows and len(steps) and steps[0] < segment.first_step <= steps[-1]:
                 ax.axvline(segment.first_step - 0.5, color="0.5", ls=":", lw=1.0)
 
 
-def save(plt, fig, out_dir, filename, dpi):
-    path = os.path.join(out_dir, filename)
+def legend_outside(fig, axes, handles=None):
+    """One legend for the figure, right of the panels (constrained layout makes room)."""
+    if handles is None:
+        seen = {}
+        for ax in np.atleast_1d(axes):
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                seen.setdefault(label, handle)
+        handles = list(seen.values())
+        labels = list(seen)
+    else:
+        labels = [h.get_label() for h in handles]
+    if handles:
+        fig.legend(handles, labels, loc="outside right upper", frameon=False)
+
+
+def save(plt, fig, out_dir, filename, dpi, formats=("png",)):
+    """Saves `fig` as out_dir/filename's stem in each format, closes it; returns the paths (one
+    path, a string, when one format is asked)."""
+    stem = os.path.splitext(filename)[0]
+    paths = []
     try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as err:
-        raise StatsError(f"{path}: cannot write the figure ({err.strerror or err})") from None
-    except ValueError as err:  # e.g. an image too large for the --dpi asked
-        raise StatsError(f"{path}: cannot draw the figure ({err})") from None
+        for fmt in formats:
+            path = os.path.join(out_dir, f"{stem}.{fmt}")
+            try:
+                fig.savefig(path, dpi=dpi, format=fmt,
+                            metadata={"Date": None} if fmt == "svg" else None)
+            except OSError as err:
+                raise StatsError(f"{path}: cannot write the figure ({err.strerror or err})") \
+                    from None
+            except ValueError as err:  # e.g. an image too large for the --dpi asked
+                raise StatsError(f"{path}: cannot draw the figure ({err})") from None
+            paths.append(path)
     finally:
         plt.close(fig)
-    return path
+    return paths[0] if len(paths) == 1 else paths
 
 
-def plot_expert_load(plt, run, tag):
-    """Heatmaps, one panel per layer: load / mean load, experts x steps."""
-    load = run.data["routing/expert_load"].astype(np.float64)          # [N, L, E]
-    mean = load.mean(axis=2, keepdims=True)
-    rel = np.divide(load, mean, out=np.ones_like(load), where=mean > 0)
+# ---------------------------------------------------------------------------------------------
+# Selection
+
+
+def select_steps(run, first, last):
+    """`run` cut to the rows whose step is in [first, last]; StatsError when none is."""
+    keep = (run.steps >= first) & (run.steps <= last)
+    if not keep.any():
+        raise StatsError(f"{run.path}: no step in {first}..{last} (it holds steps "
+                         f"{int(run.steps[0])}..{int(run.steps[-1])})")
+    return dataclasses.replace(run, data={k: v[keep] for k, v in run.data.items()})
+
+
+def drawn_layers(run, options, balance_only=False):
+    """Layers drawn: --layers (checked against L), else all (balance_only: the top-k ones, or all
+    when there are none)."""
+    if options.layers:
+        bad = [l for l in options.layers if not 0 <= l < run.num_layers]
+        if bad:
+            raise StatsError(f"--layers: {run.path} has layers 0..{run.num_layers - 1}, not "
+                             f"{bad[0]}")
+        return np.asarray(options.layers)
+    return balance_layers(run) if balance_only else np.arange(run.num_layers)
+
+
+def layers_word(run, options):
+    if options.layers:
+        return "selected layers"
+    return "top-k layers" if topk_mask(run).any() else "all layers"
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def plot_expert_load(plt, run, tag, options=PlotOptions()):
+    """Heatmaps, one panel per layer: load / mean load, experts x steps, on a colour scale from 0
+    to the collapse ceiling E/K (1 = balanced)."""
+    from matplotlib.colors import TwoSlopeNorm
+    layers = drawn_layers(run, options)
+    rel = load_ratio(run.data["routing/expert_load"])                  # [N, L, E]
+    ceiling = collapse_ceiling(run) or max(2.0, float(rel.max()))
+    norm = TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=max(ceiling, 1.0 + 1e-9))
     steps = run.steps
     extent = [steps[0] - 0.5, steps[-1] + 0.5, -0.5, run.num_experts - 0.5]
-    fig, axes = panel_grid(plt, run.num_layers, f"Expert load / mean load per layer, run {tag}")
-    for layer, ax in enumerate(axes[:run.num_layers]):
+    fig, axes = panel_grid(plt, len(layers), f"Expert load / mean load per layer, run {tag}")
+    for ax, layer in zip(axes, layers):
         image = ax.imshow(rel[:, layer, :].T, aspect="auto", origin="lower", extent=extent,
-                          cmap="coolwarm", vmin=0.0, vmax=2.0, interpolation="nearest")
-        ax.set_title(f"layer {layer} ({routing_label(run.routing[layer])})", fontsize=9)
+                          cmap="RdBu_r", norm=norm, interpolation="nearest")
+        ax.set_title(f"layer {layer} ({routing_label(run.routing[layer])})",
+                     color=layer_color(layer, run.num_layers))
         step_axis(ax, [run])
         ax.set_ylabel("expert")
-    fig.colorbar(image, ax=list(axes[:run.num_layers]), label="load / mean load (1 = balanced)")
+        if run.num_experts <= 16:
+            ax.set_yticks(range(run.num_experts))
+    bar = fig.colorbar(image, ax=list(axes[:len(layers)]),
+                       label="load / mean load (1 = balanced)")
+    ticks = sorted({0.0, 0.5, 1.0} | set(np.arange(1.5, ceiling, 0.5).tolist()) | {ceiling})
+    bar.set_ticks(ticks)
+    bar.set_ticklabels([f"{t:g}" if t != ceiling else f"{t:.3g} = E/K\n(collapse)"
+                        for t in ticks])
+    bar.ax.axhline(ceiling, color="black", lw=2.0)
     return fig
 
 
-def plot_layer_lines(ax, run, values, style, tag, label_layers):
-    """values [N, L]: thin lines for the balance layers, a thick line for their mean."""
-    layers = balance_layers(run)
-    for i, layer in enumerate(layers):
-        label = f"{tag} layer {layer}" if label_layers else None
-        ax.plot(run.steps, values[:, layer], style, color=f"C{i % 10}", lw=0.9, alpha=0.8,
-                label=label)
-    ax.plot(run.steps, values[:, layers].mean(axis=1), style, color="black", lw=2.0,
-            label=f"{tag} mean over layers")
+def plot_layer_lines(ax, run, values, style, tag, layers, label_layers=True, mean=True):
+    """values [N, L]: a line per layer in `layers` (its colour), and a thick black mean."""
+    for layer in layers:
+        label = f"layer {layer}" if label_layers else None
+        ax.plot(run.steps, values[:, layer], style, color=layer_color(layer, run.num_layers),
+                lw=1.0, alpha=0.9, label=label)
+    if mean and len(layers) > 1:
+        ax.plot(run.steps, np.nanmean(values[:, layers], axis=1), style, color="black", lw=2.0,
+                label=f"{tag}: mean over layers")
 
 
-def plot_balance(plt, runs, tags):
-    fig, (ax_var, ax_viol) = plt.subplots(2, 1, figsize=(8, 7), constrained_layout=True)
-    label_layers = len(balance_layers(runs[0])) <= 8
-    for run, tag, style in zip(runs, tags, ["-", "--"]):
-        plot_layer_lines(ax_var, run, run.data["routing/load_variance"], style, tag, label_layers)
-        plot_layer_lines(ax_viol, run, run.data["routing/max_violation"], style, tag,
-                         label_layers)
-    kind = "top-k" if topk_mask(runs[0]).any() else "all"
-    ax_var.set_title(f"Load variance over experts ({kind} layers)")
-    ax_var.set_ylabel("variance of expert load")
-    ax_viol.set_title(f"Max violation (max - mean)/mean ({kind} layers)")
-    ax_viol.set_ylabel("max violation")
+def run_style_handles(tags):
+    from matplotlib.lines import Line2D
+    return [Line2D([], [], color="0.3", ls=style, label=f"run {tag}")
+            for tag, style in zip(tags, STYLES)]
+
+
+def layer_handles(run, layers):
+    from matplotlib.lines import Line2D
+    return [Line2D([], [], color=layer_color(l, run.num_layers), label=f"layer {l}")
+            for l in layers]
+
+
+def mean_handles(tags, layers):
+    from matplotlib.lines import Line2D
+    if len(layers) < 2:
+        return []
+    return [Line2D([], [], color="black", lw=2.0, ls=style, label="mean over layers"
+                   + (f", run {'AB'[i]}" if len(tags) > 1 else ""))
+            for i, style in enumerate(STYLES[:len(tags)])]
+
+
+def balance_legend(fig, runs, tags, layers):
+    handles = (run_style_handles(tags) if len(runs) > 1 else []) + layer_handles(runs[0], layers)
+    handles += mean_handles(tags, layers)
+    legend_outside(fig, None, handles)
+
+
+def plot_balance(plt, runs, tags, options=PlotOptions()):
+    fig, (ax_var, ax_viol) = plt.subplots(2, 1, figsize=(8, 6.5), layout="constrained")
+    layers = drawn_layers(runs[0], options, balance_only=True)
+    for run, tag, style in zip(runs, tags, STYLES):
+        metrics = layer_metrics(run)
+        plot_layer_lines(ax_var, run, metrics["variance"], style, tag, layers)
+        plot_layer_lines(ax_viol, run, metrics["violation"], style, tag, layers)
+    word = layers_word(runs[0], options)
+    ax_var.set_title(f"Load variance over experts ({word})")
+    ax_var.set_ylabel("variance (assignments²)")
+    ax_viol.set_title(f"Max violation (max − mean) / mean ({word})")
+    ax_viol.set_ylabel("max violation (fraction of mean)")
+    ceiling = collapse_ceiling(runs[0])
+    if ceiling is not None and ax_viol.get_ylim()[1] > 0.8 * (ceiling - 1):
+        ax_viol.axhline(ceiling - 1, color="0.3", ls="-.", lw=1.0)
+        ax_viol.annotate(f"E/K − 1 = {ceiling - 1:.3g} (collapse)", (0.02, ceiling - 1),
+                         xycoords=("axes fraction", "data"), va="bottom", fontsize=7)
     for ax in (ax_var, ax_viol):
         step_axis(ax, runs)
-        ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
+    balance_legend(fig, runs, tags, layers)
     return fig
 
 
-def plot_bias(plt, runs, tags):
+# (dataset of layer_metrics, title, y label)
+METRIC_PANELS = (
+    ("cv", "Coefficient of variation", "std / mean (1)"),
+    ("max_ratio", "Most loaded expert", "max / mean load (1)"),
+    ("min_ratio", "Least loaded expert", "min / mean load (1)"),
+    ("dead", "Dead experts (load 0)", "experts"),
+    ("diversity", "Expert diversity exp(H) / E", "fraction of experts (1)"),
+    ("balance_loss", "Balance loss per layer", "balance loss (1)"),
+    ("bias_spread", "Router bias spread", "max − min bias (1)"),
+    ("rank_overload", "Rank overload", "max / mean rank load (1)"),
+)
+
+
+def plot_metrics(plt, runs, tags, options=PlotOptions()):
+    """The load-distribution metrics of metrics.py, a panel each, a line per layer."""
+    layers = drawn_layers(runs[0], options)
+    word = "selected layers" if options.layers else "all layers"
+    fig, axes = panel_grid(plt, len(METRIC_PANELS), f"Expert-load metrics per layer ({word})",
+                           width=3.0, height=2.4)
+    for run, tag, style in zip(runs, tags, STYLES):
+        metrics = layer_metrics(run)
+        mean = run.data["routing/expert_load"].astype(np.float64).mean(axis=2)
+        metrics["min_ratio"] = np.divide(metrics["min"], mean, out=np.ones_like(mean),
+                                         where=mean > 0)
+        for ax, (name, _, _) in zip(axes, METRIC_PANELS):
+            plot_layer_lines(ax, run, metrics[name], style, tag, layers, mean=False)
+    ceiling = collapse_ceiling(runs[0])
+    for ax, (name, title, ylabel) in zip(axes, METRIC_PANELS):
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        step_axis(ax, runs)
+        ax.grid(alpha=0.3)
+        if name == "max_ratio" and ceiling is not None:
+            ax.axhline(ceiling, color="0.3", ls="-.", lw=1.0)
+            ax.annotate(f"E/K = {ceiling:.3g} (collapse)", (0.02, ceiling),
+                        xycoords=("axes fraction", "data"), va="bottom", fontsize=7)
+            ax.set_ylim(bottom=1.0, top=ceiling * 1.08)
+        if name == "dead":
+            from matplotlib.ticker import MaxNLocator
+            most = max(float(np.nanmax(layer_metrics(run)["dead"][:, layers])) for run in runs)
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylim(-0.3, max(most, 1.0) + 0.3)
+    handles = (run_style_handles(tags) if len(runs) > 1 else []) + layer_handles(runs[0], layers)
+    legend_outside(fig, None, handles)
+    return fig
+
+
+def plot_bias(plt, runs, tags, options=PlotOptions()):
     # Layers that route top-k in either run (outside top-k layers a run's bias stays 0).
-    layers = np.nonzero(np.logical_or.reduce([topk_mask(run) for run in runs]))[0]
-    if layers.size == 0:
+    topk = np.nonzero(np.logical_or.reduce([topk_mask(run) for run in runs]))[0]
+    layers = [l for l in topk if not options.layers or l in options.layers]
+    if not layers:
         return None
-    fig, axes = panel_grid(plt, layers.size, "Router bias per expert (top-k layers)")
-    styles = ["-", "--"]
+    fig, axes = panel_grid(plt, len(layers), "Router bias per expert (top-k layers)")
+    experts = runs[0].num_experts
     for ax, layer in zip(axes, layers):
-        for run, style in zip(runs, styles):
+        for run, style in zip(runs, STYLES):
             bias = run.data["routing/bias"][:, layer, :]
             for e in range(run.num_experts):
-                ax.plot(run.steps, bias[:, e], style, color=f"C{e % 10}", lw=1.0)
-        ax.set_title(f"layer {layer}", fontsize=9)
+                ax.plot(run.steps, bias[:, e], style, color=expert_color(e, experts), lw=1.0)
+        ax.set_title(f"layer {layer}", color=layer_color(layer, runs[0].num_layers))
         step_axis(ax, runs)
-        ax.set_ylabel("bias")
+        ax.set_ylabel("bias (added to scores)")
         ax.grid(alpha=0.3)
-    # One legend for the figure: colour = expert, line style = run (readable at any size).
     from matplotlib.lines import Line2D
-    handles = [Line2D([], [], color="0.3", ls=style, label=tag) for tag, style in zip(tags, styles)]
-    if runs[0].num_experts <= 16:
-        handles += [Line2D([], [], color=f"C{e % 10}", label=f"expert {e}")
-                    for e in range(runs[0].num_experts)]
-    axes[0].legend(handles=handles, fontsize=7, ncol=2, loc="best")
+    handles = run_style_handles(tags) if len(runs) > 1 else []
+    if experts <= 16:
+        handles += [Line2D([], [], color=expert_color(e, experts), label=f"expert {e}")
+                    for e in range(experts)]
+    legend_outside(fig, None, handles)
     return fig
 
 
-def plot_ranks(plt, runs, tags):
-    fig, (ax_load, ax_over) = plt.subplots(2, 1, figsize=(8, 7), constrained_layout=True)
-    for run, tag, style in zip(runs, tags, ["-", "--"]):
+def expert_color(expert, num_experts):
+    """Experts (and ranks: rank_color) take colours of a sequential map, never the qualitative
+    ones of the layers (layer_color), so a legend never shows one colour for both."""
+    import matplotlib
+    return matplotlib.colormaps["viridis"](0.9 * expert / max(num_experts - 1, 1))
+
+
+def rank_color(rank, num_ranks):
+    import matplotlib
+    return matplotlib.colormaps["plasma"](0.85 * rank / max(num_ranks - 1, 1))
+
+
+def plot_ranks(plt, runs, tags, options=PlotOptions()):
+    fig, (ax_load, ax_over) = plt.subplots(2, 1, figsize=(8, 6.5), layout="constrained")
+    layers = drawn_layers(runs[0], options, balance_only=True)
+    width = max(run.data["routing/rank_load"].shape[2] for run in runs)
+    from matplotlib.lines import Line2D
+    for run, tag, style in zip(runs, tags, STYLES):
         per_rank = run.data["routing/rank_load"].sum(axis=1)              # [N, W]
         for r in range(per_rank.shape[1]):
-            ax_load.plot(run.steps, per_rank[:, r], style, color=f"C{r % 10}", lw=1.0,
-                         label=f"{tag.split()[0]} rank {r}" if per_rank.shape[1] <= 16 else None)
-        plot_layer_lines(ax_over, run, rank_overload(run), style, tag,
-                         len(balance_layers(run)) <= 8)
+            ax_load.plot(run.steps, per_rank[:, r], style, color=rank_color(r, width), lw=1.0)
+        plot_layer_lines(ax_over, run, rank_overload(run), style, tag, layers)
     ax_load.set_title("Assignments received per rank (all layers)")
-    ax_load.set_ylabel("assignments")
-    kind = "top-k" if topk_mask(runs[0]).any() else "all"
-    ax_over.set_title(f"Rank overload factor, most loaded rank ({kind} layers)")
-    ax_over.set_ylabel("rank overload")
+    ax_load.set_ylabel("assignments per step")
+    ax_over.set_title(f"Rank overload, most loaded rank ({layers_word(runs[0], options)})")
+    ax_over.set_ylabel("max / mean rank load (1)")
     for ax in (ax_load, ax_over):
         step_axis(ax, runs)
-        ax.legend(fontsize=7, ncol=2)
         ax.grid(alpha=0.3)
+    handles = (run_style_handles(tags) if len(runs) > 1 else []) + layer_handles(runs[0], layers)
+    handles += mean_handles(tags, layers)
+    if width <= 16:
+        handles += [Line2D([], [], color=rank_color(r, width), label=f"rank {r}")
+                    for r in range(width)]
+    legend_outside(fig, None, handles)
     return fig
 
 
-def plot_loss(plt, runs, tags):
-    fig, ax = plt.subplots(figsize=(8, 4.5), constrained_layout=True)
-    for run, tag, style in zip(runs, tags, ["-", "--"]):
-        ax.plot(run.steps, run.data["steps/loss"], style, lw=1.5, label=f"{tag} loss")
+def plot_loss(plt, runs, tags, options=PlotOptions()):
+    fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    for i, (run, tag, style) in enumerate(zip(runs, tags, STYLES)):
+        ax.plot(run.steps, run.data["steps/loss"], style, color=f"C{i}", lw=1.5,
+                label=f"{tag} loss")
     floor = entropy_floor(runs[0])
     if floor is not None:
         ax.axhline(floor, color="gray", ls=":", label=f"entropy floor {floor:.3f}")
     ax.set_title("Training loss (LM cross-entropy)")
     step_axis(ax, runs)
     ax.set_ylabel("loss (nats/token)")
-    ax.legend()
     ax.grid(alpha=0.3)
+    legend_outside(fig, [ax])
     return fig
 
 
-def write_plots(runs, out_dir, dpi=80, save=save):
+def phase_colors(names):
+    import matplotlib
+    cmap = matplotlib.colormaps["tab20"]
+    return {name: cmap(i % 20) for i, name in enumerate(names)}
+
+
+def plot_phases(plt, runs, tags, options=PlotOptions()):
+    """Per run, the phases' time per step (mean over ranks, stacked, ms), and a bar chart of
+    each phase's mean over the steps after the first."""
+    runs_tags = [(run, tag) for run, tag in zip(runs, tags) if "perf/phase_time" in run.data]
+    if not runs_tags:
+        return None
+    names = []
+    for run, _ in runs_tags:
+        names += [p for p in run.phases if p not in names]
+    colors = phase_colors(names)
+    fig, axes = plt.subplots(1, len(runs_tags) + 1, figsize=(4.2 * (len(runs_tags) + 1) + 1.6,
+                                                              4.2), layout="constrained",
+                             squeeze=False)
+    axes = axes[0]
+    bars = []
+    for ax, (run, tag) in zip(axes, runs_tags):
+        with np.errstate(invalid="ignore"):
+            ms = 1e3 * np.nanmean(run.data["perf/phase_time"].astype(np.float64), axis=1)
+        ms = np.nan_to_num(ms)                                             # [N, phases]
+        ax.stackplot(run.steps, ms.T, colors=[colors[p] for p in run.phases],
+                     labels=list(run.phases))
+        ax.set_title(f"Phase time per step, run {tag}")
+        ax.set_ylabel("time (ms, mean over ranks)")
+        step_axis(ax, [run])
+        ax.grid(alpha=0.3)
+        later = ms[1:] if len(ms) > 1 else ms
+        bars.append(dict(zip(run.phases, later.mean(axis=0))))
+    ax = axes[-1]
+    height = 0.8 / len(bars)
+    y = np.arange(len(names))
+    for i, (values, (_, tag)) in enumerate(zip(bars, runs_tags)):
+        ax.barh(y + i * height, [values.get(p, 0.0) for p in names], height=height,
+                color=[colors[p] for p in names], hatch=None if i == 0 else "//",
+                edgecolor="white" if i == 0 else "0.3", label=f"run {tag}")
+    ax.set_yticks(y + height * (len(bars) - 1) / 2, names)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean time per step (ms), steps after the first")
+    ax.set_ylabel("phase")
+    ax.set_title("Mean phase time" + (" (hatched: run B)" if len(bars) > 1 else ""))
+    ax.grid(alpha=0.3, axis="x")
+    from matplotlib.patches import Patch
+    legend_outside(fig, None, [Patch(color=colors[p], label=p) for p in names])
+    return fig
+
+
+FIGURES = (("balance", plot_balance), ("metrics", plot_metrics), ("bias", plot_bias),
+           ("ranks", plot_ranks), ("loss", plot_loss), ("phases", plot_phases))
+
+
+def write_plots(runs, out_dir, dpi=80, save=save, options=None):
     """Writes every figure into out_dir, each saved (and closed) as soon as it is drawn, through
-    save(plt, fig, out_dir, filename, dpi); returns the paths written."""
+    save(plt, fig, out_dir, filename, dpi[, formats]); returns the paths written."""
+    options = options or PlotOptions(dpi=dpi)
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as err:
         raise StatsError(f"{out_dir}: cannot create the output folder ({err.strerror})") from None
     if len(runs) > 1:
         check_same_shape(runs[0], runs[1])
+    if options.steps:
+        runs = [select_steps(run, *options.steps) for run in runs]
+    if options.labels and len(options.labels) != len(runs):
+        raise StatsError(f"--label given {len(options.labels)} times for {len(runs)} run(s)")
     plt = pyplot()
-    tags = run_tags(runs)
+    tags = run_tags(runs, options.labels)
     paths = []
+
+    def keep(fig, name):
+        if fig is None:
+            return
+        args = (plt, fig, out_dir, f"{name}.{options.formats[0]}", options.dpi)
+        result = save(*args) if options.formats == ("png",) else save(
+            *args, formats=options.formats)
+        paths.extend([result] if isinstance(result, str) else result)
+
     for i, (run, tag) in enumerate(zip(runs, tags)):
-        fig = plot_expert_load(plt, run, tag)
-        paths.append(save(plt, fig, out_dir, f"expert_load_{'AB'[i]}.png", dpi))
-    for filename, draw in (("balance.png", plot_balance), ("bias.png", plot_bias),
-                           ("ranks.png", plot_ranks), ("loss.png", plot_loss)):
-        fig = draw(plt, runs, tags)
-        if fig is not None:   # plot_bias draws nothing without top-k layers
-            paths.append(save(plt, fig, out_dir, filename, dpi))
+        keep(plot_expert_load(plt, run, tag, options), f"expert_load_{'AB'[i]}")
+    for name, draw in FIGURES:
+        keep(draw(plt, runs, tags, options), name)
     return paths

@@ -21,7 +21,9 @@ import h5py
 import numpy as np
 
 FORMAT_NAME = "moe_rt.stats"
-FORMAT_VERSION = 1  # the newest version this script reads
+FORMAT_VERSION = 2  # the newest version this script reads (and every one before it)
+# Version 2 adds units, descriptions, dimension scales (/dims) and the typed /config group; the
+# datasets read here are the same in both.
 
 # Per-step datasets: every one has N rows first; a file without one of the first group is refused
 # (docs/hdf5-schema.md).
@@ -134,6 +136,16 @@ def decode(value):
     return value
 
 
+# Why ctypes: no public interface sets the number of metadata read attempts.
+#   - h5py (3.16 included) wraps neither H5Pset_metadata_read_attempts nor HDF5's generic
+#     H5Pset, so h5py.h5p.PropFAID has no call for it;
+#   - HDF5 reads no environment variable for it: an unset value (0) becomes 100 for a SWMR open
+#     (H5F_SWMR_METADATA_READ_ATTEMPTS), 1 otherwise.
+# So the public C function is called through ctypes on the property list h5py made (its public
+# `.id`), in the very library h5py uses: dlopen of h5py's own h5p extension module (already
+# loaded) and symbol lookup through its dependencies. tests/python/test_moe_stats_summary.py checks
+# with the installed h5py that the library found is h5py's (same version) and that a file opened
+# by open_swmr really reads with SWMR_READ_ATTEMPTS. Where the lookup fails, the open is unbounded.
 @functools.lru_cache(maxsize=None)
 def hdf5_library():
     """The HDF5 C library h5py itself calls, through ctypes: h5py's own extension module resolves
@@ -141,11 +153,13 @@ def hdf5_library():
     mistake. None where that fails (h5py built another way)."""
     try:
         lib = ctypes.CDLL(h5py.h5p.__file__)
-        for name in ("H5Pset_metadata_read_attempts", "H5Pget_metadata_read_attempts"):
+        for name in ("H5Pset_metadata_read_attempts", "H5Pget_metadata_read_attempts",
+                     "H5get_libversion"):
             getattr(lib, name).restype = ctypes.c_int
         lib.H5Pset_metadata_read_attempts.argtypes = [ctypes.c_int64, ctypes.c_uint]
         lib.H5Pget_metadata_read_attempts.argtypes = [ctypes.c_int64,
                                                       ctypes.POINTER(ctypes.c_uint)]
+        lib.H5get_libversion.argtypes = [ctypes.POINTER(ctypes.c_uint)] * 3
     except (OSError, AttributeError):
         return None
     return lib
@@ -208,14 +222,14 @@ def check_format(path, attrs):
         version = int(version)
     if not isinstance(version, int) or isinstance(version, bool):
         raise StatsError(f"{path}: no integer 'format_version' attribute "
-                         f"(this script reads version {FORMAT_VERSION})")
+                         f"(this script reads versions 1 to {FORMAT_VERSION})")
     if version > FORMAT_VERSION:
         raise StatsError(f"{path}: format_version {version} is newer than this moe_stats.py "
                          f"supports (version {FORMAT_VERSION}); use the moe_stats.py of the "
                          f"moe_rt that wrote the file")
     if version < 1:
         raise StatsError(f"{path}: unknown format_version {version} "
-                         f"(this script reads version {FORMAT_VERSION})")
+                         f"(this script reads versions 1 to {FORMAT_VERSION})")
 
 
 def check_per_step_shapes(path, f, names):

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from .metrics import collapse_ceiling, cross_layer_percentiles, layer_metrics
 from .stats_file import (entropy_floor, parse_config_text, rank_overload, routing_label,
                          topk_mask)
 from .variance import all_layer_variances, pad_rows
@@ -125,6 +126,40 @@ def summary_layer_rows(run):
     return pad_rows(rows, aligns)
 
 
+def summary_distribution_rows(run, metrics=None):
+    """The expert-load distribution of each layer at the last step (metrics.py): the tokens per
+    expert (min, p25, median, p75, max, std, CV), dead experts (now; steps with any, over the
+    run), diversity exp(H)/E, the balance loss and the bias spread."""
+    m = metrics or layer_metrics(run)
+    rows = [["layer", "min", "p25", "p50", "p75", "max", "std", "cv", "dead", "dead steps",
+             "diversity", "balance loss", "bias spread"]]
+    for layer in range(run.num_layers):
+        last = {name: values[-1, layer] for name, values in m.items()}
+        dead_steps = int((m["dead"][:, layer] > 0).sum())
+        bal = last["balance_loss"]
+        rows.append([str(layer)] + [f"{last[k]:.0f}" if float(last[k]).is_integer()
+                                    else f"{last[k]:.1f}"
+                                    for k in ("min", "p25", "p50", "p75", "max")]
+                    + [f"{last['std']:.1f}", f"{last['cv']:.3f}", f"{int(last['dead'])}",
+                       f"{dead_steps}", f"{last['diversity']:.3f}",
+                       "-" if bal != bal else f"{bal:.3e}", f"{last['bias_spread']:.4f}"])
+    aligns = [["<"] + [">"] * (len(rows[0]) - 1)] + [[">"] * len(rows[0])] * run.num_layers
+    return pad_rows(rows, aligns)
+
+
+def summary_cross_layer_line(run, metrics):
+    """Percentiles over the top-k layers (all layers without any) of the last step's max
+    violation and CV, as Megatron-LM issue #2398 asks."""
+    mask = topk_mask(run)
+    layers = np.nonzero(mask)[0] if mask.any() else np.arange(run.num_layers)
+    parts = []
+    for name in ("violation", "cv"):
+        q = cross_layer_percentiles(metrics[name][-1], layers)
+        parts.append(f"{name} " + ", ".join(f"p{k} {v:.3f}" for k, v in q.items()))
+    kind = "top-k" if mask.any() else "all"
+    return f"across {kind} layers at the last step: " + "; ".join(parts)
+
+
 def render_summary(run):
     pairs = summary_config_lines(run) + summary_segment_lines(run) + summary_progress_lines(run)
     width = max(len(key) for key, _ in pairs)
@@ -132,4 +167,14 @@ def render_summary(run):
     lines += ["", "per-layer balance (variance of the expert load; violation (max - mean)/mean; "
                   "rank overload as stored)"]
     lines += ["  ".join(r).rstrip() for r in summary_layer_rows(run)]
+    metrics = layer_metrics(run)
+    ceiling = collapse_ceiling(run)
+    mean = run.data["routing/expert_load"][-1].astype(np.float64).mean(axis=1)
+    lines += ["", f"expert load at the last step (step {int(run.steps[-1])}; assignments per "
+                  f"expert, mean {mean.mean():g}"
+                  + (f", collapse at max = E/K x mean = {ceiling * mean.mean():g}"
+                     if ceiling else "") + "; dead: experts with no assignment; diversity "
+                  "exp(H)/E, 1 = even)"]
+    lines += ["  ".join(r).rstrip() for r in summary_distribution_rows(run, metrics)]
+    lines += [summary_cross_layer_line(run, metrics)]
     return "\n".join(lines) + "\n"

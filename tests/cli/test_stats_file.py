@@ -45,7 +45,7 @@ def test_contents_match_what_the_run_printed_and_counted(run_moe, tmp_path):
     assert str(path) in proc.stdout
     with open_stats(path) as f:
         a = f.attrs
-        assert a["format"] == "moe_rt.stats" and a["format_version"] == 1
+        assert a["format"] == "moe_rt.stats" and a["format_version"] == 2
         assert a["world_size"] == 2 and a["model"] == "micro"
         L, E, K = int(a["num_layers"]), int(a["num_experts"]), int(a["top_k"])
         T = 2 * int(a["batch_per_rank"]) * int(a["seq_len"])

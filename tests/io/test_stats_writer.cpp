@@ -45,7 +45,7 @@ TEST(StatsWriter, RoundTripsEveryDatasetAndAttribute) {
   const H5Id file = open_file(path, false);  // closed cleanly: plain read-only works
   const hid_t f = file.get();
   EXPECT_EQ(read_string_attr(f, "format"), "moe_rt.stats");
-  EXPECT_EQ(read_attr<int32_t>(f, "format_version"), 1);
+  EXPECT_EQ(read_attr<int32_t>(f, "format_version"), 2);
   const std::pair<const char*, std::string> texts[] = {{"program_version", h.program_version},
                                                        {"model", h.model},
                                                        {"config", h.config_text},

@@ -1,6 +1,7 @@
 """Small moe_rt statistics files (format "moe_rt.stats", version 1) for the tests of
 scripts/moe_stats.py and the worked example of docs/analysis.md, following docs/hdf5-schema.md
-exactly.
+(version 1: without the units, named axes and /config of version 2, so the tools are tested on
+both, real runs giving version 2).
 
 Two runs of one tiny model, steps 0..20: L=6 layers (2 hash, then 4 top-k), E=4 experts, K=2,
 W=2 ranks (EP group 2: rank 0 owns experts 0-1, rank 1 owns 2-3), B=2 sequences of S=16 tokens
@@ -18,8 +19,10 @@ DIR/run_b.h5; `python3 stats_fixture.py swmr-writer PATH ROWS` keeps a file open
 (used to test reading a file that is being written); `python3 stats_fixture.py killed-writer PATH
 ROWS` writes the same in SWMR mode and kills itself (SIGKILL) with the file still open.
 """
+import fcntl
 import os
 import signal
+import struct
 import sys
 
 import h5py
@@ -147,6 +150,36 @@ def build_run(variant):
     return {"attrs": attrs, "strings": strings, "datasets": datasets, "hash_table": hash_table}
 
 
+TRACE_EVERY = 5
+
+
+def build_traces(run, steps=None):
+    """/trace datasets of `run` (from build_run) at every TRACE_EVERY-th step: T = TOKENS tokens
+    drawn from a skewed distribution (a few frequent ids), hash layers routed by the hash table,
+    top-k layer l sending token v to experts (v + l + shift) % E and the next one, where
+    shift = 1 from step 10 on: every token id's top-k set changes once, between steps 5 and 10."""
+    steps = np.arange(0, NUM_STEPS, TRACE_EVERY) if steps is None else np.asarray(steps)
+    rng = np.random.default_rng(11)
+    weights = 1.0 / np.arange(1, VOCAB + 1) ** 1.2
+    token_id = np.stack([rng.choice(VOCAB, size=TOKENS, p=weights / weights.sum())
+                         for _ in steps]).astype(np.int32)                     # [M, T]
+    experts = np.zeros((len(steps), NUM_LAYERS, TOKENS, TOP_K), dtype=np.int32)
+    for m, step in enumerate(steps):
+        for layer in range(NUM_LAYERS):
+            if layer < NUM_HASH:
+                experts[m, layer] = run["hash_table"][layer][token_id[m]]
+            else:
+                first = (token_id[m] + layer + (step >= 10)) % NUM_EXPERTS
+                experts[m, layer] = np.stack([first, (first + 1) % NUM_EXPERTS], axis=1)
+    g = np.arange(TOKENS)
+    return {"trace/step": steps.astype(np.int64), "trace/token_id": token_id,
+            "trace/position": np.tile(g % SEQ_LEN, (len(steps), 1)).astype(np.int32),
+            "trace/rank": np.tile(g // (BATCH_PER_RANK * SEQ_LEN),
+                                  (len(steps), 1)).astype(np.int32),
+            "trace/experts": experts,
+            "trace/weights": np.full(experts.shape, 1.0 / TOP_K, dtype=np.float32)}
+
+
 def rows_of(run, start, stop):
     """`run` (from build_run) cut to its rows [start, stop) (its steps start .. stop - 1)."""
     return {**run, "datasets": {name: data[start:stop] for name, data in run["datasets"].items()}}
@@ -207,10 +240,11 @@ def write_row_dataset(f, name, data, rows):
 
 
 def write_stats(path, run, *, libver=LIBVER, bytes_strings=False, rows=None, lengths=None,
-                drop=(), attrs=None):
+                drop=(), attrs=None, traces=None):
     """Writes `run` (from build_run) to path. rows: rows of every per-step dataset (default all);
     lengths: {dataset: rows} for individual datasets (a writer caught mid-step); drop: datasets
-    or attributes to leave out; attrs: attribute overrides."""
+    or attributes to leave out; attrs: attribute overrides; traces: /trace datasets (from
+    build_traces) to write."""
     rows = len(run["datasets"]["steps/step"]) if rows is None else rows
     lengths = lengths or {}
     with h5py.File(path, "w", libver=libver) as f:
@@ -223,6 +257,8 @@ def write_stats(path, run, *, libver=LIBVER, bytes_strings=False, rows=None, len
         for name, data in run["datasets"].items():
             if name not in drop:
                 write_row_dataset(f, name, data, lengths.get(name, rows))
+        for name, data in (traces or {}).items():
+            write_row_dataset(f, name, data, len(data))
     return path
 
 
@@ -233,12 +269,23 @@ def write_example(folder):
     return a, b
 
 
+def ofd_lock(path):
+    """A descriptor of `path` holding an open-file-description write lock on the whole file, as
+    moe_rt's writer holds on its statistics file (io/file_lock.hpp)."""
+    fd = os.open(path, os.O_RDWR)
+    fcntl.fcntl(fd, getattr(fcntl, "F_OFD_SETLK", 37),
+                struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+    return fd
+
+
 def swmr_writer(path, rows, kill=False):
     """Appends `rows` complete rows in SWMR mode, then one row of /steps/* only, then waits for
-    a line on stdin before closing: a reader meanwhile must see exactly `rows` steps. kill: the
-    process kills itself (SIGKILL) instead, leaving the file flagged as open for SWMR writing."""
+    a line on stdin before closing: a reader meanwhile must see exactly `rows` steps. Holds the
+    file's lock like moe_rt's writer. kill: the process kills itself (SIGKILL) instead, leaving
+    the file flagged as open for SWMR writing, and no lock."""
     run = build_run("A")
     with h5py.File(path, "w", libver=LIBVER) as f:
+        lock = ofd_lock(path)
         for key, value in run["attrs"].items():
             f.attrs[key] = value
         for name, values in run["strings"].items():
@@ -256,6 +303,7 @@ def swmr_writer(path, rows, kill=False):
             os.kill(os.getpid(), signal.SIGKILL)
         print("ready", flush=True)
         sys.stdin.readline()
+    os.close(lock)
 
 
 if __name__ == "__main__":

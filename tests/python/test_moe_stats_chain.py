@@ -197,7 +197,7 @@ def test_variance_and_plot_of_a_chain(tmp_path, whole, cli):
     assert code == 0 and err == "" and out.splitlines()[-1].endswith("0.00%")
     code, out, err = cli("plot", newest, whole, "--out", tmp_path / "figures")
     assert code == 0, err
-    assert len(out.split()) == 6
+    assert len(out.split()) == 8
 
 
 def test_stored_variance_warning_names_the_file_of_the_row(tmp_path, cli):

@@ -30,7 +30,7 @@ def other_format(path):
 
 
 def newer_version(path):
-    return sf.write_stats(path, sf.build_run("A"), attrs={"format_version": 2})
+    return sf.write_stats(path, sf.build_run("A"), attrs={"format_version": 3})
 
 
 def empty(path):
@@ -95,7 +95,7 @@ CASES = {
     "no_format": (no_format, ["not a moe_rt statistics file", "no 'format' attribute"]),
     "plain_hdf5": (plain_hdf5, ["not a moe_rt statistics file"]),
     "other_format": (other_format, ["not a moe_rt statistics file", "maxtext.metrics"]),
-    "newer_version": (newer_version, ["format_version 2", "supports (version 1)"]),
+    "newer_version": (newer_version, ["format_version 3", "supports (version 2)"]),
     "empty": (empty, ["empty statistics file", "no complete steps"]),
     "missing_dataset": (missing_dataset, ["/routing/expert_load"]),
     "truncated": (truncated, ["truncated file"]),
@@ -143,12 +143,12 @@ def test_bad_file_is_one_clear_line_and_exit_2(cli, run_a, tmp_path, case, comma
 
 
 def test_exit_code_of_the_program(tmp_path):
-    bad = newer_version(str(tmp_path / "v2.h5"))
+    bad = newer_version(str(tmp_path / "v3.h5"))
     proc = subprocess.run([sys.executable, moe_stats.__file__, "summary", bad],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().count("\n") == 0
-    assert bad in proc.stderr and "version 1" in proc.stderr and "format_version 2" in proc.stderr
+    assert bad in proc.stderr and "version 2" in proc.stderr and "format_version 3" in proc.stderr
 
 
 def test_usage_errors_exit_2(cli):

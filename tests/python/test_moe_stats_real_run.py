@@ -53,3 +53,28 @@ def test_summary_and_variance_of_a_real_run(cli, real_run):
     code, out, err = cli("variance", real_run, real_run, "--steps", "0,2")
     assert code == 0, err
     assert out.splitlines()[-1].split()[-1] == "0.00%"   # a run against itself
+
+
+def test_the_file_describes_itself_to_h5py(real_run):
+    """Format version 2: units and a description on every dataset, named axes (dimension scales),
+    the step axis's scale as long as the rows, the configuration as typed attributes."""
+    with h5py.File(real_run, "r") as f:
+        assert f.attrs["format_version"] == 2
+        datasets = []
+        f.visititems(lambda name, obj: datasets.append(name)
+                     if isinstance(obj, h5py.Dataset) else None)
+        for name in datasets:
+            assert f[name].attrs["units"] and f[name].attrs["description"], name
+        load = f["routing/expert_load"]
+        assert [dim.label for dim in load.dims] == ["step", "layer", "expert"]
+        step_scale = load.dims[0][0]
+        assert step_scale.name == "/steps/step" and step_scale.shape[0] == load.shape[0]
+        assert list(load.dims[2][0][:]) == list(range(load.shape[2]))
+        phases = f["perf/phase_time"].dims[2][0]
+        assert phases.name == "/perf/phases" and "router" in list(phases.asstr()[:])
+        assert [dim.label for dim in f["routing/rank_load"].dims] == ["step", "layer", "rank"]
+        config = f["config"].attrs
+        assert config["model"] == "micro" and config["steps"] == 3
+        assert isinstance(config["steps"], np.int64) and isinstance(config["lr"], np.float64)
+        assert isinstance(config["overwrite"], np.bool_)
+        assert config["lr"] == pytest.approx(0.003)

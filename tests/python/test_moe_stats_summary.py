@@ -139,13 +139,33 @@ def test_damaged_file_of_a_killed_writer_is_an_error_not_a_hang(tmp_path):
     assert proc.stderr.count("\n") == 1 and "truncated or damaged" in proc.stderr, proc.stderr
 
 
-def test_swmr_reads_bound_the_metadata_read_attempts():
+def test_swmr_reads_bound_the_metadata_read_attempts(tmp_path):
+    # No public interface sets the bound (stats_file.py says why), so the ctypes route is checked
+    # against the installed h5py: the library reached is h5py's own, and a file opened by
+    # open_swmr really reads with the bound, as HDF5 itself reports it.
+    assert not hasattr(h5py.h5p.PropFAID, "set_metadata_read_attempts"), \
+        "h5py now has a public call for the bound: use it instead of ctypes"
+    lib = moe_stats.hdf5_library()
+    assert lib is not None, "h5py's HDF5 library was not reachable through ctypes"
+    version = [ctypes.c_uint(0) for _ in range(3)]
+    assert lib.H5get_libversion(*[ctypes.byref(v) for v in version]) >= 0
+    assert tuple(v.value for v in version) == h5py.version.hdf5_version_tuple[:3]
     fapl = moe_stats.swmr_fapl()
-    assert fapl is not None, "h5py's HDF5 library was not reachable through ctypes"
     attempts = ctypes.c_uint(0)
-    assert moe_stats.hdf5_library().H5Pget_metadata_read_attempts(
-        fapl.id, ctypes.byref(attempts)) >= 0
+    assert lib.H5Pget_metadata_read_attempts(fapl.id, ctypes.byref(attempts)) >= 0
     assert attempts.value == moe_stats.SWMR_READ_ATTEMPTS == 20
+    path = str(tmp_path / "live.h5")
+    writer = subprocess.Popen([sys.executable, sf.__file__, "swmr-writer", path, "2"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        with moe_stats.open_swmr(path) as f:
+            used = f.id.get_access_plist()
+            attempts = ctypes.c_uint(0)
+            assert lib.H5Pget_metadata_read_attempts(used.id, ctypes.byref(attempts)) >= 0
+            assert attempts.value == 20
+    finally:
+        writer.communicate("done\n", timeout=30)
 
 
 def test_script_runs_as_a_program(run_a):

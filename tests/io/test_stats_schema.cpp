@@ -1,0 +1,108 @@
+// The statistics file describes itself (format version 2, io/stats_schema.hpp): every dataset has
+// "units" and "description", every axis a label, the step, layer, expert, rank, phase, slot,
+// token and traced-step axes their dimension scale, in the live file (SWMR) and after close()
+// compacted it; the configuration is also a group of typed attributes.
+#include <gtest/gtest.h>
+#include <hdf5_hl.h>
+
+#include <string>
+#include <vector>
+
+#include "io/stats_writer.hpp"
+#include "stats_test_util.hpp"
+#include "test_tempdir.hpp"
+
+namespace moe {
+namespace {
+
+using namespace stats_test;
+using testing_util::TempDir;
+
+// (dataset, axis, scale) of every attachment the writer makes.
+struct Attachment {
+  const char* dataset;
+  unsigned axis;
+  const char* scale;
+};
+const Attachment kAttachments[] = {
+    {"/steps/loss", 0, "/steps/step"},         {"/steps/step_time_s", 0, "/steps/step"},
+    {"/routing/expert_load", 0, "/steps/step"}, {"/routing/expert_load", 1, "/dims/layer"},
+    {"/routing/expert_load", 2, "/dims/expert"}, {"/routing/rank_load", 2, "/dims/rank"},
+    {"/routing/bias", 2, "/dims/expert"},      {"/routing/load_cv", 1, "/dims/layer"},
+    {"/perf/phase_time", 1, "/dims/rank"},     {"/perf/phase_time", 2, "/perf/phases"},
+    {"/layers/routing", 0, "/dims/layer"},     {"/layers/hash_table", 2, "/dims/slot"},
+    {"/trace/experts", 0, "/trace/step"},      {"/trace/experts", 2, "/dims/token"},
+    {"/trace/experts", 3, "/dims/slot"},       {"/trace/token_id", 1, "/dims/token"},
+};
+
+H5Id open_dset(hid_t f, const char* path) {
+  return H5Id(MOE_H5_CHECK(H5Dopen2(f, path, H5P_DEFAULT)), H5Dclose);
+}
+
+herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* out) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+
+// The live file is open in this process, by the writer with HDF5's file locking off: a second
+// open here must say the same (it then shares the writer's open file, caches included, which is
+// enough to check what the writer created before SWMR mode).
+H5Id open_here(const std::string& path, bool live) {
+  if (!live) return open_file(path, false);
+  H5Id fapl(MOE_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  MOE_H5_CHECK(H5Pset_file_locking(fapl.get(), 0, 1));
+  return H5Id(MOE_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get())),
+              H5Fclose);
+}
+
+void expect_described(const std::string& path, bool live) {
+  SCOPED_TRACE(live ? "live file" : "compacted file");
+  const H5Id file = open_here(path, live);
+  const hid_t f = file.get();
+  EXPECT_EQ(read_attr<int32_t>(f, "format_version"), 2);
+  std::vector<std::string> datasets;
+  MOE_H5_CHECK(H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &datasets,
+                         H5O_INFO_BASIC));
+  EXPECT_EQ(datasets.size(), 30u);  // 16 per-step, 3 fixed, 5 axes, 6 trace
+  for (const std::string& name : datasets) {
+    const H5Id d = open_dset(f, name.c_str());
+    EXPECT_FALSE(read_string_attr(d.get(), "units").empty()) << name;
+    EXPECT_FALSE(read_string_attr(d.get(), "description").empty()) << name;
+  }
+  for (const Attachment& a : kAttachments) {
+    const H5Id d = open_dset(f, a.dataset);
+    const H5Id s = open_dset(f, a.scale);
+    EXPECT_EQ(MOE_H5_CHECK(H5DSis_attached(d.get(), s.get(), a.axis)), 1)
+        << a.dataset << " axis " << a.axis << " -> " << a.scale;
+  }
+  const H5Id load = open_dset(f, "/routing/expert_load");
+  char label[16] = {0};
+  const char* expected[] = {"step", "layer", "expert"};
+  for (unsigned axis = 0; axis < 3; ++axis) {
+    MOE_H5_CHECK(H5DSget_label(load.get(), axis, label, sizeof label));
+    EXPECT_STREQ(label, expected[axis]);
+  }
+  // The step axis's scale is the step column: as long as the rows.
+  EXPECT_EQ(dataset_dims(open_dset(f, "/steps/step").get())[0], dataset_dims(load.get())[0]);
+  EXPECT_EQ(read_rows<int32_t>(f, "/dims/expert", kE, {}, true),
+            (std::vector<int32_t>{0, 1, 2, 3}));
+  // The configuration text, typed.
+  const H5Id config(MOE_H5_CHECK(H5Gopen2(f, "/config", H5P_DEFAULT)), H5Gclose);
+  EXPECT_EQ(read_string_attr(config.get(), "model"), "deepseek4-tiny");
+  EXPECT_EQ(read_attr<int64_t>(config.get(), "layers"), 3);
+}
+
+TEST(StatsSchema, EveryDatasetIsDescribedAndItsAxesNamedLiveAndAfterCompaction) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  StatsWriter w(path, false, test_header());
+  w.publish();
+  write_rows(w, 0, 3);
+  w.append_trace(TraceData(0).row());
+  expect_described(path, /*swmr=*/true);
+  w.close();
+  expect_described(path, /*swmr=*/false);
+}
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,68 @@
+"""`moe_stats.py tensorboard`: event files written with the tensorboard package's writer, read
+back with its EventAccumulator."""
+import glob
+import os
+
+import numpy as np
+import pytest
+
+import moe_stats
+import stats_fixture as sf
+
+pytest.importorskip("tensorboard")
+from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
+
+
+def accumulate(folder):
+    acc = event_accumulator.EventAccumulator(
+        folder, size_guidance={event_accumulator.SCALARS: 0, event_accumulator.HISTOGRAMS: 0})
+    acc.Reload()
+    return acc
+
+
+def test_events_read_back(cli, run_b, tmp_path):
+    code, out, err = cli("tensorboard", run_b, tmp_path / "logs")
+    assert code == 0, err
+    folder = tmp_path / "logs" / "run_b"
+    assert out.strip().startswith(str(folder / "events.out.tfevents."))
+    acc = accumulate(str(folder))
+    tags = acc.Tags()
+    run = moe_stats.load_run(run_b)
+    scalars = set(tags["scalars"])
+    for tag in ("loss/train", "loss/balance", "optim/lr", "optim/grad_norm",
+                "throughput/tokens_per_s", "throughput/step_time_s",
+                "phase_time_ms/attention", "ranks/rank01/assignments"):
+        assert tag in scalars, tag
+    for layer in range(sf.NUM_LAYERS):
+        for name in ("violation", "variance", "cv", "entropy", "balance_loss", "bias_norm",
+                     "rank_overload", "dead", "diversity"):
+            assert f"balance/layer{layer:02d}/{name}" in scalars
+    loss = acc.Scalars("loss/train")
+    assert [e.step for e in loss] == list(range(sf.NUM_STEPS))
+    assert [e.value for e in loss] == pytest.approx(run.data["steps/loss"].tolist(), rel=1e-6)
+    viol = acc.Scalars("balance/layer02/violation")
+    assert [e.value for e in viol] == pytest.approx(run.data["routing/max_violation"][:, 2],
+                                                    rel=1e-6)
+    # Wall times follow the step times from the file's creation time.
+    times = [e.wall_time for e in loss]
+    assert np.all(np.diff(times) > 0)
+    assert times[0] == pytest.approx(1767225600 + run.data["steps/step_time_s"][0])
+    phase = acc.Scalars("phase_time_ms/router")
+    assert phase[3].value == pytest.approx(
+        1e3 * run.data["perf/phase_time"][3, :, 1].mean(), rel=1e-6)
+    assert set(tags["histograms"]) == {f"expert_load/layer{l:02d}" for l in range(sf.NUM_LAYERS)}
+    hist = acc.Histograms("expert_load/layer00")
+    assert len(hist) == sf.NUM_STEPS
+    h = hist[20].histogram_value
+    load = run.data["routing/expert_load"][20, 0]
+    assert (h.num, h.min, h.max, h.sum) == (sf.NUM_EXPERTS, load.min(), load.max(), load.sum())
+    assert sum(h.bucket) == sf.NUM_EXPERTS
+
+
+def test_a_second_export_is_refused_unless_overwrite(cli, run_a, tmp_path):
+    assert cli("tensorboard", run_a, tmp_path, "--label", "A")[0] == 0
+    code, out, err = cli("tensorboard", run_a, tmp_path, "--label", "A")
+    assert code == 2 and "--overwrite" in err
+    code, out, err = cli("tensorboard", run_a, tmp_path, "--label", "A", "--overwrite")
+    assert code == 0, err
+    assert len(glob.glob(os.path.join(tmp_path, "A", "events.out.tfevents.*"))) == 1
