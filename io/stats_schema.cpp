@@ -185,7 +185,28 @@ void stats_reattach_scales(hid_t file) {
   attach_scales(file);
 }
 
-void stats_write_config_attributes(hid_t file, const std::string& config_text) {
+void stats_write_config_attributes(hid_t file, const std::vector<StatsConfigValue>& values,
+                                   const std::string& config_text) {
+  std::vector<StatsConfigValue> typed = values;
+  if (typed.empty()) {
+    std::istringstream lines(config_text);
+    std::string line;
+    while (std::getline(lines, line)) {
+      line = trimmed(line);
+      const size_t eq = line.find('=');
+      if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
+      StatsConfigValue v{trimmed(line.substr(0, eq)), trimmed(line.substr(eq + 1)), 's'};
+      int64_t as_int = 0;
+      double as_double = 0;
+      switch (value_kind(v.text, as_int, as_double)) {
+        case ValueKind::kBool: v.kind = 'b'; break;
+        case ValueKind::kInt: v.kind = 'i'; break;
+        case ValueKind::kFloat: v.kind = 'f'; break;
+        case ValueKind::kString: break;
+      }
+      typed.push_back(std::move(v));
+    }
+  }
   const H5Id gcpl = h5_untimed_plist(H5P_GROUP_CREATE);
   const H5Id group(MOE_H5_CHECK(H5Gcreate2(file, "/config", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT)),
                    H5Gclose);
@@ -194,33 +215,36 @@ void stats_write_config_attributes(hid_t file, const std::string& config_text) {
   const int8_t no = 0, yes = 1;
   MOE_H5_CHECK(H5Tenum_insert(bool_type.get(), "FALSE", &no));
   MOE_H5_CHECK(H5Tenum_insert(bool_type.get(), "TRUE", &yes));
-  std::istringstream lines(config_text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    line = trimmed(line);
-    const size_t eq = line.find('=');
-    if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
-    const std::string key = trimmed(line.substr(0, eq));
-    const std::string value = trimmed(line.substr(eq + 1));
-    if (key.empty() || MOE_H5_CHECK(H5Aexists(group.get(), key.c_str())) > 0) continue;
-    int64_t as_int = 0;
-    double as_double = 0;
-    switch (value_kind(value, as_int, as_double)) {
-      case ValueKind::kBool: {
-        const int8_t b = value == "true" ? yes : no;
-        h5_write_attr(group.get(), key.c_str(), bool_type.get(), bool_type.get(), &b);
-        break;
+  for (const StatsConfigValue& v : typed) {
+    const char* key = v.name.c_str();
+    if (v.name.empty() || MOE_H5_CHECK(H5Aexists(group.get(), key)) > 0) continue;
+    // A value that does not read as its kind is kept as text rather than lost.
+    const char* begin = v.text.c_str();
+    char* end = nullptr;
+    errno = 0;
+    bool written = false;
+    if (v.kind == 'b' && (v.text == "true" || v.text == "false")) {
+      const int8_t b = v.text == "true" ? yes : no;
+      h5_write_attr(group.get(), key, bool_type.get(), bool_type.get(), &b);
+      written = true;
+    } else if (v.kind == 'i') {
+      const int64_t x = std::strtoll(begin, &end, 10);
+      if ((written = errno == 0 && end == begin + v.text.size() && !v.text.empty())) {
+        h5_write_attr(group.get(), key, H5T_STD_I64LE, H5T_NATIVE_INT64, &x);
       }
-      case ValueKind::kInt:
-        h5_write_attr(group.get(), key.c_str(), H5T_STD_I64LE, H5T_NATIVE_INT64, &as_int);
-        break;
-      case ValueKind::kFloat:
-        h5_write_attr(group.get(), key.c_str(), H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &as_double);
-        break;
-      case ValueKind::kString:
-        h5_write_string_attr(group.get(), key.c_str(), value);
-        break;
+    } else if (v.kind == 'u') {
+      const uint64_t x = std::strtoull(begin, &end, 10);
+      if ((written = errno == 0 && end == begin + v.text.size() && !v.text.empty() &&
+                     v.text[0] != '-')) {
+        h5_write_attr(group.get(), key, H5T_STD_U64LE, H5T_NATIVE_UINT64, &x);
+      }
+    } else if (v.kind == 'f') {
+      const double x = std::strtod(begin, &end);
+      if ((written = errno == 0 && end == begin + v.text.size() && !v.text.empty())) {
+        h5_write_attr(group.get(), key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &x);
+      }
     }
+    if (!written) h5_write_string_attr(group.get(), key, v.text);
   }
 }
 

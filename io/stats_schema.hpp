@@ -12,6 +12,9 @@
 #include <hdf5.h>
 
 #include <string>
+#include <vector>
+
+#include "io/stats_writer.hpp"
 
 namespace moe {
 
@@ -32,9 +35,11 @@ void stats_describe(hid_t file, const StatsAxes& axes);
 // deleted and made again. Labels, units and descriptions copy as they are.
 void stats_reattach_scales(hid_t file);
 
-// The group /config: one attribute per `key = value` line of the configuration text (comments
-// skipped), typed by the value's form: "true"/"false" an 8-bit enum FALSE/TRUE (h5py reads
-// numpy.bool_), a whole number int64, another finite number float64, anything else a string.
-void stats_write_config_attributes(hid_t file, const std::string& config_text);
+// The group /config: one attribute per option, of its type (StatsConfigValue::kind): a bool an
+// 8-bit enum FALSE/TRUE (h5py reads numpy.bool_), int64, uint64, float64 or a string. Without
+// `values`, one per `key = value` line of `config_text` (comments skipped), typed by the value's
+// form: "true"/"false" a bool, a whole number int64, another finite number float64, else a string.
+void stats_write_config_attributes(hid_t file, const std::vector<StatsConfigValue>& values,
+                                   const std::string& config_text);
 
 }  // namespace moe

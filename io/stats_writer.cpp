@@ -289,7 +289,7 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
     add(m.trace, "/trace/weights", f32, n_f32, {m.L, m.T, m.K});
     add(m.trace, "/trace/step", i64, n_i64, {}, &no_step);
   }
-  stats_write_config_attributes(f, h.config_text);
+  stats_write_config_attributes(f, h.config_values, h.config_text);
   stats_describe(f, StatsAxes{m.L, m.E, m.W, m.K, m.T});
   // From here on no object or attribute can be created; readers may open with SWMR.
   MOE_H5_CHECK(H5Fstart_swmr_write(f));

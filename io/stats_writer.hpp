@@ -31,11 +31,20 @@ class StatsPathError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// One configuration option as the typed attribute /config/<name>: `text` is its value as written
+// (unquoted); `kind` says its type: 'b' bool, 'i' int64, 'u' uint64, 'f' float64, 's' string.
+struct StatsConfigValue {
+  std::string name;
+  std::string text;
+  char kind = 's';
+};
+
 // Everything known before the first step; becomes root attributes and the /layers, /perf/phases
 // datasets. Invalid sizes throw std::invalid_argument naming the field.
 struct StatsHeader {
   std::string model;             // preset name
   std::string config_text;       // full resolved configuration, as --print-config prints it
+  std::vector<StatsConfigValue> config_values;  // typed /config; empty: typed by their form
   std::string program_version;   // e.g. "moe_rt 0.1.0"
   std::string data_description;  // TokenSource::describe()
   std::string created;           // ISO-8601 local time with offset, see stats_now_iso8601()

@@ -2,6 +2,7 @@
 // option_values.hpp by the type of the RunConfig field it names.
 #include "runtime/option_table.hpp"
 
+#include <cstdint>
 #include <type_traits>
 
 #include "runtime/option_values.hpp"
@@ -13,13 +14,19 @@ namespace {
 template <class Access>
 OptionField field(const char* name, const char* value_name, const char* help, Access access) {
   RunConfig probe;
-  const bool is_flag = std::is_same_v<std::decay_t<decltype(access(probe))>, bool>;
+  using Value = std::decay_t<decltype(access(probe))>;
+  const bool is_flag = std::is_same_v<Value, bool>;
+  const char kind = is_flag                             ? 'b'
+                    : std::is_same_v<Value, uint64_t>   ? 'u'
+                    : std::is_integral_v<Value>         ? 'i'
+                    : std::is_floating_point_v<Value>   ? 'f'
+                                                        : 's';
   return {name, value_name, help,
           [access](const RunConfig& c) { return option_value_to_text(access(c)); },
           [access, name](RunConfig& c, const std::string& text) {
             option_value_from_text(std::string("--") + name, text, access(c));
           },
-          is_flag};
+          is_flag, kind};
 }
 
 }  // namespace

@@ -365,7 +365,7 @@ std::string run_config_to_text(const RunConfig& cfg) {
 
 std::vector<RunConfigValue> run_config_values(const RunConfig& cfg) {
   std::vector<RunConfigValue> values;
-  for (const OptionField& f : option_fields()) values.push_back({f.name, f.get(cfg)});
+  for (const OptionField& f : option_fields()) values.push_back({f.name, f.get(cfg), f.kind});
   return values;
 }
 

@@ -96,6 +96,7 @@ std::string run_config_to_text(const RunConfig& cfg);
 struct RunConfigValue {
   std::string name;
   std::string text;
+  char kind = 's';  // 'b' bool, 'i' int, 'u' unsigned 64-bit, 'f' real, 's' text
 };
 // Every configuration option, in --help order.
 std::vector<RunConfigValue> run_config_values(const RunConfig& cfg);

@@ -69,6 +69,9 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   RunConfig resolved = cfg;
   resolved.stats_path = path_;
   h.config_text = run_config_to_text(resolved);
+  for (const RunConfigValue& v : run_config_values(resolved)) {
+    h.config_values.push_back({v.name, v.text, v.kind});
+  }
   h.program_version = std::string("moe_rt ") + MOE_RT_VERSION;
   h.data_description = data_description;
   h.created = stats_now_iso8601();

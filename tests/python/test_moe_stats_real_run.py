@@ -78,3 +78,6 @@ def test_the_file_describes_itself_to_h5py(real_run):
         assert isinstance(config["steps"], np.int64) and isinstance(config["lr"], np.float64)
         assert isinstance(config["overwrite"], np.bool_)
         assert config["lr"] == pytest.approx(0.003)
+        # Typed by the option, not by how the value reads: a real whose value is whole stays real.
+        assert isinstance(config["grad-clip"], np.float64) and config["grad-clip"] == 1.0
+        assert isinstance(config["seed"], np.uint64)
