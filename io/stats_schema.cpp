@@ -67,6 +67,10 @@ constexpr DatasetInfo kDatasets[] = {
      {"traced_step", "layer", "token", "slot"}},
     {"/trace/weights", "1", "combine weights of the chosen experts",
      {"traced_step", "layer", "token", "slot"}},
+    {"/trace/experts_unbiased", "expert id",
+     "experts the scores without the routing bias would choose (the chosen ones where no bias "
+     "applies: hash and forced layers)",
+     {"traced_step", "layer", "token", "slot"}},
 };
 
 // Axis label -> the dataset that is its dimension scale (labels without one: none).

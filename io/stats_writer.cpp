@@ -287,6 +287,7 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
     }
     add(m.trace, "/trace/experts", i32, n_i32, {m.L, m.T, m.K});
     add(m.trace, "/trace/weights", f32, n_f32, {m.L, m.T, m.K});
+    add(m.trace, "/trace/experts_unbiased", i32, n_i32, {m.L, m.T, m.K});
     add(m.trace, "/trace/step", i64, n_i64, {}, &no_step);
   }
   stats_write_config_attributes(f, h.config_values, h.config_text);
@@ -340,9 +341,10 @@ void StatsWriter::append_trace(const TraceRow& r) {
   require_size(call, "rank", r.rank, m.T, "T");
   require_size(call, "experts", r.experts, m.L * m.T * m.K, "L*T*K");
   require_size(call, "weights", r.weights, m.L * m.T * m.K, "L*T*K");
+  require_size(call, "experts_unbiased", r.experts_unbiased, m.L * m.T * m.K, "L*T*K");
   impl_->append_row(impl_->trace,
                     {r.token_id.data(), r.position.data(), r.rank.data(), r.experts.data(),
-                     r.weights.data(), &r.step},
+                     r.weights.data(), r.experts_unbiased.data(), &r.step},
                     impl_->traces_done);
 }
 

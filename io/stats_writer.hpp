@@ -93,6 +93,9 @@ struct TraceRow {
   std::span<const int32_t> rank;      // [T] rank holding the token
   std::span<const int32_t> experts;   // [L, T, K] selected expert ids
   std::span<const float> weights;     // [L, T, K] combine weights
+  // [L, T, K] the experts the unbiased scores would choose (top-k without the routing bias,
+  // group limit included); the selected experts again in hash and forced layers.
+  std::span<const int32_t> experts_unbiased;
 };
 
 // The live file's space is allocated in pages of this size, so that no metadata block smaller than

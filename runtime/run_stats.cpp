@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <utility>
 
+#include "model/balance.hpp"
 #include "model/config.hpp"
+#include "model/router.hpp"
 
 namespace moe {
 namespace {
@@ -44,7 +46,8 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
                    const RoutingState& routing, const std::string& data_description,
                    double entropy_floor)
     : rank_(rank), world_size_(world_size), layers_(cfg.model.layers), top_k_(cfg.model.top_k),
-      trace_every_(cfg.trace_every) {
+      trace_every_(cfg.trace_every), experts_(cfg.model.experts), groups_(routing.groups),
+      group_topk_(routing.group_topk), modes_(routing.modes) {
   if (rank != 0) return;
   const ModelConfig& m = cfg.model;
   bool overwrite = cfg.overwrite;
@@ -148,16 +151,28 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
 
 void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<float>& acts,
                             const std::vector<int32_t>& tokens, int seq_len) {
-  // Per rank, packed: token ids [N], positions [N], experts [L, N, K]; weights [L, N, K].
+  // Per rank, packed: token ids [N], positions [N], experts [L, N, K], the unbiased top-k
+  // [L, N, K]; weights [L, N, K].
   const int N = static_cast<int>(tokens.size()), L = layers_, K = top_k_, W = world_size_;
   const size_t NK = static_cast<size_t>(N) * K;
-  trace_local_.resize(2 * static_cast<size_t>(N) + L * NK);
+  trace_local_.resize(2 * static_cast<size_t>(N) + 2 * L * NK);
   weights_local_.resize(L * NK);
   std::copy(tokens.begin(), tokens.end(), trace_local_.begin());
   for (int t = 0; t < N; ++t) trace_local_[N + t] = t % seq_len;
+  int32_t* unbiased = trace_local_.data() + 2 * N + L * NK;
   for (int l = 0; l < L; ++l) {
-    std::copy_n(acts.moe[l].expert_idx.begin(), NK, trace_local_.begin() + 2 * N + l * NK);
-    std::copy_n(acts.moe[l].weights.begin(), NK, weights_local_.begin() + l * NK);
+    const MoeSaved<float>& m = acts.moe[l];
+    std::copy_n(m.expert_idx.begin(), NK, trace_local_.begin() + 2 * N + l * NK);
+    std::copy_n(m.weights.begin(), NK, weights_local_.begin() + l * NK);
+    // The choice without the bias, from the same scores: where bias and choice part ways.
+    int32_t* dst = unbiased + l * NK;
+    if (modes_[l] != RoutingMode::kTopK) {
+      std::copy_n(m.expert_idx.begin(), NK, dst);
+    } else if (groups_ > 1) {
+      route_topk_grouped(dst, m.scores.data(), nullptr, N, experts_, K, groups_, group_topk_);
+    } else {
+      route_topk(dst, m.scores.data(), nullptr, N, experts_, K);
+    }
   }
   if (rank_ == 0) {
     trace_all_.resize(trace_local_.size() * W);
@@ -172,6 +187,7 @@ void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<flo
   t_pos_.resize(T);
   t_rank_.resize(T);
   t_experts_.resize(L * T * K);
+  t_unbiased_.resize(L * T * K);
   t_weights_.resize(L * T * K);
   for (int r = 0; r < W; ++r) {
     const int32_t* block = &trace_all_[r * trace_local_.size()];
@@ -183,8 +199,10 @@ void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<flo
       t_rank_[g] = r;
     }
     for (int l = 0; l < L; ++l) {
-      std::copy_n(block + 2 * N + l * NK, NK, &t_experts_[(l * T + static_cast<size_t>(r) * N) * K]);
-      std::copy_n(wblock + l * NK, NK, &t_weights_[(l * T + static_cast<size_t>(r) * N) * K]);
+      const size_t at = (l * T + static_cast<size_t>(r) * N) * K;
+      std::copy_n(block + 2 * N + l * NK, NK, &t_experts_[at]);
+      std::copy_n(block + 2 * N + (L + l) * NK, NK, &t_unbiased_[at]);
+      std::copy_n(wblock + l * NK, NK, &t_weights_[at]);
     }
   }
   TraceRow row;
@@ -194,6 +212,7 @@ void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<flo
   row.rank = t_rank_;
   row.experts = t_experts_;
   row.weights = t_weights_;
+  row.experts_unbiased = t_unbiased_;
   writer_->append_trace(row);
 }
 

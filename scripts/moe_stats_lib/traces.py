@@ -30,6 +30,8 @@ from .stats_file import StatsError, open_stats_file, row_of_step, routing_label
 
 TRACE_DATASETS = ("trace/step", "trace/token_id", "trace/position", "trace/rank",
                   "trace/experts", "trace/weights")
+# The top-k without the routing bias: in files written since moe_rt records it.
+UNBIASED = "trace/experts_unbiased"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class TraceBlock:
     rank: np.ndarray       # [M, T]
     experts: np.ndarray    # [M, L, T, K]
     weights: np.ndarray    # [M, L, T, K]
+    experts_unbiased: np.ndarray = None  # [M, L, T, K], or None in files without it
 
 
 def read_trace_block(path, first_step, last_step):
@@ -62,12 +65,15 @@ def read_trace_block(path, first_step, last_step):
                 n -= 1
             keep = np.flatnonzero((steps[:n] >= first_step) & (steps[:n] <= last_step))
             data = {name: f[name][:n][keep] for name in TRACE_DATASETS}
+            if UNBIASED in f and f[UNBIASED].shape[0] >= n:
+                data[UNBIASED] = f[UNBIASED][:n][keep]
         except (OSError, RuntimeError) as err:
             raise StatsError(f"{path}: cannot read /trace, the file is truncated or damaged "
                              f"({str(err).splitlines()[0]})") from None
     return TraceBlock(path=path, steps=data["trace/step"], token_id=data["trace/token_id"],
                       position=data["trace/position"], rank=data["trace/rank"],
-                      experts=data["trace/experts"], weights=data["trace/weights"])
+                      experts=data["trace/experts"], weights=data["trace/weights"],
+                      experts_unbiased=data.get(UNBIASED))
 
 
 def load_traces(run):
@@ -174,8 +180,18 @@ def id_focus(rows, layer, num_experts):
 
 
 def bias_agreement(run, rows, layer):
-    """What can be said of the agreement between the top-k with and without the bias in `layer`:
-    (text, value or None)."""
+    """The agreement between the top-k with and without the bias in `layer`: the share of traced
+    tokens whose two top-k sets are the same, over all traced steps, with the first and last
+    step's share: (text, value or None)."""
+    if rows and all(block.experts_unbiased is not None for _, block, _ in rows):
+        shares = []
+        for _, block, i in rows:
+            chosen = np.sort(block.experts[i, layer], axis=1)
+            unbiased = np.sort(block.experts_unbiased[i, layer], axis=1)
+            shares.append(float(np.mean(np.all(chosen == unbiased, axis=1))))
+        mean = float(np.mean(shares))
+        return (f"{mean:.3f} (step {rows[0][0]}: {shares[0]:.3f}, step {rows[-1][0]}: "
+                f"{shares[-1]:.3f})"), mean
     if "routing/bias" not in run.data:
         return "not computable: no /routing/bias", None
     bias_rows = []
@@ -186,8 +202,9 @@ def bias_agreement(run, rows, layer):
             return f"not computable: step {step} has no row in /routing/bias", None
     if all(not np.any(b) for b in bias_rows):
         return "1 (the bias is 0 at every traced step: both choices are the same)", 1.0
-    return ("not computable: the bias is not 0, and the trace holds only the K chosen experts "
-            "and their combine weights, not every expert's score"), None
+    return ("not computable: the bias is not 0, and this file's trace has no "
+            "/trace/experts_unbiased (written by moe_rt since it records the top-k without "
+            "the bias)"), None
 
 
 def render_traces(run, blocks):

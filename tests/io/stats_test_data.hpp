@@ -81,6 +81,7 @@ struct TraceData {
   int64_t s;
   std::vector<int32_t> token_id, position, rank, experts;  // [T], [T], [T], [L, T, K]
   std::vector<float> weights;                              // [L, T, K]
+  std::vector<int32_t> experts_unbiased;                   // [L, T, K]
   explicit TraceData(int64_t step) : s(step) {
     for (int t = 0; t < kT; ++t) {
       token_id.push_back(static_cast<int32_t>(s + t));
@@ -90,9 +91,12 @@ struct TraceData {
     for (int i = 0; i < kL * kT * kK; ++i) {
       experts.push_back((i + static_cast<int>(s)) % kE);
       weights.push_back(0.5f + 0.01f * i);
+      experts_unbiased.push_back((i + 1 + static_cast<int>(s)) % kE);
     }
   }
-  TraceRow row() const { return TraceRow{s, token_id, position, rank, experts, weights}; }
+  TraceRow row() const {
+    return TraceRow{s, token_id, position, rank, experts, weights, experts_unbiased};
+  }
 };
 
 // Appends the rows of steps [first, last).

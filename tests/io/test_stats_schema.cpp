@@ -33,6 +33,7 @@ const Attachment kAttachments[] = {
     {"/layers/routing", 0, "/dims/layer"},     {"/layers/hash_table", 2, "/dims/slot"},
     {"/trace/experts", 0, "/trace/step"},      {"/trace/experts", 2, "/dims/token"},
     {"/trace/experts", 3, "/dims/slot"},       {"/trace/token_id", 1, "/dims/token"},
+    {"/trace/experts_unbiased", 3, "/dims/slot"},
 };
 
 H5Id open_dset(hid_t f, const char* path) {
@@ -63,7 +64,7 @@ void expect_described(const std::string& path, bool live) {
   std::vector<std::string> datasets;
   MOE_H5_CHECK(H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &datasets,
                          H5O_INFO_BASIC));
-  EXPECT_EQ(datasets.size(), 30u);  // 16 per-step, 3 fixed, 5 axes, 6 trace
+  EXPECT_EQ(datasets.size(), 31u);  // 16 per-step, 3 fixed, 5 axes, 7 trace
   for (const std::string& name : datasets) {
     const H5Id d = open_dset(f, name.c_str());
     EXPECT_FALSE(read_string_attr(d.get(), "units").empty()) << name;

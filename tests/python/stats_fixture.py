@@ -153,11 +153,13 @@ def build_run(variant):
 TRACE_EVERY = 5
 
 
-def build_traces(run, steps=None):
+def build_traces(run, steps=None, unbiased=False):
     """/trace datasets of `run` (from build_run) at every TRACE_EVERY-th step: T = TOKENS tokens
     drawn from a skewed distribution (a few frequent ids), hash layers routed by the hash table,
     top-k layer l sending token v to experts (v + l + shift) % E and the next one, where
-    shift = 1 from step 10 on: every token id's top-k set changes once, between steps 5 and 10."""
+    shift = 1 from step 10 on: every token id's top-k set changes once, between steps 5 and 10.
+    With `unbiased`, also /trace/experts_unbiased: the shift-free choice, so the two agree in
+    the top-k layers up to step 5 and never from step 10 on."""
     steps = np.arange(0, NUM_STEPS, TRACE_EVERY) if steps is None else np.asarray(steps)
     rng = np.random.default_rng(11)
     weights = 1.0 / np.arange(1, VOCAB + 1) ** 1.2
@@ -172,7 +174,15 @@ def build_traces(run, steps=None):
                 first = (token_id[m] + layer + (step >= 10)) % NUM_EXPERTS
                 experts[m, layer] = np.stack([first, (first + 1) % NUM_EXPERTS], axis=1)
     g = np.arange(TOKENS)
-    return {"trace/step": steps.astype(np.int64), "trace/token_id": token_id,
+    extra = {}
+    if unbiased:
+        free = experts.copy()
+        for m, step in enumerate(steps):
+            for layer in range(NUM_HASH, NUM_LAYERS):
+                first = (token_id[m] + layer) % NUM_EXPERTS
+                free[m, layer] = np.stack([first, (first + 1) % NUM_EXPERTS], axis=1)
+        extra["trace/experts_unbiased"] = free
+    return {**extra, "trace/step": steps.astype(np.int64), "trace/token_id": token_id,
             "trace/position": np.tile(g % SEQ_LEN, (len(steps), 1)).astype(np.int32),
             "trace/rank": np.tile(g // (BATCH_PER_RANK * SEQ_LEN),
                                   (len(steps), 1)).astype(np.int32),

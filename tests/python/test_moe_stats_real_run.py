@@ -81,3 +81,31 @@ def test_the_file_describes_itself_to_h5py(real_run):
         # Typed by the option, not by how the value reads: a real whose value is whole stays real.
         assert isinstance(config["grad-clip"], np.float64) and config["grad-clip"] == 1.0
         assert isinstance(config["seed"], np.uint64)
+
+
+def test_traces_of_a_real_run_measure_where_the_bias_changes_the_choice(cli, tmp_path):
+    # A strong bias (rate 0.05) pulls the top-k layers' choice away from the scores' own top-k:
+    # the agreement starts at 1 (the bias is 0 at step 0) and falls; hash layers keep 1.
+    binary = os.environ.get("MOE_RT_BIN")
+    if not binary:
+        pytest.skip("MOE_RT_BIN is not set: point it at the built moe_rt to test a real run")
+    path = str(tmp_path / "traced.h5")
+    command = launcher(RANKS) + [binary, "--model", "micro", "--steps", "41", "--stats", path,
+                                 "--trace-every", "20", "--bias-update-rate", "0.05"]
+    proc = subprocess.run(command, env=run_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with h5py.File(path, "r") as f:
+        chosen, unbiased = f["trace/experts"][...], f["trace/experts_unbiased"][...]
+        routing = list(f["layers/routing"].asstr()[...])
+    assert chosen.shape == unbiased.shape == (3, 3, RANKS * 16, 2)
+    for layer, kind in enumerate(routing):
+        same = np.all(np.sort(chosen[:, layer], axis=2) == np.sort(unbiased[:, layer], axis=2),
+                      axis=2).mean(axis=1)
+        assert same[0] == 1.0, (layer, same)
+        if kind == "topk":
+            assert same[-1] < 1.0, (layer, same)
+        else:
+            assert (same == 1.0).all(), (layer, same)
+    code, out, err = cli("traces", path)
+    assert code == 0, err
+    assert "top-k with and without the bias" in out and "not computable" not in out

@@ -31,7 +31,17 @@ def test_stability_frequency_and_bias(cli, tmp_path):
     assert code == 0, err
     assert out.count("the bias is 0 at every traced step") == sf.NUM_HASH
     assert out.count("not computable") == sf.NUM_LAYERS - sf.NUM_HASH
-    assert "not every expert's score" in out
+    assert "has no /trace/experts_unbiased" in out
+
+
+def test_bias_agreement_from_the_unbiased_top_k(cli, tmp_path):
+    # The top-k layers agree at steps 0 and 5 and differ at 10, 15 and 20: 2 of 5 traced steps.
+    run = sf.build_run("B")
+    path = sf.write_stats(str(tmp_path / "u.h5"), run, traces=sf.build_traces(run, unbiased=True))
+    code, out, err = cli("traces", path)
+    assert code == 0, err
+    assert out.count("0.400 (step 0: 1.000, step 20: 0.000)") == sf.NUM_LAYERS - sf.NUM_HASH
+    assert out.count("1.000 (step 0: 1.000, step 20: 1.000)") == sf.NUM_HASH
 
 
 def test_frequent_tokens_are_those_making_half_the_occurrences():
