@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "checkpoint_test_data.hpp"
+#include "checkpoint_test_util.hpp"
 #include "io/checkpoint_file.hpp"
 #include "child_process.hpp"
 #include "test_tempdir.hpp"
@@ -77,17 +78,7 @@ void expect_checkpoint_of_step(const std::string& path, int64_t step) {
     const CheckpointReader r(path);
     const CheckpointHeader& got = r.header();
     const CheckpointHeader want = header_of_step(step);
-    EXPECT_EQ(got.step, want.step);
-    EXPECT_EQ(got.global_batch, want.global_batch);
-    EXPECT_EQ(got.world_size, want.world_size);
-    EXPECT_EQ(got.ep_size, want.ep_size);
-    EXPECT_EQ(got.seed, want.seed);
-    EXPECT_EQ(got.model, want.model);
-    EXPECT_EQ(got.config_text, want.config_text);
-    EXPECT_EQ(got.program_version, want.program_version);
-    EXPECT_EQ(got.created, want.created);
-    EXPECT_EQ(got.stats_path, want.stats_path);
-    EXPECT_EQ(got.data_description, want.data_description);
+    expect_same_header(got, want);
     for (int t = 0; t < kNumFloatTensors; ++t) {
       std::vector<float> values(kFloatTensors[t].count);
       r.read_floats(kFloatTensors[t].name, values);

@@ -20,12 +20,15 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint_test_util.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/hdf5_check.hpp"
 #include "test_tempdir.hpp"
 
 namespace moe {
 namespace {
+
+using checkpoint_test::expect_same_header;
 
 namespace fs = std::filesystem;
 using testing_util::TempDir;
@@ -79,19 +82,6 @@ CheckpointHeader odd_header() {
   return h;
 }
 
-void expect_same_header(const CheckpointHeader& got, const CheckpointHeader& want) {
-  EXPECT_EQ(got.step, want.step);
-  EXPECT_EQ(got.global_batch, want.global_batch);
-  EXPECT_EQ(got.world_size, want.world_size);
-  EXPECT_EQ(got.ep_size, want.ep_size);
-  EXPECT_EQ(got.seed, want.seed);
-  EXPECT_EQ(got.model, want.model);
-  EXPECT_EQ(got.config_text, want.config_text);
-  EXPECT_EQ(got.program_version, want.program_version);
-  EXPECT_EQ(got.created, want.created);
-  EXPECT_EQ(got.stats_path, want.stats_path);
-  EXPECT_EQ(got.data_description, want.data_description);
-}
 
 CheckpointHeader small_header(int64_t step = 3) {
   CheckpointHeader h;
