@@ -40,7 +40,7 @@ struct RunConfig {
   int lr_decay_steps = 0;                        // --lr-decay-steps: cosine horizon, 0 = --steps
   double weight_decay = 0.1;                     // --weight-decay: AdamW's decoupled decay
   double grad_clip = 1.0;                        // --grad-clip: global L2 norm, 0 = off
-  double bias_update_rate = 0.001;               // --bias-update-rate: γ, 0 = off
+  double bias_update_rate = 0.01;                // --bias-update-rate: γ, 0 = off (DeepSeek: 0.001)
   double seq_aux_loss_weight = 0.0001;           // --seq-aux-loss-weight: α, 0 = off
   bool bias_update_center = false;               // --bias-update-center: mean-centre the update
   std::string balance_loss_form = "deepseek";    // --balance-loss-form: deepseek or maxtext

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "model/blas.hpp"
@@ -108,6 +109,19 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   }
   std::printf("\n  worst load violation: %.3f at step 0, %.3f at the last step\n",
               first.max_violation, last.max_violation);
+  // Each top-k layer's balance at the end: (max load − mean)/mean, 0 = balanced, E/K − 1 = every
+  // token's experts the same.
+  std::string balance;
+  for (size_t l = 0; l < s.layer_modes.size() && l < last.layer_violation.size(); ++l) {
+    if (s.layer_modes[l] != RoutingMode::kTopK) continue;
+    char part[48];
+    std::snprintf(part, sizeof part, "%s%zu: %.3f", balance.empty() ? "" : ", ", l,
+                  last.layer_violation[l]);
+    balance += part;
+  }
+  if (!balance.empty()) {
+    std::printf("  final load violation per top-k layer: %s\n", balance.c_str());
+  }
   if (s.stats_removed) {
     std::printf("  statistics file %s was removed (or replaced) during the run: this run's "
                 "statistics were not kept\n",

@@ -287,6 +287,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
       summary.entropy_floor = synth->entropy_floor_nats();
     }
     routing = make_routing(cfg);
+    summary.layer_modes = routing.modes;
     if (cfg.stats_path != kNoStats) {
       stats = std::make_unique<RunStats>(cfg, rank, W, P, routing, summary.data_description,
                                          summary.entropy_floor);

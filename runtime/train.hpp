@@ -59,6 +59,7 @@ struct TrainSummary {
   int peak_cores = 0;
   double entropy_floor = -1.0;  // nats; < 0 when the data has no known floor
   std::string data_description;
+  std::vector<RoutingMode> layer_modes;  // [L] how each layer routes
   RunEnd end = RunEnd::kCompleted;
   int stop_signal = 0;          // kSignal: the signal's number
   int64_t last_step = -1;       // the last step that ran

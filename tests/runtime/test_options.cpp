@@ -129,7 +129,7 @@ TEST(Options, DefaultsAreThePreset) {
   EXPECT_EQ(cfg.steps, 200);
   EXPECT_EQ(cfg.seed, 1234u);
   EXPECT_EQ(cfg.data, "synthetic");
-  EXPECT_EQ(cfg.bias_update_rate, 0.001);
+  EXPECT_EQ(cfg.bias_update_rate, 0.01);
   EXPECT_EQ(cfg.seq_aux_loss_weight, 0.0001);
   EXPECT_EQ(cfg.force_balance, "none");
   EXPECT_EQ(cfg.ep, 0);
