@@ -80,5 +80,7 @@ def test_group_limited_routing_and_bias_check_run(run_moe, tmp_path):
     assert proc.returncode == 0, proc.stderr
     with stats(out) as f:
         bias = f["/routing/bias"][...]
-        assert abs(bias[-1].sum()) < 1e-6  # centred updates keep the biases' mean at zero
-        assert np.abs(bias[-1]).sum() > 0
+        # Centred updates keep every layer's bias mean at zero, while the biases move: with
+        # steps of exactly ±γ they may well all be back at 0 at some step, the last included.
+        assert (np.abs(bias.sum(axis=2)) < 1e-5).all()
+        assert np.abs(bias).sum() > 0
