@@ -6,11 +6,13 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 
 namespace moe {
 namespace {
 
 std::atomic<int> g_pending{0};
+bool g_under_launcher = false;  // started by mpirun or srun: set once, before the handlers
 static_assert(std::atomic<int>::is_always_lock_free, "the handler needs a lock-free flag");
 
 constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGUSR1};
@@ -22,8 +24,11 @@ extern "C" void on_stop_signal(int signal_number) {
     // writing its step line would block on the full pipe until mpirun kills it. Non-blocking
     // standard streams turn that write into a lost line, and the handler (installed without
     // SA_RESTART) interrupts a write that is blocked already, so the rank reaches the step
-    // boundary, its checkpoint and the statistics file's close.
+    // boundary, its checkpoint and the statistics file's close. Only under a launcher, whose
+    // pipes or pseudo-terminals these are: a process started on its own may write to the user's
+    // terminal, whose open file the shell shares and must not find non-blocking.
     for (int fd : {1, 2}) {
+      if (!g_under_launcher) break;
       const int flags = fcntl(fd, F_GETFL);
       if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
     }
@@ -40,6 +45,9 @@ extern "C" void on_stop_signal(int signal_number) {
 }  // namespace
 
 void stop_signal_install() {
+  // Open MPI's launcher sets OMPI_COMM_WORLD_SIZE, PMIx-based ones (srun) PMIX_RANK or PMI_RANK.
+  g_under_launcher = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
+                     std::getenv("PMIX_RANK") != nullptr || std::getenv("PMI_RANK") != nullptr;
   for (int s : kStopSignals) {
     struct sigaction action = {};
     action.sa_handler = on_stop_signal;
