@@ -13,6 +13,7 @@
 
 #include "io/synthetic_data.hpp"
 #include "io/token_data.hpp"
+#include "data_error_check.hpp"
 #include "test_tempdir.hpp"
 
 namespace moe {
@@ -21,6 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing_util::TempDir;
+using testing_util::expect_data_error;
 
 // A shard with an arbitrary header and payload, for the malformed cases.
 void write_raw_shard(const std::string& path, int32_t magic, int32_t version, int32_t count,
@@ -44,19 +46,6 @@ std::vector<uint16_t> counting_tokens(int num_tokens, int vocab) {
   std::vector<uint16_t> tokens(num_tokens);
   for (int i = 0; i < num_tokens; ++i) tokens[i] = static_cast<uint16_t>((i * 7 + 3) % vocab);
   return tokens;
-}
-
-// `open` must throw a DataError whose message names `path` and contains `keyword`.
-void expect_data_error(const std::function<void()>& open, const std::string& path,
-                       const std::string& keyword) {
-  try {
-    open();
-    ADD_FAILURE() << "no DataError for " << path << " (expected '" << keyword << "')";
-  } catch (const DataError& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(path), std::string::npos) << message;
-    EXPECT_NE(message.find(keyword), std::string::npos) << message;
-  }
 }
 
 TEST(TokenShard, WriteThenReadRoundTrips) {

@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "io/token_data.hpp"
+#include "data_error_check.hpp"
 #include "test_tempdir.hpp"
 
 namespace moe {
 namespace {
 
 using testing_util::TempDir;
+using testing_util::expect_data_error;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kGiB = int64_t{1} << 30;
@@ -71,19 +73,6 @@ std::vector<char> shard_header(int32_t magic, int32_t count) {
   header[2] = count;
   const auto* bytes = reinterpret_cast<const char*>(header.data());
   return {bytes, bytes + kHeaderBytes};
-}
-
-// `open` must throw a DataError naming `path` and containing `keyword`.
-void expect_data_error(const std::function<void()>& open, const std::string& path,
-                       const std::string& keyword) {
-  try {
-    open();
-    ADD_FAILURE() << "no DataError for " << path << " (expected '" << keyword << "')";
-  } catch (const DataError& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(path), std::string::npos) << message;
-    EXPECT_NE(message.find(keyword), std::string::npos) << message;
-  }
 }
 
 // A 2 GiB file that is not a shard is refused from its header: it used to be read whole first
