@@ -71,6 +71,18 @@ constexpr DatasetInfo kDatasets[] = {
      "experts the scores without the routing bias would choose (the chosen ones where no bias "
      "applies: hash and forced layers)",
      {"traced_step", "layer", "token", "slot"}},
+    {"/eval/step", "step", "training step the validation loss followed; -1 = row not (yet) written",
+     {}},
+    {"/eval/loss", "nats/token", "LM cross-entropy, mean over the validation tokens",
+     {"eval_step"}},
+    {"/eval/time_s", "s", "wall time of the evaluation", {"eval_step"}},
+    {"/eval/tokens", "tokens", "validation tokens evaluated", {"eval_step"}},
+    {"/eval/expert_load", "assignments", "(token, slot) assignments to each expert, all "
+     "validation tokens", {"eval_step", "layer", "expert"}},
+    {"/eval/load_variance", "assignments^2", "population variance of the validation expert load",
+     {"eval_step", "layer"}},
+    {"/eval/max_violation", "1", "(max - mean) / mean of the validation expert load",
+     {"eval_step", "layer"}},
 };
 
 // Axis label -> the dataset that is its dimension scale (labels without one: none).
@@ -81,7 +93,7 @@ struct ScaleInfo {
 constexpr ScaleInfo kScales[] = {
     {"step", "/steps/step"},   {"layer", "/dims/layer"},  {"expert", "/dims/expert"},
     {"rank", "/dims/rank"},    {"phase", "/perf/phases"}, {"slot", "/dims/slot"},
-    {"token", "/dims/token"},  {"traced_step", "/trace/step"},
+    {"token", "/dims/token"},  {"traced_step", "/trace/step"}, {"eval_step", "/eval/step"},
 };
 
 const char* scale_path(const char* axis) {

@@ -95,6 +95,7 @@ void write_root_attributes(hid_t file, const StatsHeader& h) {
   h5_write_string_attr(file, "config", h.config_text);
   h5_write_string_attr(file, "created", h.created);
   h5_write_string_attr(file, "data", h.data_description);
+  if (h.eval) h5_write_string_attr(file, "val_data", h.val_data_description);
   h5_write_attr(file, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &h.seed);
   h5_write_attr(file, "entropy_floor", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &h.entropy_floor);
   const std::pair<const char*, int> ints[] = {
@@ -129,13 +130,14 @@ struct StatsWriter::Impl {
   H5Id file;
   std::vector<H5RowDataset> steps;  // append order of StepRow's fields, /steps/step last
   std::vector<H5RowDataset> trace;  // append order of TraceRow's fields, /trace/step last
+  std::vector<H5RowDataset> eval;   // append order of EvalRow's fields, /eval/step last
   size_t L = 0, E = 0, W = 0, T = 0, K = 0, num_phases = 0;
   bool overwrite = false;
   bool compact_on_close = true;
   bool published = false;  // publish() put the file at its path
   bool removed = false;    // close() found the path no longer naming the file written
   bool failed = false;     // an append threw: the file was ended then (end_after_failure)
-  int64_t rows_done = 0, traces_done = 0;  // appends that returned
+  int64_t rows_done = 0, traces_done = 0, evals_done = 0;  // appends that returned
 
   // Root attributes, /layers, /perf/phases, every per-step dataset; then SWMR write mode.
   void create_objects(const StatsHeader& h, const StatsStorage& storage);
@@ -144,7 +146,7 @@ struct StatsWriter::Impl {
   // write mode and clears the superblock's "open for writing" flags. After a failure the
   // datasets close quietly (their flush fails again), so that the file's close is still tried.
   void close_file(bool after_failure) {
-    for (std::vector<H5RowDataset>* columns : {&steps, &trace}) {
+    for (std::vector<H5RowDataset>* columns : {&steps, &trace, &eval}) {
       for (H5RowDataset& c : *columns) after_failure ? c.dset.close_quietly() : c.dset.close();
     }
     file.close();
@@ -162,7 +164,7 @@ struct StatsWriter::Impl {
     }
     std::string outcome = "statistics file '" + files.path + "' ";
     try {
-      if (rows_done == 0 && traces_done == 0) {
+      if (rows_done == 0 && traces_done == 0 && evals_done == 0) {
         lock.remove(published ? files.target : files.staging);
         outcome += "held no complete step and was removed";
       } else if (closing.empty()) {
@@ -230,7 +232,7 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
     m.create_objects(h, storage);
   } catch (...) {
     // Leave no half-made file behind: close what is open and remove the staging file.
-    m.steps.clear(), m.trace.clear();
+    m.steps.clear(), m.trace.clear(), m.eval.clear();
     m.file.close_quietly();
     try {
       m.lock.remove(m.files.staging);
@@ -249,8 +251,9 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
 
   write_root_attributes(f, h);
   H5Id gcpl = h5_untimed_plist(H5P_GROUP_CREATE);
-  for (const char* group : {"/layers", "/steps", "/routing", "/perf", "/trace"}) {
+  for (const char* group : {"/layers", "/steps", "/routing", "/perf", "/trace", "/eval"}) {
     if (std::string(group) == "/trace" && h.trace_tokens == 0) continue;
+    if (std::string(group) == "/eval" && !h.eval) continue;
     H5Id(MOE_H5_CHECK(H5Gcreate2(f, group, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT)), H5Gclose)
         .close();
   }
@@ -289,6 +292,15 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
     add(m.trace, "/trace/weights", f32, n_f32, {m.L, m.T, m.K});
     add(m.trace, "/trace/experts_unbiased", i32, n_i32, {m.L, m.T, m.K});
     add(m.trace, "/trace/step", i64, n_i64, {}, &no_step);
+  }
+  if (h.eval) {
+    add(m.eval, "/eval/loss", f64, n_f64, {});
+    add(m.eval, "/eval/time_s", f64, n_f64, {});
+    add(m.eval, "/eval/tokens", i64, n_i64, {});
+    add(m.eval, "/eval/expert_load", i64, n_i64, {m.L, m.E});
+    add(m.eval, "/eval/load_variance", f64, n_f64, {m.L});
+    add(m.eval, "/eval/max_violation", f64, n_f64, {m.L});
+    add(m.eval, "/eval/step", i64, n_i64, {}, &no_step);
   }
   stats_write_config_attributes(f, h.config_values, h.config_text);
   stats_describe(f, StatsAxes{m.L, m.E, m.W, m.K, m.T});
@@ -348,12 +360,29 @@ void StatsWriter::append_trace(const TraceRow& r) {
                     impl_->traces_done);
 }
 
+void StatsWriter::append_eval(const EvalRow& r) {
+  const Impl& m = *impl_;
+  const char* call = "append_eval";
+  require(!m.eval.empty(), "append_eval: the header has eval = false, so the file has no /eval");
+  require_size(call, "expert_load", r.expert_load, m.L * m.E, "L*E");
+  require_size(call, "load_variance", r.load_variance, m.L, "L");
+  require_size(call, "max_violation", r.max_violation, m.L, "L");
+  impl_->append_row(impl_->eval,
+                    {&r.loss, &r.time_s, &r.tokens, r.expert_load.data(), r.load_variance.data(),
+                     r.max_violation.data(), &r.step},
+                    impl_->evals_done);
+}
+
 int64_t StatsWriter::num_rows() const {
   return impl_->steps.empty() ? 0 : static_cast<int64_t>(impl_->steps.back().dims[0]);
 }
 
 int64_t StatsWriter::num_trace_rows() const {
   return impl_->trace.empty() ? 0 : static_cast<int64_t>(impl_->trace.back().dims[0]);
+}
+
+int64_t StatsWriter::num_eval_rows() const {
+  return impl_->eval.empty() ? 0 : static_cast<int64_t>(impl_->eval.back().dims[0]);
 }
 
 const std::string& StatsWriter::path() const { return impl_->files.path; }
@@ -379,7 +408,7 @@ void StatsWriter::close() {
   } release{m.lock};
   if (!m.published) {
     // Set-up did not finish: the file never had its name, and the target stays as it was.
-    m.steps.clear(), m.trace.clear();
+    m.steps.clear(), m.trace.clear(), m.eval.clear();
     m.file.close_quietly();
     m.lock.remove(m.files.staging);
     return;

@@ -63,6 +63,8 @@ struct StatsHeader {
   std::vector<int32_t> hash_tables;        // [L_h, V, K] expert ids
   std::vector<std::string> phase_names;    // [num_phases], at least one
   int trace_tokens = 0;                    // T; 0 = no /trace group
+  bool eval = false;                       // validation rows: the /eval group
+  std::string val_data_description;        // with eval: root attribute val_data
   // A resumed run: the statistics file of the run it continues (absolute path) and the last step
   // of that file it keeps (its checkpoint's step); rows here start at resumed_from_step + 1.
   // Written as root attributes only when resumed_from is not empty.
@@ -96,6 +98,16 @@ struct TraceRow {
   // [L, T, K] the experts the unbiased scores would choose (top-k without the routing bias,
   // group limit included); the selected experts again in hash and forced layers.
   std::span<const int32_t> experts_unbiased;
+};
+
+// A validation loss after a training step, global values.
+struct EvalRow {
+  int64_t step = 0;                        // the training step it followed
+  double loss = 0, time_s = 0;             // mean cross-entropy over the tokens; wall time
+  int64_t tokens = 0;                      // validation tokens evaluated
+  std::span<const int64_t> expert_load;    // [L, E]
+  std::span<const double> load_variance;   // [L]
+  std::span<const double> max_violation;   // [L]
 };
 
 // The live file's space is allocated in pages of this size, so that no metadata block smaller than
@@ -151,9 +163,12 @@ class StatsWriter {
   void append(const StepRow& row);
   // Appends one row to every /trace dataset, /trace/step last. Needs trace_tokens > 0.
   void append_trace(const TraceRow& row);
+  // Appends one row to every /eval dataset, /eval/step last. Needs eval in the header.
+  void append_eval(const EvalRow& row);
 
   int64_t num_rows() const;        // N: rows of /steps/step
   int64_t num_trace_rows() const;  // M: rows of /trace/step
+  int64_t num_eval_rows() const;   // rows of /eval/step
   const std::string& path() const;
 
   // Closes the file (ending SWMR write mode), then, with compact_on_close, rewrites it without

@@ -36,6 +36,11 @@
 
 namespace moe {
 
+// Validation sequences of the synthetic source (--val-data synthetic) are its samples from this
+// index on: the same chain, in sequences that training, which reads samples from 0 on, would
+// reach only after 2^40 sequences.
+inline constexpr int64_t kSyntheticValFirstSample = int64_t{1} << 40;
+
 struct SyntheticParams {
   double zipf_exponent = 1.0;  // s of z(b) ∝ 1/(b+1)^s; 1 is the classic Zipf law of text
   int min_successors = 4;      // per token, drawn uniformly in [min, max], capped at V

@@ -197,17 +197,19 @@ std::string FileTokenSource::describe() const {
   return "tokens:" + path_ + " (llm.c shard, " + count + " uint16 tokens)";
 }
 
-void token_source_check_spec(const std::string& spec) {
+void token_source_check_spec(const std::string& spec, const char* option) {
   if (spec == "synthetic") return;
   for (std::string_view prefix : {"tokens:", "text:"}) {
     if (spec.starts_with(prefix)) {
       if (spec.size() == prefix.size()) {
-        throw DataSpecError("--data: '" + spec + "' names no file (" + kValidSpecs + ")");
+        throw DataSpecError(std::string(option) + ": '" + spec + "' names no file (" +
+                            kValidSpecs + ")");
       }
       return;
     }
   }
-  throw DataSpecError("--data: unknown data source '" + spec + "' (" + kValidSpecs + ")");
+  throw DataSpecError(std::string(option) + ": unknown data source '" + spec + "' (" +
+                      kValidSpecs + ")");
 }
 
 std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int vocab, int seq_len,

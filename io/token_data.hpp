@@ -114,8 +114,9 @@ class FileTokenSource : public TokenSource {
 std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int vocab, int seq_len,
                                                uint64_t seed, TokenCheckPart part = {});
 
-// Checks only the form of a `--data` value, opening nothing: lets option parsing fail early.
-void token_source_check_spec(const std::string& spec);
+// Checks only the form of a `--data` value, opening nothing: lets option parsing fail early. The
+// message names `option` (`--data`, `--val-data`).
+void token_source_check_spec(const std::string& spec, const char* option = "--data");
 
 // Writes `tokens` as an llm.c shard (version 1). Throws DataError naming the file on failure.
 void token_shard_write(const std::string& path, std::span<const uint16_t> tokens);

@@ -128,7 +128,8 @@ enum class OnResume {
 OnResume on_resume(std::string_view name) {
   // --batch-per-rank is continued as the global batch: run_config_fit_world.
   for (std::string_view n : {"steps", "checkpoint-every", "keep-checkpoints", "trace-every",
-                             "check-bias", "batch-per-rank"}) {
+                             "check-bias", "batch-per-rank", "val-data", "eval-every",
+                             "eval-batches"}) {
     if (name == n) return OnResume::kContinued;
   }
   for (std::string_view n : {"stats", "overwrite", "ep", "threads", "checkpoint-dir", "resume"}) {
@@ -348,10 +349,25 @@ void run_config_validate(const RunConfig& cfg) {
     throw ConfigError("--threads must be in [0, " + std::to_string(kMaxThreads) +
                       "] (0 = default), got " + std::to_string(cfg.threads));
   }
+  if (cfg.eval_every < 0) {
+    throw ConfigError("--eval-every must be >= 0 (0 = after the last step only), got " +
+                      std::to_string(cfg.eval_every));
+  }
+  if (cfg.eval_batches < 1) {
+    throw ConfigError("--eval-batches must be >= 1, got " + std::to_string(cfg.eval_batches));
+  }
+  if (cfg.eval_every > 0 && !has_val_data(cfg)) {
+    throw ConfigError("--eval-every=" + std::to_string(cfg.eval_every) +
+                      " needs --val-data: there is no validation data to evaluate");
+  }
   try {
     with_value_excerpt(cfg.data, [](const std::string& t) { token_source_check_spec(t); });
+    if (has_val_data(cfg)) {
+      with_value_excerpt(cfg.val_data,
+                         [](const std::string& t) { token_source_check_spec(t, "--val-data"); });
+    }
   } catch (const DataSpecError& e) {
-    throw ConfigError(e.what());  // already names --data and the valid forms
+    throw ConfigError(e.what());  // already names the option and the valid forms
   }
 }
 

@@ -15,6 +15,7 @@ namespace moe {
 
 inline constexpr const char* kDefaultModelName = "deepseek4-tiny";
 inline constexpr const char* kNoStats = "none";  // --stats none: write no statistics file
+inline constexpr const char* kNoValData = "none";  // --val-data none: no validation
 inline constexpr int kMaxThreads = 1024;  // --threads above this is refused
 
 // Where a resumed run continues from (options_parse fills it from the checkpoint's header).
@@ -34,6 +35,9 @@ struct RunConfig {
   int steps = 200;                               // --steps: ~1.5 min at 8 ranks on 2 cores
   uint64_t seed = 1234;                          // --seed: weights, hash tables, synthetic data
   std::string data = "synthetic";                // --data: synthetic, tokens:PATH, text:PATH
+  std::string val_data = kNoValData;             // --val-data: validation source, or none
+  int eval_every = 0;                            // --eval-every: steps, 0 = after the last only
+  int eval_batches = 4;                          // --eval-batches: global batches per evaluation
   std::string stats_path;                        // --stats: "" = runs/<model>-<time>.h5
   double lr = 3e-3;                              // --lr: AdamW learning rate after warmup
   int warmup_steps = 10;                         // --warmup-steps: linear warmup to --lr
@@ -64,6 +68,9 @@ struct RunConfig {
   std::string config_path;    // --config FILE, "" if none
   ResumePoint resume_point;   // set by options_parse when --resume is given
 };
+
+// Whether the run evaluates a validation loss (--val-data is not none).
+inline bool has_val_data(const RunConfig& cfg) { return cfg.val_data != kNoValData; }
 
 // The learning-rate schedule's horizon: --lr-decay-steps, else --steps.
 int lr_horizon(const RunConfig& cfg);

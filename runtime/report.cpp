@@ -28,6 +28,13 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
                 static_cast<double>(s.data_mapped_bytes) / 1048576.0);
   }
   std::printf("  data: %s\n", s.data.c_str());
+  if (!s.val_data.empty()) {
+    const std::string when = cfg.eval_every > 0 ? "every " + std::to_string(cfg.eval_every) +
+                                                      " steps and after the last"
+                                                : "after the last step";
+    std::printf("  validation: %s; %d global batch(es), %s\n", s.val_data.c_str(),
+                cfg.eval_batches, when.c_str());
+  }
   std::printf("  statistics: %s\n", s.stats_path.empty() ? "(none)" : s.stats_path.c_str());
   std::printf("  ------------------------------------------------------------\n");
   const std::string text = run_config_to_text(cfg);
@@ -43,15 +50,21 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
     start = end + 1;
   }
   std::printf("  ------------------------------------------------------------\n");
-  std::printf("%6s %9s %10s %9s %9s %8s %9s %8s\n", "step", "loss", "bal_loss", "grad_norm", "lr",
-              "ms", "tok/s", "max_viol");
+  std::printf("%6s %9s %10s %9s %9s %8s %9s %8s%s\n", "step", "loss", "bal_loss", "grad_norm",
+              "lr", "ms", "tok/s", "max_viol", s.val_data.empty() ? "" : "  val_loss val_viol");
   std::fflush(stdout);
 }
 
-void report_step(const StepRecord& r) {
-  std::printf("%6lld %9.4f %10.3e %9.4f %9.2e %8.1f %9.0f %8.3f\n", static_cast<long long>(r.step),
+void report_step(const StepRecord& r, bool val_column, const EvalRecord* eval) {
+  std::printf("%6lld %9.4f %10.3e %9.4f %9.2e %8.1f %9.0f %8.3f", static_cast<long long>(r.step),
               r.loss, r.balance_loss, r.grad_norm, r.lr, r.seconds * 1e3, r.tokens_per_s,
               r.max_violation);
+  if (eval != nullptr) {
+    std::printf("  %8.4f %8.3f", eval->loss, eval->max_violation);
+  } else if (val_column) {
+    std::printf("  %8s %8s", "", "");
+  }
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -121,6 +134,20 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   }
   if (!balance.empty()) {
     std::printf("  final load violation per top-k layer: %s\n", balance.c_str());
+  }
+  if (!s.evals.empty()) {
+    const EvalRecord& e = s.evals.back();
+    std::printf("  validation loss %.4f after step %lld", e.loss, static_cast<long long>(e.step));
+    if (s.evals.size() > 1) {
+      std::printf(" (%.4f after step %lld)", s.evals.front().loss,
+                  static_cast<long long>(s.evals.front().step));
+    }
+    std::printf(", %lld tokens; load violation on them per top-k layer:",
+                static_cast<long long>(e.tokens));
+    for (size_t l = 0; l < s.layer_modes.size() && l < e.layer_violation.size(); ++l) {
+      if (s.layer_modes[l] == RoutingMode::kTopK) std::printf(" %zu: %.3f", l, e.layer_violation[l]);
+    }
+    std::printf("\n");
   }
   if (s.stats_removed) {
     std::printf("  statistics file %s was removed (or replaced) during the run: this run's "

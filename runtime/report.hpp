@@ -16,13 +16,15 @@ struct RunShape {
   int world_size = 1, ep_size = 1, threads = 1;
   size_t dense_params = 0, expert_params = 0;  // expert_params: every expert once
   ModelMemory memory;                          // one rank's, model_memory_estimate
-  std::string data, stats_path;
+  std::string data, val_data, stats_path;     // val_data: "" without --val-data
   int64_t data_private_bytes = 0;              // TokenSource::private_bytes, counted per rank
   int64_t data_mapped_bytes = 0;               // TokenSource::mapped_bytes, page cache
 };
 
 void report_config(const RunConfig& cfg, const RunShape& shape);
-void report_step(const StepRecord& rec);
+// `val_column`: the table has the val_loss column; `eval` (may be null): the validation loss
+// measured after this step.
+void report_step(const StepRecord& rec, bool val_column = false, const EvalRecord* eval = nullptr);
 void report_summary(const TrainSummary& summary, const std::string& stats_path);
 
 }  // namespace moe

@@ -24,6 +24,9 @@ void refuse_input_file(const std::string& path, const RunConfig& cfg) {
     if (cfg.data.starts_with(kind)) {
       inputs.emplace_back("--data", cfg.data.substr(std::strlen(kind)));
     }
+    if (cfg.val_data.starts_with(kind)) {
+      inputs.emplace_back("--val-data", cfg.val_data.substr(std::strlen(kind)));
+    }
   }
   for (const auto& [option, input] : inputs) {
     std::error_code ec;  // either file missing: not the same file (and no error here)
@@ -44,7 +47,7 @@ void drop_reservation(const std::string& path) {
 
 RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
                    const RoutingState& routing, const std::string& data_description,
-                   double entropy_floor)
+                   const std::string& val_data_description, double entropy_floor)
     : rank_(rank), world_size_(world_size), layers_(cfg.model.layers), top_k_(cfg.model.top_k),
       trace_every_(cfg.trace_every), experts_(cfg.model.experts), groups_(routing.groups),
       group_topk_(routing.group_topk), modes_(routing.modes) {
@@ -93,6 +96,8 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   h.hash_tables = routing.hash_tables;
   h.phase_names.assign(kPhaseNames.begin(), kPhaseNames.end());
   h.trace_tokens = cfg.trace_every > 0 ? world_size * m.batch_per_rank * m.seq_len : 0;
+  h.eval = has_val_data(cfg);
+  h.val_data_description = val_data_description;
   h.resumed_from = cfg.resume_point.stats_path;
   h.resumed_from_step = cfg.resume_point.step;
   try {
@@ -147,6 +152,19 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
   row.layer_balance_loss = rec.layer_balance_loss;
   row.phase_times = phase_all_;
   writer_->append(row);
+}
+
+void RunStats::record_eval(const EvalRecord& rec) {
+  if (rank_ != 0) return;
+  EvalRow row;
+  row.step = rec.step;
+  row.loss = rec.loss;
+  row.time_s = rec.seconds;
+  row.tokens = rec.tokens;
+  row.expert_load = rec.expert_load;
+  row.load_variance = rec.layer_variance;
+  row.max_violation = rec.layer_violation;
+  writer_->append_eval(row);
 }
 
 void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<float>& acts,

@@ -25,7 +25,7 @@ class RunStats {
   // the shape.
   RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
            const RoutingState& routing, const std::string& data_description,
-           double entropy_floor);
+           const std::string& val_data_description, double entropy_floor);
   // Without publish(): the staging file is removed and the path left as it was (a name reserved
   // under runs/ is removed too).
   ~RunStats();
@@ -43,6 +43,9 @@ class RunStats {
 
   // Collective over world: gathers every rank's phase times; rank 0 appends the step's row.
   void record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times);
+
+  // Rank 0: appends a validation row (the record is global already). Other ranks: nothing.
+  void record_eval(const EvalRecord& rec);
 
   // Collective over world when `step` is a trace step (--trace-every): gathers each token's id,
   // position, rank and per-layer experts and weights; rank 0 appends them.

@@ -155,6 +155,28 @@ bool checkpoint_after(int step, Trainer& trainer, CheckpointHeader& header, cons
   return true;
 }
 
+// The --val-data source. A file must hold every sequence of an evaluation without wrapping
+// around: --eval-batches global batches of S-token windows, and the last target.
+std::unique_ptr<TokenSource> val_source_open(const RunConfig& cfg, int W, TokenCheckPart part) {
+  const ModelConfig& mc = cfg.model;
+  std::unique_ptr<TokenSource> source;
+  try {
+    source = token_source_open(cfg.val_data, mc.vocab, mc.seq_len, cfg.seed, part);
+  } catch (const DataError& e) {
+    throw DataError(std::string("--val-data: ") + e.what());
+  }
+  const int64_t sequences = static_cast<int64_t>(cfg.eval_batches) * W * mc.batch_per_rank;
+  const int64_t needed = sequences * mc.seq_len + 1;
+  if (source->num_tokens() > 0 && source->num_tokens() < needed) {
+    throw DataError("--val-data: " + source->describe() + " is too short for --eval-batches " +
+                    std::to_string(cfg.eval_batches) + ": " + std::to_string(sequences) +
+                    " sequences of " + std::to_string(mc.seq_len) + " tokens need " +
+                    std::to_string(needed) + " tokens; lower --eval-batches or give more "
+                    "validation text");
+  }
+  return source;
+}
+
 RoutingState make_routing(const RunConfig& cfg) {
   const ModelConfig& mc = cfg.model;
   const ForcedRouting forced = forced_routing_from_name(cfg.force_balance);
@@ -257,7 +279,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
 
   // Everything that can fail on bad input, before any collective a failed rank would miss; then
   // all ranks agree.
-  std::unique_ptr<TokenSource> data;
+  std::unique_ptr<TokenSource> data, val_data;
   RoutingState routing;
   std::unique_ptr<RunStats> stats;
   std::unique_ptr<CheckpointReader> resume;
@@ -274,8 +296,15 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     // Each rank checks its part of a data file's tokens; the agreement below makes a bad token
     // anywhere fail every rank.
     data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed, TokenCheckPart{rank, W});
-    data_private_bytes = data->private_bytes();
-    data_mapped_bytes = data->mapped_bytes();
+    if (has_val_data(cfg)) {
+      val_data = val_source_open(cfg, W, TokenCheckPart{rank, W});
+      summary.val_data_description = val_data->describe();
+    }
+    for (const TokenSource* source : {data.get(), val_data.get()}) {
+      if (source == nullptr) continue;
+      data_private_bytes += source->private_bytes();
+      data_mapped_bytes += source->mapped_bytes();
+    }
     memory_check(memory, node_ranks, static_cast<double>(data_private_bytes));
     summary.data_description = data->describe();
     if (resume && summary.data_description != cfg.resume_point.data_description) {
@@ -290,7 +319,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     summary.layer_modes = routing.modes;
     if (cfg.stats_path != kNoStats) {
       stats = std::make_unique<RunStats>(cfg, rank, W, P, routing, summary.data_description,
-                                         summary.entropy_floor);
+                                         summary.val_data_description, summary.entropy_floor);
       summary.stats_path = stats->path();
     }
     if (rank == 0) {
@@ -320,8 +349,8 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   // reaches the agreement. So can a checkpoint's tensors, which every rank reads for itself.
   std::unique_ptr<Trainer> trainer;
   try {
-    trainer = std::make_unique<Trainer>(cfg, world, std::move(data), std::move(routing),
-                                        stats.get());
+    trainer = std::make_unique<Trainer>(cfg, world, std::move(data), std::move(val_data),
+                                        std::move(routing), stats.get());
     if (resume) checkpoint_load(*resume, trainer->state());
   } catch (const std::bad_alloc&) {
     error = "out of memory allocating the model (estimated " + gib_text(memory.total()) +
@@ -344,14 +373,23 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
                                 static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model *
                                     mc.ffn_dim,
                                 memory, summary.data_description,
-                                summary.stats_path, data_private_bytes, data_mapped_bytes});
+                                summary.val_data_description, summary.stats_path,
+                                data_private_bytes, data_mapped_bytes});
   }
   const int first_step = static_cast<int>(cfg.resume_point.step + 1);  // 0 unless resuming
   summary.steps.reserve(cfg.steps - first_step);
   std::vector<double> phase_sum(kNumPhases, 0.0);  // over the steps after the first
   for (int step = first_step; step < cfg.steps; ++step) {
     StepRecord rec = trainer->step(step);
-    if (rank == 0 && !quiet) report_step(rec);
+    // The validation loss of the model this step left, unless it went non-finite or a signal
+    // asks to stop at once.
+    const EvalRecord* eval = nullptr;
+    if (has_val_data(cfg) && !trainer->nonfinite() && trainer->stop_signal() == 0 &&
+        (step + 1 == cfg.steps || (cfg.eval_every > 0 && (step + 1) % cfg.eval_every == 0))) {
+      summary.evals.push_back(trainer->evaluate(step));
+      eval = &summary.evals.back();
+    }
+    if (rank == 0 && !quiet) report_step(rec, has_val_data(cfg), eval);
     if (step > first_step || cfg.steps - first_step == 1) {
       for (int p = 0; p < kNumPhases; ++p) phase_sum[p] += trainer->times().seconds[p];
     }

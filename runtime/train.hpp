@@ -34,6 +34,19 @@ struct StepRecord {
   std::vector<double> layer_balance_loss;  // [L]
 };
 
+// A validation loss after a step (--val-data): forward only, over --eval-batches global batches
+// of validation sequences, the same ones at every evaluation. Globally reduced.
+struct EvalRecord {
+  int64_t step = 0;             // the training step it followed
+  double loss = 0.0;            // LM cross-entropy, mean over the validation tokens
+  int64_t tokens = 0;           // validation tokens (targets) evaluated
+  double seconds = 0.0;         // wall time of the evaluation (not part of any step's time)
+  double max_violation = 0.0;   // worst layer_violation over top-k (or forced) layers
+  std::vector<int64_t> expert_load;     // [L, E] assignments over all validation tokens
+  std::vector<double> layer_variance;   // [L] population variance of expert_load
+  std::vector<double> layer_violation;  // [L] (max − mean)/mean
+};
+
 // Where the time of the steps after the first went, per phase (model/phase_timer.hpp).
 struct PhaseSummary {
   std::vector<double> mean_ms;  // [phases] per step, averaged over steps and ranks
@@ -51,6 +64,7 @@ enum class RunEnd {
 
 struct TrainSummary {
   std::vector<StepRecord> steps;
+  std::vector<EvalRecord> evals;  // --val-data: in step order
   std::string stats_path;       // the statistics file written, empty for --stats none
   bool stats_removed = false;   // the statistics file was removed (or replaced) during the run
   PhaseSummary phases;
@@ -59,6 +73,7 @@ struct TrainSummary {
   int peak_cores = 0;
   double entropy_floor = -1.0;  // nats; < 0 when the data has no known floor
   std::string data_description;
+  std::string val_data_description;  // "" without --val-data
   std::vector<RoutingMode> layer_modes;  // [L] how each layer routes
   RunEnd end = RunEnd::kCompleted;
   int stop_signal = 0;          // kSignal: the signal's number

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "io/synthetic_data.hpp"
 #include "model/balance.hpp"
 #include "model/parallel.hpp"
 #include "runtime/stop_signal.hpp"
@@ -15,6 +16,12 @@ namespace moe {
 namespace {
 
 constexpr float kMinLrRatio = 0.1f;  // cosine decays to 10% of --lr
+
+// The first global sample of the validation sequences: a file's from its start, the synthetic
+// source's held-out range.
+int64_t val_first_sample(const TokenSource& source) {
+  return dynamic_cast<const SyntheticSource*>(&source) != nullptr ? kSyntheticValFirstSample : 0;
+}
 
 // The per-layer balance metrics of a step from its global loads.
 void fill_metrics(StepRecord& rec, const RoutingState& routing, int L, int E, int W) {
@@ -54,8 +61,9 @@ void check_bias_consistent(const Comm& world, const std::vector<float>& bias, in
 }  // namespace
 
 Trainer::Trainer(const RunConfig& cfg, const Comm& world, std::unique_ptr<TokenSource> data,
-                 RoutingState routing, RunStats* stats)
+                 std::unique_ptr<TokenSource> val_data, RoutingState routing, RunStats* stats)
     : cfg_(cfg), mc_(cfg.model), world_(world), data_(std::move(data)),
+      val_data_(std::move(val_data)),
       routing_(std::move(routing)), stats_(stats),
       P_(cfg.ep > 0 ? cfg.ep : default_ep_size(world.size(), cfg.model.experts)),
       groups_(parallel_groups_make(world, P_)), placement_{mc_.experts, P_},
@@ -137,18 +145,68 @@ StepRecord Trainer::step(int step) {
   return rec;
 }
 
-// Global sample i of this step goes to rank ⌊i/B⌋: the global batch does not depend on W.
-void Trainer::load_batch(int step) {
-  ScopedPhase timer(&times_, Phase::kOther);
-  const int W = world_.size(), B = mc_.batch_per_rank, S = mc_.seq_len;
+// Global sample first + i goes to rank ⌊i/B⌋: the global batch does not depend on W.
+void Trainer::load_samples(const TokenSource& source, int64_t first) {
+  const int B = mc_.batch_per_rank, S = mc_.seq_len;
   for (int b = 0; b < B; ++b) {
-    const int64_t global =
-        static_cast<int64_t>(step) * W * B + static_cast<int64_t>(world_.rank()) * B + b;
-    data_->sample(global, S, sample_.data());
+    source.sample(first + static_cast<int64_t>(world_.rank()) * B + b, S, sample_.data());
     std::copy_n(sample_.begin(), S, tokens_.begin() + b * S);
     std::copy_n(sample_.begin() + 1, S, targets_.begin() + b * S);
   }
+}
+
+void Trainer::load_batch(int step) {
+  ScopedPhase timer(&times_, Phase::kOther);
+  load_samples(*data_, static_cast<int64_t>(step) * world_.size() * mc_.batch_per_rank);
   batch_.step = step;
+}
+
+EvalRecord Trainer::evaluate(int step) {
+  const double t0 = MPI_Wtime();
+  const int L = mc_.layers, E = mc_.experts;
+  const int64_t G = static_cast<int64_t>(world_.size()) * mc_.batch_per_rank;
+  EvalRecord rec;
+  rec.step = step;
+  rec.expert_load.assign(static_cast<size_t>(L) * E, 0);
+  // Forward only, untimed (the phase table is the steps'); the step's training activations are
+  // overwritten, which nothing reads after the step.
+  acts_.times = nullptr;
+  batch_.step = step;
+  double ce_sum = 0.0;
+  std::vector<double> ce(1), ce_scratch(1);
+  for (int k = 0; k < cfg_.eval_batches; ++k) {
+    load_samples(*val_data_, val_first_sample(*val_data_) + k * G);
+    ce[0] = model_forward(acts_, dense_.data(), experts_.data(), layout_, routing_, batch_, mc_,
+                          placement_, ex_);
+    // Batch by batch along the same tree as the training loss, then in batch order: the same
+    // bits on any rank count.
+    world_.allreduce_sum_tree(std::span<double>(ce), std::span<double>(ce_scratch));
+    ce_sum += ce[0];
+    for (int l = 0; l < L; ++l) {
+      const std::vector<int64_t>& counts = acts_.moe[l].plan.expert_counts;
+      for (int e = 0; e < E; ++e) rec.expert_load[static_cast<size_t>(l) * E + e] += counts[e];
+    }
+  }
+  acts_.times = &times_;
+  world_.allreduce_sum(std::span<int64_t>(rec.expert_load));
+  rec.tokens = static_cast<int64_t>(cfg_.eval_batches) * T_;
+  rec.loss = ce_sum / static_cast<double>(rec.tokens);
+  rec.layer_variance.resize(L);
+  rec.layer_violation.resize(L);
+  for (int l = 0; l < L; ++l) {
+    const BalanceMetrics m = balance_metrics(
+        std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E));
+    rec.layer_variance[l] = m.variance;
+    rec.layer_violation[l] = m.max_violation;
+    if (routing_.modes[l] != RoutingMode::kHash) {
+      rec.max_violation = std::max(rec.max_violation, m.max_violation);
+    }
+  }
+  std::vector<double> slowest = {MPI_Wtime() - t0};
+  world_.allreduce_max(std::span<double>(slowest));
+  rec.seconds = slowest[0];
+  if (stats_) stats_->record_eval(rec);
+  return rec;
 }
 
 // Gradients: replicated over all ranks, experts over their replicas; losses; one all-reduce of

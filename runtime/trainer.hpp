@@ -28,14 +28,21 @@ namespace moe {
 // EpExchange holds one to its own EP communicator: a Trainer never moves.
 class Trainer {
  public:
+  // `val_data` (may be null): the validation source of evaluate().
   Trainer(const RunConfig& cfg, const Comm& world, std::unique_ptr<TokenSource> data,
-          RoutingState routing, RunStats* stats);
+          std::unique_ptr<TokenSource> val_data, RoutingState routing, RunStats* stats);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
   // One training step. With a non-finite loss or gradient norm the parameters, AdamW state and
   // bias are left as they were (nonfinite() then says so); the step's record is still complete.
   StepRecord step(int step);
+
+  // The validation loss of the model as `step` left it: forward only, no parameter, AdamW or
+  // bias change, over --eval-batches global batches of validation sequences (global sample
+  // indices val_first_sample() + k·W·B + r·B + b), bitwise the same on any rank count where a
+  // step is. Collective over the world; appends the record to the statistics file.
+  EvalRecord evaluate(int step);
 
   // Agreed by every rank at the end of the last step: the stop signal any rank had received
   // by then (0: none), and whether its loss or gradient norm was not finite.
@@ -56,6 +63,8 @@ class Trainer {
   const PhaseTimes& times() const { return times_; }  // of the last step
 
  private:
+  // Fills tokens_/targets_ with this rank's B samples starting at global sample `first`.
+  void load_samples(const TokenSource& source, int64_t first);
   void load_batch(int step);
   void reduce(StepRecord& rec);
   void optimize(StepRecord& rec, int step);
@@ -64,6 +73,7 @@ class Trainer {
   const ModelConfig& mc_;
   const Comm& world_;
   std::unique_ptr<TokenSource> data_;
+  std::unique_ptr<TokenSource> val_data_;  // null without --val-data
   RoutingState routing_;
   RunStats* stats_;  // null for --stats none
   int P_;

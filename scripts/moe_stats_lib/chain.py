@@ -19,6 +19,8 @@ The chain rule (docs/hdf5-schema.md, "Resumed runs"):
       /perf/phase_time [N, W, num_phases] is padded to the largest W with NaN when the files'
       W differ (rank_load is then float64); otherwise the arrays keep their dtype. Phase columns
       are matched by name when the files' /perf/phases differ (NaN where a file lacks one).
+    - Validation rows (/eval) are kept by the same rule on the step they followed, from the
+      files that have them.
     - attrs are the newest file's; Run.segments lists each file, oldest first.
 
 Shapes: N rows (steps) of the whole run, L layers, E experts, W ranks.
@@ -126,7 +128,22 @@ def join_files(files):
               else newest.phases)
     data = {name: join_dataset(name, parts, phases) for name in names}
     return Run(path=newest.path, attrs=newest.attrs, routing=newest.routing, data=data,
-               phases=phases, segments=tuple(segments))
+               phases=phases, segments=tuple(segments), eval=join_eval(files))
+
+
+def join_eval(files):
+    """The validation rows of read_predecessors' [(run, cutoff)] (newest first), oldest first:
+    from each file that has them, those after a step <= its cutoff."""
+    parts = []
+    for run, cutoff in reversed(files):
+        if not run.eval:
+            continue
+        keep = (np.ones(len(run.eval["eval/step"]), dtype=bool) if cutoff is None
+                else run.eval["eval/step"] <= cutoff)
+        parts.append({name: values[keep] for name, values in run.eval.items()})
+    if not parts:
+        return {}
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
 
 def check_consecutive(parts):

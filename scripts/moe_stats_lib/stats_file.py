@@ -15,7 +15,7 @@ import ctypes
 import functools
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import h5py
 import numpy as np
@@ -44,6 +44,11 @@ PER_STEP_NDIM.update({"routing/expert_load": 3, "routing/rank_load": 3, "routing
                       "routing/load_cv": 2, "routing/rank_overload": 2,
                       "routing/balance_loss": 2, "perf/phase_time": 3})
 assert set(PER_STEP_NDIM) == set(REQUIRED_PER_STEP + OPTIONAL_PER_STEP)
+
+# The validation rows (/eval, present when the run had --val-data): one per evaluation, with the
+# training step it followed in eval/step. Their dimensions, rows first.
+EVAL_NDIM = {"eval/step": 1, "eval/loss": 1, "eval/time_s": 1, "eval/tokens": 1,
+             "eval/expert_load": 3, "eval/load_variance": 2, "eval/max_violation": 2}
 ROUTING_LABELS = {"hash": "Hash Routed", "topk": "Top-K Routed", "forced": "Forced"}
 # A SWMR reader retries a metadata block whose checksum fails, sleeping twice as long each time;
 # at HDF5's default of 100 attempts a truncated or damaged file holds the reader for ever.
@@ -80,6 +85,8 @@ class Run:
     data: dict               # "steps/loss" -> [N], "routing/expert_load" -> [N, L, E], ...
     phases: tuple = ()       # [num_phases] names of /perf/phase_time's last axis
     segments: tuple = ()     # Segment per file, oldest first; their rows add up to N
+    # "eval/loss" -> [M], ... the M complete validation rows (empty without /eval), in step order
+    eval: dict = field(default_factory=dict)
 
     @property
     def steps(self):
@@ -280,6 +287,23 @@ def read_per_step(path, f):
     return {name: f[name][:n] for name in names}
 
 
+def read_eval(path, f):
+    """The complete rows of /eval (those whose eval/step is written), {} when the file has none."""
+    if "eval" not in f:
+        return {}
+    for name, ndim in EVAL_NDIM.items():
+        if name not in f:
+            raise StatsError(f"{path}: /eval lacks /{name}")
+        if f[name].ndim != ndim or not np.issubdtype(f[name].dtype, np.number):
+            raise StatsError(f"{path}: /{name} has {f[name].ndim} dimensions of {f[name].dtype}, "
+                             f"expected {ndim} of numbers (rows first)")
+    n = min(f[name].shape[0] for name in EVAL_NDIM)
+    steps = f["eval/step"][:n]
+    while n > 0 and steps[n - 1] < 0:
+        n -= 1
+    return {name: f[name][:n] for name in EVAL_NDIM}
+
+
 def read_strings(f, name):
     if name not in f or f[name].size == 0:
         return ()
@@ -316,6 +340,7 @@ def read_file(path):
                 raise StatsError(f"{path}: missing dataset /layers/routing")
             routing = read_strings(f, "layers/routing")
             data = read_per_step(path, f)
+            evals = read_eval(path, f)
             phases = read_strings(f, "perf/phases")
         except (OSError, RuntimeError, KeyError) as err:  # HDF5 could not read what the file holds
             raise StatsError(f"{path}: cannot read, the file is truncated or damaged "
@@ -331,7 +356,7 @@ def read_file(path):
                       world_size=int(data["routing/rank_load"].shape[2]),
                       resumed_from=resumed_from, resumed_from_step=resumed_from_step)
     run = Run(path=path, attrs=attrs, routing=routing, data=data, phases=phases,
-              segments=(segment,))
+              segments=(segment,), eval=evals)
     if len(routing) != run.num_layers:
         raise StatsError(f"{path}: /layers/routing has {len(routing)} layers but "
                          f"/routing/expert_load has {run.num_layers}")

@@ -35,6 +35,7 @@ def summary_config_lines(run):
                   + world_sizes_note(run)),
         ("seed", f"{a.get('seed', '?')}"),
         ("data", f"{a.get('data', '?')}"),
+    ] + ([("val data", a["val_data"])] if "val_data" in a else []) + [
         ("shape", f"{run.num_layers} layers ({num_hash} hash, {int(mask.sum())} top-k), "
                   f"{run.num_experts} experts, top-k {a.get('top_k', '?')}, vocab "
                   f"{a.get('vocab', '?')}, seq-len {a.get('seq_len', '?')}, batch-per-rank "
@@ -110,8 +111,29 @@ def summary_progress_lines(run):
     return [
         ("steps", f"{len(steps)} (step {int(steps[0])} .. {int(steps[-1])})"),
         ("loss", loss_text),
+    ] + summary_eval_lines(run) + [
         ("tokens/s", f"{median:.0f} ({what})"),
     ]
+
+
+def summary_eval_lines(run):
+    """The validation loss (first, last, best) and the balance on the validation tokens of the
+    last evaluation, per top-k layer; no lines without validation rows."""
+    if not run.eval or len(run.eval["eval/step"]) == 0:
+        return []
+    steps, loss = run.eval["eval/step"], run.eval["eval/loss"]
+    best = int(np.nanargmin(loss)) if np.isfinite(loss).any() else 0
+    text = (f"{len(steps)} evaluations of {int(run.eval['eval/tokens'][-1])} tokens; after step "
+            f"{int(steps[0])} {loss[0]:.4f}, after step {int(steps[-1])} {loss[-1]:.4f}, "
+            f"min {loss[best]:.4f} after step {int(steps[best])}")
+    mask = topk_mask(run)
+    viol = run.eval["eval/max_violation"][-1]
+    layers = np.nonzero(mask)[0] if mask.any() else np.arange(run.num_layers)
+    balance = ", ".join(f"{int(l)}: {viol[l]:.3f}" for l in layers)
+    kind = "top-k layer" if mask.any() else "layer"
+    return [("val loss", text),
+            ("val balance", f"max violation on the validation tokens after step "
+                            f"{int(steps[-1])}, per {kind}: {balance}")]
 
 
 def summary_layer_rows(run):

@@ -1,6 +1,6 @@
 // The statistics file describes itself (format version 2, io/stats_schema.hpp): every dataset has
 // "units" and "description", every axis a label, the step, layer, expert, rank, phase, slot,
-// token and traced-step axes their dimension scale, in the live file (SWMR) and after close()
+// token, traced-step and eval-step axes their dimension scale, in the live file (SWMR) and after close()
 // compacted it; the configuration is also a group of typed attributes.
 #include <gtest/gtest.h>
 #include <hdf5_hl.h>
@@ -34,6 +34,8 @@ const Attachment kAttachments[] = {
     {"/trace/experts", 0, "/trace/step"},      {"/trace/experts", 2, "/dims/token"},
     {"/trace/experts", 3, "/dims/slot"},       {"/trace/token_id", 1, "/dims/token"},
     {"/trace/experts_unbiased", 3, "/dims/slot"},
+    {"/eval/loss", 0, "/eval/step"},           {"/eval/expert_load", 0, "/eval/step"},
+    {"/eval/expert_load", 2, "/dims/expert"},  {"/eval/max_violation", 1, "/dims/layer"},
 };
 
 H5Id open_dset(hid_t f, const char* path) {
@@ -64,7 +66,7 @@ void expect_described(const std::string& path, bool live) {
   std::vector<std::string> datasets;
   MOE_H5_CHECK(H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &datasets,
                          H5O_INFO_BASIC));
-  EXPECT_EQ(datasets.size(), 31u);  // 16 per-step, 3 fixed, 5 axes, 7 trace
+  EXPECT_EQ(datasets.size(), 38u);  // 16 per-step, 3 fixed, 5 axes, 7 trace, 7 eval
   for (const std::string& name : datasets) {
     const H5Id d = open_dset(f, name.c_str());
     EXPECT_FALSE(read_string_attr(d.get(), "units").empty()) << name;
@@ -96,10 +98,15 @@ void expect_described(const std::string& path, bool live) {
 TEST(StatsSchema, EveryDatasetIsDescribedAndItsAxesNamedLiveAndAfterCompaction) {
   TempDir dir;
   const std::string path = dir.file("run.h5");
-  StatsWriter w(path, false, test_header());
+  StatsHeader h = test_header();
+  h.eval = true;
+  StatsWriter w(path, false, h);
   w.publish();
   write_rows(w, 0, 3);
   w.append_trace(TraceData(0).row());
+  const std::vector<int64_t> load(kL * kE, 5);
+  const std::vector<double> per_layer(kL, 0.0);
+  w.append_eval(EvalRow{2, 1.5, 0.1, 64, load, per_layer, per_layer});
   expect_described(path, /*swmr=*/true);
   w.close();
   expect_described(path, /*swmr=*/false);
