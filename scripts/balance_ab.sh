@@ -7,8 +7,10 @@
 #   scripts/balance_ab.sh preset    # the preset's own learning rate over STEPS (default 400)
 #
 # Environment: NP (ranks, default 8), STEPS, OUT (output folder, default runs/balance-ab-<regime>),
-# EXTRA (more moe_rt options for both runs). Prints the table for the first and last step and, for
-# the preset regime, the variance of both runs every 50 steps: when the bias wins.
+# DATA (moe_rt's --data for both runs, e.g. tokens:data/python-docs/train.bin from
+# scripts/prepare_data.py; default: moe_rt's, synthetic), EXTRA (more moe_rt options for both
+# runs). Prints the table for the first and last step and, for the preset regime, the variance of
+# both runs every 50 steps: when the bias wins.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # No cd: OUT and the default runs/ folder are relative to the caller's directory.
@@ -25,6 +27,7 @@ moe_build moe_rt
 moe_launcher "${NP:-8}"
 
 common=(--model deepseek4-tiny --steps "$steps" "${train[@]}" --overwrite ${EXTRA:-})
+if [[ -n ${DATA:-} ]]; then common+=(--data "$DATA"); fi
 echo "run A: no balancing ($out/A.h5)"
 "${moe_launch[@]}" "$moe_build_dir/moe_rt" "${common[@]}" --bias-update-rate 0 \
   --seq-aux-loss-weight 0 --stats "$out/A.h5" > "$out/A.log"

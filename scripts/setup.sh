@@ -3,7 +3,10 @@
 # Idempotent and quiet when everything is present; any failed install stops with a message.
 set -euo pipefail
 
-# Debian packages: compiler tool chain, MPI, BLAS, HDF5, Boost, test and benchmark libraries.
+# Debian packages: compiler tool chain, MPI, BLAS, HDF5, Boost, test and benchmark libraries,
+# and python3-doc: the Python documentation's plain-text sources (about 11 MB of English, PSF
+# License), the default corpus of scripts/prepare_data.py, installed here so that nothing is
+# downloaded when the data is prepared.
 debs=(
   build-essential cmake pkg-config
   openmpi-bin libopenmpi-dev
@@ -11,7 +14,7 @@ debs=(
   libhdf5-dev hdf5-tools
   libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3
+  python3 python3-doc
 )
 
 # Install logs: private to this run, removed on success, shown on failure.
@@ -45,9 +48,9 @@ fi
 
 # Python analysis tools (scripts/moe_stats.py) and the python tests: numpy, h5py, matplotlib,
 # pandas (export), pyarrow (export --format parquet), tensorboard (its event writer and reader),
-# pytest.
+# pytest; tokenizers (Hugging Face's, for scripts/prepare_data.py's BPE tokenizer).
 py=${PYTHON:-python3}
-py_modules=(numpy h5py matplotlib pandas pyarrow tensorboard pytest)
+py_modules=(numpy h5py matplotlib pandas pyarrow tensorboard pytest tokenizers)
 py_missing() {  # the modules of py_modules that $py cannot import, space-separated
   "$py" - "${py_modules[@]}" <<'PY'
 import importlib.util, sys
@@ -71,9 +74,10 @@ if [[ -n "$missing_py" ]]; then
       tail -n 40 "$log" >&2
       exit 1
     fi
-    # Debian 12 packages neither pyarrow nor tensorboard: pip into the user's site-packages
-    # (~/.local), which leaves Debian's own files alone. Without them, export --format parquet
-    # and the tensorboard command say what is missing, and their tests are skipped.
+    # Debian 12 packages neither pyarrow, tensorboard nor tokenizers: pip into the user's
+    # site-packages (~/.local), which leaves Debian's own files alone. Without the first two,
+    # export --format parquet and the tensorboard command say what is missing, and their tests
+    # are skipped; tokenizers is required (checked below).
     rest=$(py_missing)
     # Debian 12's numpy is 1.24; pyarrow 19 and later need numpy 2 (seen: "pyarrow requires NumPy
     # 2.0 or newer"), so take the last release built for numpy 1 there.
@@ -91,6 +95,6 @@ if [[ -n "$missing_py" ]]; then
       fi
     fi
   fi
-  "$py" -c 'import numpy, h5py, matplotlib, pandas, pytest' ||
+  "$py" -c 'import numpy, h5py, matplotlib, pandas, pytest, tokenizers' ||
     { echo "setup: Python packages still not importable by $py" >&2; exit 1; }
 fi
