@@ -264,7 +264,8 @@ def main(argv=None):
     binary = os.path.relpath(os.path.join(ROOT, "build", "moe_rt"))
     vocab = [] if args.vocab == PRESET_VOCAB else ["--vocab", str(args.vocab)]
     command = ["mpirun", "-np", "8", binary, "--model", "deepseek4-tiny"] + vocab + \
-        ["--data", "tokens:" + paths["train.bin"]]
+        ["--data", "tokens:" + paths["train.bin"], "--val-data", "tokens:" + paths["val.bin"],
+         "--eval-every", "50"]
     print(f"corpus      {args.input or DEFAULT_CORPUS + ' (' + DEFAULT_CORPUS_NAME + ')'}")
     print(f"documents   {len(docs)} ({len(train_texts)} train, {len(val_texts)} validation)"
           + (f", {skipped} files skipped as not UTF-8" if skipped else "")

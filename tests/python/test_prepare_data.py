@@ -177,10 +177,13 @@ def test_moe_rt_trains_on_the_shard(prepared):
         pytest.skip("MOE_RT_BIN is not set: point it at the built moe_rt to train on the shard")
     out, _ = prepared
     command = launcher(2) + [binary, "--model", "micro", "--vocab", str(VOCAB), "--steps", "3",
-                             "--data", f"tokens:{out / 'train.bin'}", "--stats", "none"]
+                             "--data", f"tokens:{out / 'train.bin'}", "--val-data",
+                             f"tokens:{out / 'val.bin'}", "--eval-batches", "1", "--stats", "none"]
     proc = subprocess.run(command, env=run_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"tokens:{out / 'train.bin'}" in proc.stdout
     steps = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
     assert [int(s[0]) for s in steps[:3]] == [0, 1, 2]
     assert all(np.isfinite(float(s[1])) for s in steps[:3])
+    assert len(steps[2]) == 10 and np.isfinite(float(steps[2][8]))  # validation after the last
+    assert "validation loss" in proc.stdout
