@@ -128,4 +128,19 @@ void dispatch_plan_set_recv(DispatchPlan& plan, std::span<const int> counts_from
   }
 }
 
+int64_t dispatch_plan_cross_host_rows(const DispatchPlan& plan, std::span<const int> ep_hosts) {
+  const int P = plan.placement.ep_size;
+  if (ep_hosts.size() != static_cast<size_t>(P) || plan.send_counts.size() != ep_hosts.size()) {
+    throw std::invalid_argument("dispatch_plan_cross_host_rows: " +
+                                std::to_string(ep_hosts.size()) + " hosts for an EP group of " +
+                                std::to_string(P));
+  }
+  const int own = ep_hosts[plan.ep_rank];
+  int64_t rows = 0;
+  for (int d = 0; d < P; ++d) {
+    if (ep_hosts[d] != own) rows += plan.send_counts[d];
+  }
+  return rows;
+}
+
 }  // namespace moe

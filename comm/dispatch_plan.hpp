@@ -69,4 +69,9 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
 // [P, max_local], row s being source s's count_message block addressed to this rank.
 void dispatch_plan_set_recv(DispatchPlan& plan, std::span<const int> counts_from_sources);
 
+// Rows of the plan's send side that leave this rank's host: the send counts of every EP rank whose
+// host differs from this rank's. `ep_hosts` [P] is the host of each EP rank of the group
+// (ParallelGroups::ep_hosts). Throws std::invalid_argument when it has not P entries.
+int64_t dispatch_plan_cross_host_rows(const DispatchPlan& plan, std::span<const int> ep_hosts);
+
 }  // namespace moe
