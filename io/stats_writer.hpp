@@ -86,6 +86,7 @@ struct StepRow {
   std::span<const double> phase_times;         // [W, num_phases] seconds, per rank
   std::span<const int64_t> dispatch_rows;      // [L] assignments dispatched (T·K)
   std::span<const int64_t> cross_host_rows;    // [L] of them sent to a rank on another host
+  std::span<const int64_t> cross_host_tokens;  // [L] (token, other host of its experts) pairs
 };
 
 // The routing of T traced tokens at one step.

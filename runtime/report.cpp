@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/blas.hpp"
@@ -84,25 +85,32 @@ void report_phases(const PhaseSummary& p) {
 // The share of dispatched rows that crossed hosts over the whole run, in all and per layer.
 void report_cross_host(const TrainSummary& s) {
   const size_t L = s.steps.back().cross_host_rows.size();
-  std::vector<double> crossed(L, 0.0), dispatched(L, 0.0);
+  std::vector<double> rows(L, 0.0), dispatched(L, 0.0), tokens(L, 0.0);
   for (const StepRecord& r : s.steps) {
     for (size_t l = 0; l < L && l < r.cross_host_rows.size(); ++l) {
-      crossed[l] += static_cast<double>(r.cross_host_rows[l]);
+      rows[l] += static_cast<double>(r.cross_host_rows[l]);
+      tokens[l] += static_cast<double>(r.cross_host_tokens[l]);
       dispatched[l] += static_cast<double>(r.dispatch_rows[l]);
     }
   }
-  double all_crossed = 0, all_dispatched = 0;
-  std::string layers;
-  for (size_t l = 0; l < L; ++l) {
-    all_crossed += crossed[l];
-    all_dispatched += dispatched[l];
-    char part[48];
-    std::snprintf(part, sizeof part, "%s%zu: %.1f%%", layers.empty() ? "" : ", ", l,
-                  dispatched[l] > 0 ? 100.0 * crossed[l] / dispatched[l] : 0.0);
-    layers += part;
+  // Rows per dispatched row; token copies per token (dispatched rows / K).
+  const double K = s.top_k;
+  for (const auto& [what, crossed, per] :
+       {std::tuple{"rows crossing hosts in dispatch", &rows, 1.0},
+        std::tuple{"token copies crossing hosts (one per other host)", &tokens, 1.0 / K}}) {
+    double all_crossed = 0, all_dispatched = 0;
+    std::string layers;
+    for (size_t l = 0; l < L; ++l) {
+      all_crossed += (*crossed)[l];
+      all_dispatched += dispatched[l] * per;
+      char part[48];
+      std::snprintf(part, sizeof part, "%s%zu: %.1f%%", layers.empty() ? "" : ", ", l,
+                    dispatched[l] > 0 ? 100.0 * (*crossed)[l] / (dispatched[l] * per) : 0.0);
+      layers += part;
+    }
+    std::printf("  %s: %.1f%% over the run (per layer: %s)\n", what,
+                all_dispatched > 0 ? 100.0 * all_crossed / all_dispatched : 0.0, layers.c_str());
   }
-  std::printf("  rows crossing hosts in dispatch: %.1f%% over the run (per layer: %s)\n",
-              all_dispatched > 0 ? 100.0 * all_crossed / all_dispatched : 0.0, layers.c_str());
 }
 
 }  // namespace

@@ -142,6 +142,7 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
   row.rank_load = rec.rank_load;
   row.dispatch_rows = rec.dispatch_rows;
   row.cross_host_rows = rec.cross_host_rows;
+  row.cross_host_tokens = rec.cross_host_tokens;
   row.bias = rec.bias;
   row.load_variance = rec.layer_variance;
   row.max_violation = rec.layer_violation;

@@ -278,6 +278,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
       }
     }
     summary.num_hosts = hosts.num_hosts();
+    summary.top_k = mc.top_k;
     memory_check(memory, node_ranks);
     if (cfg.resume_point.active()) {
       resume = std::make_unique<CheckpointReader>(cfg.resume_point.checkpoint);

@@ -84,7 +84,7 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   expert_sq_.resize(static_cast<size_t>(L) * placement_.max_local());
   expert_sq_all_.resize(expert_sq_.size() * P_);
   recv_local_.resize(L);
-  load_sums_.resize(static_cast<size_t>(L) * (mc_.experts + 1));
+  load_sums_.resize(static_cast<size_t>(L) * (mc_.experts + 2));
   recv_all_.resize(static_cast<size_t>(W) * L);
   T_ = static_cast<int64_t>(W) * N;
   batch_.tokens = tokens_.data();
@@ -153,8 +153,8 @@ void Trainer::load_batch(int step) {
 }
 
 // Gradients: replicated over all ranks, experts over their replicas; losses; one all-reduce of
-// the stacked [L, E] loads and [L] rows sent across hosts; one all-gather of the rows each rank
-// received.
+// the stacked [L, E] loads and [L] rows and [L] tokens sent across hosts; one all-gather of the
+// rows each rank received.
 void Trainer::reduce(StepRecord& rec) {
   ScopedPhase timer(&times_, Phase::kAllReduce);
   const int W = world_.size(), L = mc_.layers, E = mc_.experts;
@@ -172,11 +172,14 @@ void Trainer::reduce(StepRecord& rec) {
     std::copy(plan.expert_counts.begin(), plan.expert_counts.end(),
               load_sums_.begin() + static_cast<size_t>(l) * E);
     load_sums_[LE + l] = dispatch_plan_cross_host_rows(plan, groups_.ep_hosts);
+    load_sums_[LE + L + l] = dispatch_cross_host_tokens(
+        acts_.moe[l].expert_idx, mc_.top_k, placement_, groups_.ep.rank(), groups_.ep_hosts);
     recv_local_[l] = plan.num_recv;
   }
   world_.allreduce_sum(std::span<int64_t>(load_sums_));
   rec.expert_load.assign(load_sums_.begin(), load_sums_.begin() + LE);
-  rec.cross_host_rows.assign(load_sums_.begin() + LE, load_sums_.end());
+  rec.cross_host_rows.assign(load_sums_.begin() + LE, load_sums_.begin() + LE + L);
+  rec.cross_host_tokens.assign(load_sums_.begin() + LE + L, load_sums_.end());
   // Every assignment is dispatched (to its expert's owner, this rank included): Σ_e c_l[e].
   rec.dispatch_rows.assign(L, 0);
   for (int l = 0; l < L; ++l) {

@@ -25,17 +25,22 @@ def owner_of_expert(E, P):
 
 
 def recount_cross_host(f):
-    """[M, L] rows crossing hosts at each traced step, from the traces alone: each token's chosen
-    experts, the rank that held it, and the host map; the EP groups are consecutive ranks (the
-    hosts here are consecutive blocks, so the layout order is the world order)."""
+    """([M, L] rows, [M, L] token copies) crossing hosts at each traced step, from the traces
+    alone: each token's chosen experts, the rank that held it, and the host map; the EP groups
+    are consecutive ranks (the hosts here are consecutive blocks, so the layout order is the
+    world order). A token copy: a token and another host holding one of its experts."""
     W, P, E = (int(f.attrs[k]) for k in ("world_size", "ep_size", "num_experts"))
     host = f["/hosts/rank_host"][...]
     owner = owner_of_expert(E, P)
     rank = f["/trace/rank"][...]                      # [M, T]
     experts = f["/trace/experts"][...]                # [M, L, T, K]
     group_first = (rank // P) * P                     # first world rank of the token's EP group
-    dest = group_first[:, None, :, None] + owner[experts]
-    return (host[dest] != host[rank][:, None, :, None]).sum(axis=(2, 3))
+    dest_host = host[group_first[:, None, :, None] + owner[experts]]
+    crossing = dest_host != host[rank][:, None, :, None]
+    other_hosts = np.zeros(crossing.shape[:3], dtype=np.int64)
+    for h in range(int(host.max()) + 1):
+        other_hosts += (crossing & (dest_host == h)).any(axis=3)
+    return crossing.sum(axis=(2, 3)), other_hosts.sum(axis=2)
 
 
 def test_two_hosts_of_two_ranks(run_moe, tmp_path):
@@ -46,6 +51,7 @@ def test_two_hosts_of_two_ranks(run_moe, tmp_path):
     assert ("ranks: 4 on 2 hosts x 2 (--ranks-per-host); one EP group of 4 spanning 2 whole "
             "hosts, 1 replica") in proc.stdout
     assert "rows crossing hosts in dispatch:" in proc.stdout
+    assert "token copies crossing hosts (one per other host):" in proc.stdout
     with open_stats(path) as f:
         L, K = int(f.attrs["num_layers"]), int(f.attrs["top_k"])
         T = 4 * int(f.attrs["batch_per_rank"]) * int(f.attrs["seq_len"])
@@ -61,7 +67,12 @@ def test_two_hosts_of_two_ranks(run_moe, tmp_path):
         assert (dispatched == f["/routing/expert_load"][...].sum(axis=2)).all()
         crossed = crossed[...]
         assert (crossed > 0).all() and (crossed < dispatched).all()
-        assert (crossed == recount_cross_host(f)).all()
+        rows, tokens = recount_cross_host(f)
+        assert (crossed == rows).all()
+        copies = f["/routing/cross_host_tokens"][...]
+        assert f["/routing/cross_host_tokens"].attrs["units"] == "tokens"
+        assert (copies == tokens).all()
+        assert (copies <= T).all() and (copies <= crossed).all() and (copies > 0).all()
 
 
 @pytest.mark.parametrize("layout", [["--ranks-per-host", "4"], ["--ranks-per-host", "auto"], []])
@@ -76,6 +87,7 @@ def test_one_host_crosses_nothing(run_moe, tmp_path, layout):
         assert list(f["/hosts/rank_host"][...]) == [0, 0, 0, 0]
         assert f["/routing/cross_host_rows"].shape == (2, int(f.attrs["num_layers"]))
         assert (f["/routing/cross_host_rows"][...] == 0).all()
+        assert (f["/routing/cross_host_tokens"][...] == 0).all()
 
 
 def test_host_layout_changes_no_bit_of_the_arithmetic(run_moe, tmp_path):
@@ -119,7 +131,9 @@ def test_node_limited_routing_keeps_each_token_on_one_host(run_moe, tmp_path):
             hosts_used = expert_host[experts[:, layer]]
             if kind == "topk":
                 assert (hosts_used == hosts_used[..., :1]).all(), layer
-        assert (f["/routing/cross_host_rows"][...] == recount_cross_host(f)).all()
+        rows, tokens = recount_cross_host(f)
+        assert (f["/routing/cross_host_rows"][...] == rows).all()
+        assert (f["/routing/cross_host_tokens"][...] == tokens).all()
 
 
 @pytest.mark.parametrize("value,words", [

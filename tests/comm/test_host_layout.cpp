@@ -78,6 +78,25 @@ TEST(DispatchPlan, CrossHostRowsCountTheSendsToOtherHosts) {
                std::invalid_argument);
 }
 
+TEST(DispatchPlan, CrossHostTokensCountEachOtherHostOncePerToken) {
+  // E = 8 on P = 4, EP ranks 0, 1 on host 0 (experts 0-3) and 2, 3 on host 1 (experts 4-7);
+  // K = 3. From EP rank 0 (host 0): token 0 stays on host 0, token 1 reaches host 1 by two slots
+  // (one copy), token 2 by all three (one copy), token 3 by one.
+  const std::vector<int32_t> idx = {0, 1, 3,  4, 6, 2,  5, 7, 4,  0, 2, 7};
+  const ExpertPlacement placement{8, 4};
+  const std::vector<int> hosts = {0, 0, 1, 1};
+  EXPECT_EQ(dispatch_cross_host_tokens(idx, 3, placement, 0, hosts), 3);
+  // From EP rank 3 (host 1): tokens 0, 1 and 3 reach host 0, token 2 does not.
+  EXPECT_EQ(dispatch_cross_host_tokens(idx, 3, placement, 3, hosts), 3);
+  // Four hosts of one rank each: tokens 0..3 from rank 0 reach 1, 3, 2 and 2 other hosts.
+  EXPECT_EQ(dispatch_cross_host_tokens(idx, 3, placement, 0, std::vector<int>{0, 1, 2, 3}),
+            1 + 3 + 2 + 2);
+  EXPECT_EQ(dispatch_cross_host_tokens(idx, 3, placement, 0, std::vector<int>{0, 0, 0, 0}), 0);
+  EXPECT_THROW(dispatch_cross_host_tokens(idx, 5, placement, 0, hosts), std::invalid_argument);
+  EXPECT_THROW(dispatch_cross_host_tokens(idx, 3, placement, 0, std::vector<int>{0}),
+               std::invalid_argument);
+}
+
 TEST(DispatchPlan, CrossHostRowsAgreeWithACountPerAssignment) {
   // E = 8 on P = 4 (two experts per rank), hosts {0, 1 | 2, 3}, a routing that covers every
   // (source, expert) pair: the count equals a direct count over assignments.

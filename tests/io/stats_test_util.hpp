@@ -181,6 +181,8 @@ inline void expect_step_rows(hid_t f, size_t n, bool exact = false) {
                          [](R r) { return r.dispatch_rows; });
   expect_column<int64_t>(f, "/routing/cross_host_rows", n, {kL}, exact,
                          [](R r) { return r.cross_host_rows; });
+  expect_column<int64_t>(f, "/routing/cross_host_tokens", n, {kL}, exact,
+                         [](R r) { return r.cross_host_tokens; });
 }
 
 }  // namespace moe::stats_test
