@@ -151,3 +151,18 @@ def test_ranks_must_agree_on_the_hosts(run_moe_mpmd):
     proc = run_moe_mpmd([MICRO + ["--steps", "1", "--stats", "none", "--ranks-per-host", "1"],
                          MICRO + ["--steps", "1", "--stats", "none", "--ranks-per-host", "2"]])
     assert_one_clear_error(proc, "--ranks-per-host", "'1' on rank 0", "'2' on rank 1")
+
+
+def test_checkpoint_from_host_local_groups_resumes_on_another_layout(run_moe, tmp_path):
+    """EP group 0 writes the experts; a run of EP groups inside hosts resumes, bit for bit, on
+    one host, as it would have continued."""
+    ckpt = tmp_path / "ckpt"
+    common = MICRO + ["--ep", "2", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2"]
+    whole = run_moe(common + ["--steps", "4", "--stats", str(tmp_path / "whole.h5"),
+                              "--ranks-per-host", "2"], np_=4)
+    assert whole.returncode == 0, whole.stderr
+    resumed = run_moe(["--resume", str(ckpt / "step-00000001.h5"), "--ep", "2", "--stats",
+                       str(tmp_path / "resumed.h5")], np_=4)
+    assert resumed.returncode == 0, resumed.stderr
+    with open_stats(tmp_path / "whole.h5") as a, open_stats(tmp_path / "resumed.h5") as b:
+        assert np.array_equal(a["/steps/loss"][2:], b["/steps/loss"][...])
