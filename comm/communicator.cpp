@@ -250,17 +250,4 @@ MOE_COMM_INSTANTIATE(int64_t)
 MOE_COMM_INSTANTIATE(uint8_t)
 #undef MOE_COMM_INSTANTIATE
 
-ParallelGroups parallel_groups_make(const Comm& world, int ep_size) {
-  if (ep_size <= 0 || world.size() % ep_size != 0) {
-    throw std::invalid_argument("--ep=" + std::to_string(ep_size) +
-                                " must divide the number of ranks (" +
-                                std::to_string(world.size()) + ")");
-  }
-  const int group = world.rank() / ep_size;
-  const int ep_rank = world.rank() % ep_size;
-  ParallelGroups g{world.split(group, ep_rank), world.split(ep_rank, group), ep_size,
-                   world.size() / ep_size};
-  return g;
-}
-
 }  // namespace moe

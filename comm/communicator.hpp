@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "comm/mpi_check.hpp"
 
@@ -95,16 +96,20 @@ class Comm {
 };
 
 // The communicators of expert parallelism over a world of W ranks with EP group size P:
-// EP group g holds world ranks [g·P, g·P + P) and one copy of all E experts; the replica group of
-// EP rank r holds the W/P world ranks whose rank mod P is r, which own the same expert shard.
+// EP group g holds positions [g·P, g·P + P) of the layout order (comm/host_layout.hpp: the world
+// order unless the launcher interleaves hosts) and one copy of all E experts; the replica group of
+// EP rank r holds the W/P ranks at positions whose index mod P is r, which own the same shard.
 struct ParallelGroups {
   Comm ep;       // P ranks: token dispatch and combine
   Comm replica;  // W/P ranks: expert gradient all-reduce
   int ep_size = 1;
   int num_replicas = 1;
+  int ep_group = 0;           // g: this rank's EP group (group 0 holds world rank 0)
+  std::vector<int> ep_hosts;  // [P] host of each EP rank of this rank's group
 };
 
-// Collective over `world`. Throws ConfigError-like std::invalid_argument when P does not divide W.
+// Collective over `world`, all ranks on one host: EP group g is world ranks [g·P, g·P + P).
+// Throws ConfigError-like std::invalid_argument when P does not divide W.
 ParallelGroups parallel_groups_make(const Comm& world, int ep_size);
 
 }  // namespace moe

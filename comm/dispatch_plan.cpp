@@ -128,4 +128,46 @@ void dispatch_plan_set_recv(DispatchPlan& plan, std::span<const int> counts_from
   }
 }
 
+int64_t dispatch_plan_cross_host_rows(const DispatchPlan& plan, std::span<const int> ep_hosts) {
+  const int P = plan.placement.ep_size;
+  if (ep_hosts.size() != static_cast<size_t>(P) || plan.send_counts.size() != ep_hosts.size()) {
+    throw std::invalid_argument("dispatch_plan_cross_host_rows: " +
+                                std::to_string(ep_hosts.size()) + " hosts for an EP group of " +
+                                std::to_string(P));
+  }
+  const int own = ep_hosts[plan.ep_rank];
+  int64_t rows = 0;
+  for (int d = 0; d < P; ++d) {
+    if (ep_hosts[d] != own) rows += plan.send_counts[d];
+  }
+  return rows;
+}
+
+int64_t dispatch_cross_host_tokens(std::span<const int32_t> expert_idx, int top_k,
+                                   const ExpertPlacement& placement, int ep_rank,
+                                   std::span<const int> ep_hosts) {
+  const int P = placement.ep_size;
+  if (top_k <= 0 || expert_idx.size() % top_k != 0 || ep_hosts.size() != static_cast<size_t>(P) ||
+      ep_rank < 0 || ep_rank >= P) {
+    throw std::invalid_argument("dispatch_cross_host_tokens: " + std::to_string(expert_idx.size()) +
+                                " ids for K = " + std::to_string(top_k) + ", " +
+                                std::to_string(ep_hosts.size()) + " hosts for an EP group of " +
+                                std::to_string(P));
+  }
+  const int own = ep_hosts[ep_rank];
+  int64_t copies = 0;
+  for (size_t t = 0; t < expert_idx.size(); t += top_k) {
+    // Count each other host at the first slot that reaches it (K is small: a quadratic scan).
+    for (int j = 0; j < top_k; ++j) {
+      const int host = ep_hosts[placement.owner(expert_idx[t + j])];
+      bool first = host != own;
+      for (int i = 0; i < j && first; ++i) {
+        first = ep_hosts[placement.owner(expert_idx[t + i])] != host;
+      }
+      copies += first;
+    }
+  }
+  return copies;
+}
+
 }  // namespace moe

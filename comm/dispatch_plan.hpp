@@ -69,4 +69,19 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
 // [P, max_local], row s being source s's count_message block addressed to this rank.
 void dispatch_plan_set_recv(DispatchPlan& plan, std::span<const int> counts_from_sources);
 
+// Rows of the plan's send side that leave this rank's host: the send counts of every EP rank whose
+// host differs from this rank's. `ep_hosts` [P] is the host of each EP rank of the group
+// (ParallelGroups::ep_hosts). Throws std::invalid_argument when it has not P entries.
+int64_t dispatch_plan_cross_host_rows(const DispatchPlan& plan, std::span<const int> ep_hosts);
+
+// The token copies that cross hosts when each token goes once to each host holding one of its
+// experts (and on to the experts' ranks inside that host, as DeepSeek-V3's dispatch does): per
+// token of `expert_idx` ([T, K]), the number of hosts other than this rank's holding one of its K
+// experts. Node-limited routing (at most M hosts per token) bounds it by M per token; the rows of
+// dispatch_plan_cross_host_rows count each (token, slot) instead. Throws std::invalid_argument on
+// sizes that do not fit.
+int64_t dispatch_cross_host_tokens(std::span<const int32_t> expert_idx, int top_k,
+                                   const ExpertPlacement& placement, int ep_rank,
+                                   std::span<const int> ep_hosts);
+
 }  // namespace moe

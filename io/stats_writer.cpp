@@ -85,6 +85,16 @@ void validate_header(const StatsHeader& h) {
   }
   require(h.hash_tables.size() == static_cast<size_t>(h.hash_layers) * h.vocab * h.top_k,
           "hash_tables needs hash_layers * vocab * top_k entries");
+  require(h.rank_host.empty() || h.rank_host.size() == static_cast<size_t>(h.world_size),
+          "rank_host needs world_size entries (or none)");
+  for (const int32_t host : h.rank_host) {
+    require(host >= 0 && host < h.world_size, "rank_host entries must be in [0, world_size)");
+  }
+}
+
+// [W] host of each rank: the header's, or host 0 for every rank.
+std::vector<int32_t> rank_hosts(const StatsHeader& h) {
+  return h.rank_host.empty() ? std::vector<int32_t>(h.world_size, 0) : h.rank_host;
 }
 
 void write_root_attributes(hid_t file, const StatsHeader& h) {
@@ -103,6 +113,8 @@ void write_root_attributes(hid_t file, const StatsHeader& h) {
       {"num_experts", h.num_experts}, {"top_k", h.top_k},     {"vocab", h.vocab},
       {"hash_layers", h.hash_layers}, {"seq_len", h.seq_len}, {"batch_per_rank", h.batch_per_rank}};
   for (const auto& [name, value] : ints) h5_write_int_attr(file, name, value);
+  const std::vector<int32_t> hosts = rank_hosts(h);
+  h5_write_int_attr(file, "num_hosts", 1 + *std::max_element(hosts.begin(), hosts.end()));
   if (!h.resumed_from.empty()) {
     h5_write_string_attr(file, "resumed_from", h.resumed_from);
     h5_write_attr(file, "resumed_from_step", H5T_STD_I64LE, H5T_NATIVE_INT64,
@@ -251,7 +263,7 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
 
   write_root_attributes(f, h);
   H5Id gcpl = h5_untimed_plist(H5P_GROUP_CREATE);
-  for (const char* group : {"/layers", "/steps", "/routing", "/perf", "/trace", "/eval"}) {
+  for (const char* group : {"/layers", "/hosts", "/steps", "/routing", "/perf", "/trace", "/eval"}) {
     if (std::string(group) == "/trace" && h.trace_tokens == 0) continue;
     if (std::string(group) == "/eval" && !h.eval) continue;
     H5Id(MOE_H5_CHECK(H5Gcreate2(f, group, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT)), H5Gclose)
@@ -262,6 +274,9 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
                          {hsize_t(h.hash_layers), hsize_t(h.vocab), hsize_t(h.top_k)},
                          h.hash_tables.data());
   h5_write_string_dataset(f, "/perf/phases", h.phase_names);
+  const std::vector<int32_t> hosts = rank_hosts(h);
+  h5_write_fixed_dataset(f, "/hosts/rank_host", H5T_STD_I32LE, H5T_NATIVE_INT32, {m.W},
+                         hosts.data());
 
   const int64_t no_step = -1;  // fill value of the step columns: "row not written"
   const hid_t i64 = H5T_STD_I64LE, f64 = H5T_IEEE_F64LE, f32 = H5T_IEEE_F32LE;
@@ -283,6 +298,9 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
     add(m.steps, name, f64, n_f64, {m.L});
   }
   add(m.steps, "/perf/phase_time", f64, n_f64, {m.W, m.num_phases});
+  add(m.steps, "/routing/dispatch_rows", i64, n_i64, {m.L});
+  add(m.steps, "/routing/cross_host_rows", i64, n_i64, {m.L});
+  add(m.steps, "/routing/cross_host_tokens", i64, n_i64, {m.L});
   add(m.steps, "/steps/step", i64, n_i64, {}, &no_step);
   if (m.T > 0) {
     for (const char* name : {"/trace/token_id", "/trace/position", "/trace/rank"}) {
@@ -335,12 +353,16 @@ void StatsWriter::append(const StepRow& r) {
     require_size(call, name, values, m.L, "L");
   }
   require_size(call, "phase_times", r.phase_times, m.W * m.num_phases, "W*num_phases");
+  require_size(call, "dispatch_rows", r.dispatch_rows, m.L, "L");
+  require_size(call, "cross_host_rows", r.cross_host_rows, m.L, "L");
+  require_size(call, "cross_host_tokens", r.cross_host_tokens, m.L, "L");
   impl_->append_row(
       impl_->steps,
       {&r.loss, &r.balance_loss, &r.grad_norm, &r.lr, &r.tokens_per_s, &r.step_time_s,
        r.expert_load.data(), r.rank_load.data(), r.bias.data(), r.load_variance.data(),
        r.max_violation.data(), r.load_cv.data(), r.rank_overload.data(),
-       r.layer_balance_loss.data(), r.phase_times.data(), &r.step},
+       r.layer_balance_loss.data(), r.phase_times.data(), r.dispatch_rows.data(),
+       r.cross_host_rows.data(), r.cross_host_tokens.data(), &r.step},
       impl_->rows_done);
 }
 

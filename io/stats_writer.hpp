@@ -50,6 +50,7 @@ struct StatsHeader {
   std::string created;           // ISO-8601 local time with offset, see stats_now_iso8601()
   int world_size = 1;            // W
   int ep_size = 1;               // P (expert-parallel group size)
+  std::vector<int32_t> rank_host;  // [W] host of each rank (/hosts/rank_host); empty: all on 0
   int num_layers = 0;            // L
   int num_experts = 0;           // E
   int top_k = 0;                 // K
@@ -85,6 +86,9 @@ struct StepRow {
   std::span<const double> rank_overload;       // [L]
   std::span<const double> layer_balance_loss;  // [L]
   std::span<const double> phase_times;         // [W, num_phases] seconds, per rank
+  std::span<const int64_t> dispatch_rows;      // [L] assignments dispatched (T·K)
+  std::span<const int64_t> cross_host_rows;    // [L] of them sent to a rank on another host
+  std::span<const int64_t> cross_host_tokens;  // [L] (token, other host of its experts) pairs
 };
 
 // The routing of T traced tokens at one step.

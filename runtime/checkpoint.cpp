@@ -55,11 +55,11 @@ void write_file(const std::string& path, const CheckpointHeader& h, const TrainS
 
 void checkpoint_save(const std::string& path, const CheckpointHeader& h, const TrainState& s,
                      const Comm& world) {
-  // EP group 0 is world ranks [0, P): its members own every expert exactly once.
+  // EP group 0 (world rank 0 is its EP rank 0): its members own every expert exactly once.
   const int P = s.placement.ep_size;
   std::vector<float> gathered;
   std::vector<int> counts, displs;
-  if (world.rank() < P) {
+  if (s.ep_group == 0) {
     // Sizes per EP rank, from the layouts rank 0 can compute for any EP rank.
     if (world.rank() == 0) {
       counts.resize(P);

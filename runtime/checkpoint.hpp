@@ -20,14 +20,15 @@ struct TrainState {
   const ModelLayout* layout = nullptr;  // this rank's layout (its own experts)
   ExpertPlacement placement;            // E experts over P EP ranks
   const Comm* ep = nullptr;             // this rank's EP group
+  int ep_group = 0;                     // its index; group 0 holds world rank 0
   std::span<float> dense, dense_m, dense_v;        // [dense elements]
   std::span<float> experts, experts_m, experts_v;  // [this rank's expert elements]
   RoutingState* routing = nullptr;                 // bias [L, E], hash tables [L_h, V, K]
 };
 
 // Collective over `world`. Rank 0 writes the checkpoint `path` with header `h`: its own dense
-// tensors (replicated on every rank) and the experts of EP group 0 (world ranks [0, P), which
-// hold each expert once), gathered to it. Throws CheckpointError on every rank when the write
+// tensors (replicated on every rank) and the experts of EP group 0 (which holds world rank 0 as
+// its EP rank 0, and each expert once), gathered to it. Throws CheckpointError on every rank when the write
 // failed, with rank 0's reason there and a pointer to rank 0 elsewhere.
 void checkpoint_save(const std::string& path, const CheckpointHeader& h, const TrainState& s,
                      const Comm& world);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "runtime/config_file.hpp"
 #include "runtime/option_values.hpp"
 
 namespace moe {
@@ -27,6 +28,36 @@ OptionField field(const char* name, const char* value_name, const char* help, Ac
             option_value_from_text(std::string("--") + name, text, access(c));
           },
           is_flag, kind};
+}
+
+// --ranks-per-host: "auto" (stored as 0) or a positive count, so an int field of its own text.
+OptionField ranks_per_host_field() {
+  const char* name = "ranks-per-host";
+  return {name, "N|auto",
+          "ranks per host, in blocks of consecutive ranks (auto: as the launcher places them); "
+          "EP groups and replicas follow the hosts",
+          [](const RunConfig& c) {
+            return c.ranks_per_host == 0 ? std::string("auto")
+                                         : option_value_to_text(c.ranks_per_host);
+          },
+          [name](RunConfig& c, const std::string& text) {
+            if (text == "auto") {
+              c.ranks_per_host = 0;
+              return;
+            }
+            int n = 0;
+            try {
+              option_value_from_text(std::string("--") + name, text, n);
+            } catch (const ConfigError&) {
+              n = 0;
+            }
+            if (n < 1) {
+              throw ConfigError(std::string("--") + name + ": invalid value '" +
+                                text_excerpt(text) + "' (expected auto or a positive integer)");
+            }
+            c.ranks_per_host = n;
+          },
+          false, 's'};
 }
 
 }  // namespace
@@ -143,6 +174,7 @@ const std::vector<OptionField>& option_fields() {
             [](auto& c) -> auto& { return c.grad_clip; }),
       field("ep", "N", "expert-parallel group size P (0: largest divisor of W <= E)",
             [](auto& c) -> auto& { return c.ep; }),
+      ranks_per_host_field(),
       field("threads", "N", "threads per rank, at most 1024 (0: usable cores / ranks on the node)",
             [](auto& c) -> auto& { return c.threads; }),
   };

@@ -132,7 +132,8 @@ OnResume on_resume(std::string_view name) {
                              "eval-batches"}) {
     if (name == n) return OnResume::kContinued;
   }
-  for (std::string_view n : {"stats", "overwrite", "ep", "threads", "checkpoint-dir", "resume"}) {
+  for (std::string_view n : {"stats", "overwrite", "ep", "ranks-per-host", "threads", "checkpoint-dir",
+                             "resume"}) {
     if (name == n) return OnResume::kOwn;
   }
   return OnResume::kFromCheckpoint;

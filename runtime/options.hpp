@@ -60,6 +60,7 @@ struct RunConfig {
   int keep_checkpoints = 2;                      // --keep-checkpoints: the newest K are kept
   std::string resume;                            // --resume: a checkpoint or its directory
   int ep = 0;                                    // --ep: P, 0 = default_ep_size(W, E)
+  int ranks_per_host = 0;                        // --ranks-per-host: N, 0 = auto (the launcher)
   int threads = 0;                               // --threads: per rank, 0 = cores / ranks
 
   // Actions and provenance; not configuration, so not part of run_config_to_text.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/blas.hpp"
@@ -15,6 +16,7 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
   std::printf("moe_rt: %s on %d ranks (EP group %d, %d replicas), %d thread(s) per rank\n",
               cfg.model_name.c_str(), s.world_size, s.ep_size, s.world_size / s.ep_size,
               s.threads);
+  std::printf("  ranks: %s\n", s.layout.c_str());
   std::printf("  %s\n", blas_info().c_str());
   std::printf("  parameters: %zu replicated + %zu in experts\n", s.dense_params, s.expert_params);
   std::printf("  memory per rank: about %.0f MiB (parameters, gradients, AdamW %.0f; activations "
@@ -93,6 +95,37 @@ void report_phases(const PhaseSummary& p) {
   }
 }
 
+// The share of dispatched rows that crossed hosts over the whole run, in all and per layer.
+void report_cross_host(const TrainSummary& s) {
+  const size_t L = s.steps.back().cross_host_rows.size();
+  std::vector<double> rows(L, 0.0), dispatched(L, 0.0), tokens(L, 0.0);
+  for (const StepRecord& r : s.steps) {
+    for (size_t l = 0; l < L && l < r.cross_host_rows.size(); ++l) {
+      rows[l] += static_cast<double>(r.cross_host_rows[l]);
+      tokens[l] += static_cast<double>(r.cross_host_tokens[l]);
+      dispatched[l] += static_cast<double>(r.dispatch_rows[l]);
+    }
+  }
+  // Rows per dispatched row; token copies per token (dispatched rows / K).
+  const double K = s.top_k;
+  for (const auto& [what, crossed, per] :
+       {std::tuple{"rows crossing hosts in dispatch", &rows, 1.0},
+        std::tuple{"token copies crossing hosts (one per other host)", &tokens, 1.0 / K}}) {
+    double all_crossed = 0, all_dispatched = 0;
+    std::string layers;
+    for (size_t l = 0; l < L; ++l) {
+      all_crossed += (*crossed)[l];
+      all_dispatched += dispatched[l] * per;
+      char part[48];
+      std::snprintf(part, sizeof part, "%s%zu: %.1f%%", layers.empty() ? "" : ", ", l,
+                    dispatched[l] > 0 ? 100.0 * (*crossed)[l] / (dispatched[l] * per) : 0.0);
+      layers += part;
+    }
+    std::printf("  %s: %.1f%% over the run (per layer: %s)\n", what,
+                all_dispatched > 0 ? 100.0 * all_crossed / all_dispatched : 0.0, layers.c_str());
+  }
+}
+
 }  // namespace
 
 void report_summary(const TrainSummary& s, const std::string& stats_path) {
@@ -149,6 +182,7 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
     }
     std::printf("\n");
   }
+  if (s.num_hosts > 1) report_cross_host(s);
   if (s.stats_removed) {
     std::printf("  statistics file %s was removed (or replaced) during the run: this run's "
                 "statistics were not kept\n",

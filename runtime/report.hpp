@@ -19,6 +19,7 @@ struct RunShape {
   std::string data, val_data, stats_path;     // val_data: "" without --val-data
   int64_t data_private_bytes = 0;              // TokenSource::private_bytes, counted per rank
   int64_t data_mapped_bytes = 0;               // TokenSource::mapped_bytes, page cache
+  std::string layout;                          // host_layout_describe: ranks, hosts, EP groups
 };
 
 void report_config(const RunConfig& cfg, const RunShape& shape);

@@ -46,8 +46,9 @@ void drop_reservation(const std::string& path) {
 }  // namespace
 
 RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
-                   const RoutingState& routing, const std::string& data_description,
-                   const std::string& val_data_description, double entropy_floor)
+                   const HostLayout& hosts, const RoutingState& routing,
+                   const std::string& data_description, const std::string& val_data_description,
+                   double entropy_floor)
     : rank_(rank), world_size_(world_size), layers_(cfg.model.layers), top_k_(cfg.model.top_k),
       trace_every_(cfg.trace_every), experts_(cfg.model.experts), groups_(routing.groups),
       group_topk_(routing.group_topk), modes_(routing.modes) {
@@ -83,6 +84,7 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   h.created = stats_now_iso8601();
   h.world_size = world_size;
   h.ep_size = ep_size;
+  h.rank_host.assign(hosts.host_of_rank.begin(), hosts.host_of_rank.end());
   h.num_layers = m.layers;
   h.num_experts = m.experts;
   h.top_k = m.top_k;
@@ -144,6 +146,9 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
   row.step_time_s = rec.seconds;
   row.expert_load = rec.expert_load;
   row.rank_load = rec.rank_load;
+  row.dispatch_rows = rec.dispatch_rows;
+  row.cross_host_rows = rec.cross_host_rows;
+  row.cross_host_tokens = rec.cross_host_tokens;
   row.bias = rec.bias;
   row.load_variance = rec.layer_variance;
   row.max_violation = rec.layer_violation;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/host_layout.hpp"
 #include "io/stats_writer.hpp"
 #include "model/model.hpp"
 #include "model/phase_timer.hpp"
@@ -23,7 +24,7 @@ class RunStats {
   // checks it (refusing one of the run's input files) and creates the file under a staging name
   // (StatsWriter); throws StatsPathError or Hdf5Error on a bad path. Other ranks only remember
   // the shape.
-  RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
+  RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size, const HostLayout& hosts,
            const RoutingState& routing, const std::string& data_description,
            const std::string& val_data_description, double entropy_floor);
   // Without publish(): the staging file is removed and the path left as it was (a name reserved

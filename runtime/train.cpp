@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/host_layout.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/hash_table_file.hpp"
 #include "io/synthetic_data.hpp"
@@ -272,9 +273,10 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   const int W = world.size(), rank = world.rank();
   const int P = cfg.ep > 0 ? cfg.ep : default_ep_size(W, mc.experts);
 
-  // Ranks sharing this node's memory and cores: a collective every rank reaches whatever its
-  // input (the options were agreed on in main).
-  const int node_ranks = world.split_shared().size();
+  // The hosts as the launcher places the ranks, and the ranks sharing this node's memory and
+  // cores: collectives every rank reaches whatever its input (the options were agreed on in main).
+  const HostLayout launcher_hosts = host_layout_discover(world);
+  const int node_ranks = launcher_hosts.ranks_on_host[launcher_hosts.host_of_rank[rank]];
   const ModelMemory memory = model_memory_estimate(mc, P);
 
   // Everything that can fail on bad input, before any collective a failed rank would miss; then
@@ -287,8 +289,18 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   TrainSummary summary;
   std::string error;
   int64_t data_private_bytes = 0, data_mapped_bytes = 0;
+  HostLayout hosts = launcher_hosts;
   try {
     parallel_config_validate(mc, W, P);
+    if (cfg.ranks_per_host > 0) {
+      try {
+        hosts = host_layout_blocks(W, cfg.ranks_per_host);
+      } catch (const std::invalid_argument& e) {
+        throw ConfigError(e.what());
+      }
+    }
+    summary.num_hosts = hosts.num_hosts();
+    summary.top_k = mc.top_k;
     memory_check(memory, node_ranks);
     if (cfg.resume_point.active()) {
       resume = std::make_unique<CheckpointReader>(cfg.resume_point.checkpoint);
@@ -318,8 +330,9 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     routing = make_routing(cfg);
     summary.layer_modes = routing.modes;
     if (cfg.stats_path != kNoStats) {
-      stats = std::make_unique<RunStats>(cfg, rank, W, P, routing, summary.data_description,
-                                         summary.val_data_description, summary.entropy_floor);
+      stats = std::make_unique<RunStats>(cfg, rank, W, P, hosts, routing,
+                                         summary.data_description, summary.val_data_description,
+                                         summary.entropy_floor);
       summary.stats_path = stats->path();
     }
     if (rank == 0) {
@@ -349,7 +362,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   // reaches the agreement. So can a checkpoint's tensors, which every rank reads for itself.
   std::unique_ptr<Trainer> trainer;
   try {
-    trainer = std::make_unique<Trainer>(cfg, world, std::move(data), std::move(val_data),
+    trainer = std::make_unique<Trainer>(cfg, world, hosts, std::move(data), std::move(val_data),
                                         std::move(routing), stats.get());
     if (resume) checkpoint_load(*resume, trainer->state());
   } catch (const std::bad_alloc&) {
@@ -374,7 +387,8 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
                                     mc.ffn_dim,
                                 memory, summary.data_description,
                                 summary.val_data_description, summary.stats_path,
-                                data_private_bytes, data_mapped_bytes});
+                                data_private_bytes, data_mapped_bytes,
+                                host_layout_describe(hosts, P)});
   }
   const int first_step = static_cast<int>(cfg.resume_point.step + 1);  // 0 unless resuming
   summary.steps.reserve(cfg.steps - first_step);

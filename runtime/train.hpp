@@ -26,6 +26,9 @@ struct StepRecord {
   double max_violation = 0.0;   // worst (max c − mean c)/mean c over top-k (or forced) layers
   std::vector<int64_t> expert_load;        // [L, E] global counts of the step
   std::vector<int64_t> rank_load;          // [L, W] assignments received by each rank
+  std::vector<int64_t> dispatch_rows;      // [L] assignments dispatched, all ranks (T·K)
+  std::vector<int64_t> cross_host_rows;    // [L] of them sent to an expert owner on another host
+  std::vector<int64_t> cross_host_tokens;  // [L] (token, other host holding one of its experts)
   std::vector<float> bias;                 // [L, E] bias used for the step's routing
   std::vector<double> layer_variance;      // [L] population variance of expert_load
   std::vector<double> layer_violation;     // [L] (max − mean)/mean
@@ -75,6 +78,8 @@ struct TrainSummary {
   std::string data_description;
   std::string val_data_description;  // "" without --val-data
   std::vector<RoutingMode> layer_modes;  // [L] how each layer routes
+  int num_hosts = 1;                     // hosts the ranks lie on (comm/host_layout.hpp)
+  int top_k = 1;                         // K
   RunEnd end = RunEnd::kCompleted;
   int stop_signal = 0;          // kSignal: the signal's number
   int64_t last_step = -1;       // the last step that ran

@@ -60,13 +60,14 @@ void check_bias_consistent(const Comm& world, const std::vector<float>& bias, in
 
 }  // namespace
 
-Trainer::Trainer(const RunConfig& cfg, const Comm& world, std::unique_ptr<TokenSource> data,
-                 std::unique_ptr<TokenSource> val_data, RoutingState routing, RunStats* stats)
+Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& hosts,
+                 std::unique_ptr<TokenSource> data, std::unique_ptr<TokenSource> val_data,
+                 RoutingState routing, RunStats* stats)
     : cfg_(cfg), mc_(cfg.model), world_(world), data_(std::move(data)),
       val_data_(std::move(val_data)),
       routing_(std::move(routing)), stats_(stats),
       P_(cfg.ep > 0 ? cfg.ep : default_ep_size(world.size(), cfg.model.experts)),
-      groups_(parallel_groups_make(world, P_)), placement_{mc_.experts, P_},
+      groups_(parallel_groups_make(world, P_, hosts)), placement_{mc_.experts, P_},
       layout_(model_layout(mc_, placement_, groups_.ep.rank())), ex_(groups_.ep),
       adam_{0.9f, 0.95f, 1e-8f, static_cast<float>(cfg.weight_decay)} {
   const int W = world.size(), L = mc_.layers, S = mc_.seq_len, B = mc_.batch_per_rank;
@@ -92,6 +93,7 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, std::unique_ptr<TokenS
   expert_sq_.resize(static_cast<size_t>(L) * placement_.max_local());
   expert_sq_all_.resize(expert_sq_.size() * P_);
   recv_local_.resize(L);
+  load_sums_.resize(static_cast<size_t>(L) * (mc_.experts + 2));
   recv_all_.resize(static_cast<size_t>(W) * L);
   T_ = static_cast<int64_t>(W) * N;
   batch_.tokens = tokens_.data();
@@ -210,7 +212,8 @@ EvalRecord Trainer::evaluate(int step) {
 }
 
 // Gradients: replicated over all ranks, experts over their replicas; losses; one all-reduce of
-// the stacked [L, E] loads; one all-gather of the rows each rank received.
+// the stacked [L, E] loads and [L] rows and [L] tokens sent across hosts; one all-gather of the
+// rows each rank received.
 void Trainer::reduce(StepRecord& rec) {
   ScopedPhase timer(&times_, Phase::kAllReduce);
   const int W = world_.size(), L = mc_.layers, E = mc_.experts;
@@ -222,13 +225,27 @@ void Trainer::reduce(StepRecord& rec) {
   rec.loss = sums_[0] / static_cast<double>(T_);
   rec.layer_balance_loss.assign(sums_.begin() + 1, sums_.end());
   for (double b : rec.layer_balance_loss) rec.balance_loss += b;
-  rec.expert_load.resize(static_cast<size_t>(L) * E);
+  const size_t LE = static_cast<size_t>(L) * E;
   for (int l = 0; l < L; ++l) {
-    std::copy(acts_.moe[l].plan.expert_counts.begin(), acts_.moe[l].plan.expert_counts.end(),
-              rec.expert_load.begin() + static_cast<size_t>(l) * E);
-    recv_local_[l] = acts_.moe[l].plan.num_recv;
+    const DispatchPlan& plan = acts_.moe[l].plan;
+    std::copy(plan.expert_counts.begin(), plan.expert_counts.end(),
+              load_sums_.begin() + static_cast<size_t>(l) * E);
+    load_sums_[LE + l] = dispatch_plan_cross_host_rows(plan, groups_.ep_hosts);
+    load_sums_[LE + L + l] = dispatch_cross_host_tokens(
+        acts_.moe[l].expert_idx, mc_.top_k, placement_, groups_.ep.rank(), groups_.ep_hosts);
+    recv_local_[l] = plan.num_recv;
   }
-  world_.allreduce_sum(std::span<int64_t>(rec.expert_load));
+  world_.allreduce_sum(std::span<int64_t>(load_sums_));
+  rec.expert_load.assign(load_sums_.begin(), load_sums_.begin() + LE);
+  rec.cross_host_rows.assign(load_sums_.begin() + LE, load_sums_.begin() + LE + L);
+  rec.cross_host_tokens.assign(load_sums_.begin() + LE + L, load_sums_.end());
+  // Every assignment is dispatched (to its expert's owner, this rank included): Σ_e c_l[e].
+  rec.dispatch_rows.assign(L, 0);
+  for (int l = 0; l < L; ++l) {
+    for (int e = 0; e < E; ++e) {
+      rec.dispatch_rows[l] += rec.expert_load[static_cast<size_t>(l) * E + e];
+    }
+  }
   world_.allgather(std::span<const int64_t>(recv_local_), std::span<int64_t>(recv_all_));
   rec.rank_load.resize(static_cast<size_t>(L) * W);
   for (int r = 0; r < W; ++r) {
@@ -338,6 +355,7 @@ TrainState Trainer::state() {
   s.layout = &layout_;
   s.placement = placement_;
   s.ep = &groups_.ep;
+  s.ep_group = groups_.ep_group;
   s.dense = dense_;
   s.dense_m = adam_dense_.m;
   s.dense_v = adam_dense_.v;

@@ -13,6 +13,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/ep_exchange.hpp"
+#include "comm/host_layout.hpp"
 #include "io/token_data.hpp"
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
@@ -28,9 +29,11 @@ namespace moe {
 // EpExchange holds one to its own EP communicator: a Trainer never moves.
 class Trainer {
  public:
+  // `hosts`: where the ranks lie (comm/host_layout.hpp); the EP groups are cut from its order.
   // `val_data` (may be null): the validation source of evaluate().
-  Trainer(const RunConfig& cfg, const Comm& world, std::unique_ptr<TokenSource> data,
-          std::unique_ptr<TokenSource> val_data, RoutingState routing, RunStats* stats);
+  Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& hosts,
+          std::unique_ptr<TokenSource> data, std::unique_ptr<TokenSource> val_data,
+          RoutingState routing, RunStats* stats);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -91,6 +94,7 @@ class Trainer {
   std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
   std::vector<double> sums_;                       // [CE sum, balance loss of each layer]
   std::vector<int64_t> recv_local_, recv_all_;     // [L], [W, L]
+  std::vector<int64_t> load_sums_;  // [L·E expert loads, L cross-host rows, L cross-host tokens]
   std::vector<float> dense_scratch_;                // [dense elements] for the tree all-reduce
   std::vector<double> sums_scratch_;                // [1 + L]
   std::vector<double> expert_sq_, expert_sq_all_;   // [L, max local], [P, L, max local]

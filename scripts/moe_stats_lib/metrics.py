@@ -19,6 +19,8 @@ mean m = sum(c) / E = T*K / E and p[e] = c[e] / sum(c):
     bias_spread        max - min of the router bias over experts (0 when the bias is off)
     bias_norm          L2 norm of the router bias over experts
     rank_overload      max / mean of the load over ranks (stored, else recomputed)
+    cross_host_frac    dispatched rows that crossed hosts / rows dispatched (NaN where the file
+                       does not count them)
 
 Shapes: N complete rows (steps), L layers, E experts.
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .stats_file import rank_overload
+from .stats_file import cross_host_fraction, rank_overload
 
 PERCENTILES = (5, 25, 50, 75, 95)
 
@@ -49,6 +51,7 @@ METRICS = {
     "bias_spread": ("1", "max - min of the router bias over experts"),
     "bias_norm": ("1", "L2 norm of the router bias over experts"),
     "rank_overload": ("1", "max / mean of the load over ranks (1 = even)"),
+    "cross_host_frac": ("1", "fraction of the dispatched rows sent to a rank on another host"),
 }
 
 
@@ -104,6 +107,9 @@ def layer_metrics(run):
     out["bias_spread"] = bias.max(axis=2) - bias.min(axis=2)
     out["bias_norm"] = np.sqrt((bias * bias).sum(axis=2))
     out["rank_overload"] = np.asarray(rank_overload(run), dtype=np.float64)
+    crossing = cross_host_fraction(run)
+    out["cross_host_frac"] = (crossing if crossing is not None
+                              else np.full(out["max"].shape, np.nan))
     return {name: out[name] for name in METRICS}
 
 

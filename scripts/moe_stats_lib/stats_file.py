@@ -34,7 +34,8 @@ REQUIRED_PER_STEP = (
 )
 OPTIONAL_PER_STEP = (
     "steps/step_time_s", "routing/load_cv", "routing/rank_overload", "routing/balance_loss",
-    "perf/phase_time",
+    "perf/phase_time", "routing/dispatch_rows", "routing/cross_host_rows",
+    "routing/cross_host_tokens",
 )
 # Dimensions of every per-step dataset, rows first: [N], [N, L], [N, L, E], [N, L, W], ...
 PER_STEP_NDIM = {name: 1 for name in REQUIRED_PER_STEP + OPTIONAL_PER_STEP
@@ -42,7 +43,9 @@ PER_STEP_NDIM = {name: 1 for name in REQUIRED_PER_STEP + OPTIONAL_PER_STEP
 PER_STEP_NDIM.update({"routing/expert_load": 3, "routing/rank_load": 3, "routing/bias": 3,
                       "routing/load_variance": 2, "routing/max_violation": 2,
                       "routing/load_cv": 2, "routing/rank_overload": 2,
-                      "routing/balance_loss": 2, "perf/phase_time": 3})
+                      "routing/balance_loss": 2, "perf/phase_time": 3,
+                      "routing/dispatch_rows": 2, "routing/cross_host_rows": 2,
+                      "routing/cross_host_tokens": 2})
 assert set(PER_STEP_NDIM) == set(REQUIRED_PER_STEP + OPTIONAL_PER_STEP)
 
 # The validation rows (/eval, present when the run had --val-data): one per evaluation, with the
@@ -419,6 +422,17 @@ def rank_overload(run):
     load = run.data["routing/rank_load"].astype(np.float64)
     mean = np.nanmean(load, axis=2)
     return np.divide(np.nanmax(load, axis=2), mean, out=np.ones_like(mean), where=mean > 0)
+
+
+def cross_host_fraction(run):
+    """[N, L] share of each layer's dispatched rows that crossed hosts (0 on one host), or None
+    when the file does not count them (written before the count existed)."""
+    crossed, dispatched = (run.data.get(f"routing/{name}")
+                           for name in ("cross_host_rows", "dispatch_rows"))
+    if crossed is None or dispatched is None:
+        return None
+    crossed, dispatched = (np.asarray(a, dtype=np.float64) for a in (crossed, dispatched))
+    return np.divide(crossed, dispatched, out=np.zeros_like(crossed), where=dispatched > 0)
 
 
 def check_same_shape(run_a, run_b):

@@ -32,7 +32,7 @@ def summary_config_lines(run):
                  f"{a.get('program_version', '?')}, created {a.get('created', '?')})"),
         ("model", f"{a.get('model', '?')}"),
         ("ranks", f"{a.get('world_size', '?')} (EP group {a.get('ep_size', '?')})"
-                  + world_sizes_note(run)),
+                  + hosts_note(a) + world_sizes_note(run)),
         ("seed", f"{a.get('seed', '?')}"),
         ("data", f"{a.get('data', '?')}"),
     ] + ([("val data", a["val_data"])] if "val_data" in a else []) + [
@@ -42,6 +42,44 @@ def summary_config_lines(run):
                   f"{a.get('batch_per_rank', '?')}"),
         ("config", picked or "(no config text)"),
     ]
+
+
+def hosts_note(attrs):
+    """' on 2 hosts' from the num_hosts attribute; '' in files written before it existed."""
+    hosts = attrs.get("num_hosts")
+    if not isinstance(hosts, int) or isinstance(hosts, bool):
+        return ""
+    return f" on {hosts} host{'s' if hosts != 1 else ''}"
+
+
+def summary_cross_host_lines(run):
+    """The share of dispatched rows that crossed hosts, and of token copies (a token once per
+    other host holding one of its experts, per token), over the whole run and at the last step,
+    in all and per layer; no lines for a file without the counts."""
+    data = {name: run.data.get(f"routing/{name}")
+            for name in ("cross_host_rows", "dispatch_rows", "cross_host_tokens")}
+    if data["cross_host_rows"] is None or data["dispatch_rows"] is None:
+        return []
+    dispatched = np.asarray(data["dispatch_rows"], dtype=np.float64)
+    k = run.attrs.get("top_k")
+    parts = [("rows crossing hosts in dispatch", data["cross_host_rows"], dispatched,
+              "rows sent to an expert owner on another host / rows dispatched")]
+    if data["cross_host_tokens"] is not None and isinstance(k, int) and k > 0:
+        parts.append(("token copies crossing hosts", data["cross_host_tokens"], dispatched / k,
+                      "a token once per other host holding one of its experts / tokens"))
+
+    def share(c, d):
+        return f"{100.0 * c / d:.1f}%" if d > 0 else "-"
+
+    lines = [""]
+    for what, crossed, total, meaning in parts:
+        crossed = np.asarray(crossed, dtype=np.float64)
+        per_layer = ", ".join(f"{layer}: {share(crossed[:, layer].sum(), total[:, layer].sum())}"
+                              for layer in range(crossed.shape[1]))
+        lines += [f"{what}: {share(crossed.sum(), total.sum())} over the run, "
+                  f"{share(crossed[-1].sum(), total[-1].sum())} at the last step ({meaning})",
+                  f"  per layer over the run: {per_layer}"]
+    return lines
 
 
 def world_sizes_note(run):
@@ -189,6 +227,7 @@ def render_summary(run):
     lines += ["", "per-layer balance (variance of the expert load; violation (max - mean)/mean; "
                   "rank overload as stored)"]
     lines += ["  ".join(r).rstrip() for r in summary_layer_rows(run)]
+    lines += summary_cross_host_lines(run)
     metrics = layer_metrics(run)
     ceiling = collapse_ceiling(run)
     mean = run.data["routing/expert_load"][-1].astype(np.float64).mean(axis=1)

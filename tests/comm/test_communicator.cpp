@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/host_layout.hpp"
 
 namespace moe {
 namespace {
@@ -97,6 +98,35 @@ TEST(ParallelGroups, EpGroupsAreContiguousAndReplicasStrided) {
   }
   if (W > 1) {
     EXPECT_THROW(parallel_groups_make(world, W + 1), std::invalid_argument);
+  }
+}
+
+TEST(ParallelGroups, EpGroupsFollowTheHostsOfTheLayout) {
+  // Two hosts dealt round-robin (as a launcher's --map-by node would): the layout order lists
+  // host 0's ranks, then host 1's, and the EP groups are cut from it.
+  const Comm world = Comm::world();
+  const int W = world.size();
+  std::vector<int> keys(W);
+  for (int r = 0; r < W; ++r) keys[r] = r % 2;
+  const HostLayout hosts = host_layout_from_keys(keys);
+  for (int P = 1; P <= W; ++P) {
+    if (W % P != 0) continue;
+    const ParallelGroups g = parallel_groups_make(world, P, hosts);
+    const int position = hosts.position[world.rank()];
+    EXPECT_EQ(g.ep_group, position / P);
+    EXPECT_EQ(g.ep.rank(), position % P);
+    EXPECT_EQ(g.replica.rank(), position / P);
+    std::vector<int> me = {world.rank()}, members(P);
+    g.ep.allgather(std::span<const int>(me), std::span<int>(members));
+    for (int i = 0; i < P; ++i) {
+      EXPECT_EQ(members[i], hosts.order[g.ep_group * P + i]);
+      EXPECT_EQ(g.ep_hosts[i], members[i] % 2);
+    }
+  }
+  // World rank 0 is always EP rank 0 of group 0 (the checkpoint's writer).
+  const ParallelGroups g = parallel_groups_make(world, W, hosts);
+  if (world.rank() == 0) {
+    EXPECT_EQ(g.ep.rank(), 0);
   }
 }
 

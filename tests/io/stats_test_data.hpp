@@ -46,12 +46,16 @@ struct RowData {
   std::vector<float> bias;                      // [L, E]
   std::vector<double> per_layer;                // [5, L]: variance, violation, cv, overload, loss
   std::vector<double> phase_times;              // [W, num_phases]
+  std::vector<int64_t> dispatch_rows, cross_host_rows, cross_host_tokens;  // [L] each
   explicit RowData(int64_t step) : s(step) {
     for (int i = 0; i < kL * kE; ++i) expert_load.push_back(s * 100 + i);
     for (int i = 0; i < kL * kW; ++i) rank_load.push_back(s * 10 + i + 7);
     for (int i = 0; i < kL * kE; ++i) bias.push_back(0.5f * s - 0.25f * i);
     for (int i = 0; i < 5 * kL; ++i) per_layer.push_back(s + 0.125 * i);
     for (int i = 0; i < kW * kNumPhases; ++i) phase_times.push_back(0.001 * (s + 1) * (i + 1));
+    for (int i = 0; i < kL; ++i) dispatch_rows.push_back(s * 1000 + 32);
+    for (int i = 0; i < kL; ++i) cross_host_rows.push_back(s * 3 + i);
+    for (int i = 0; i < kL; ++i) cross_host_tokens.push_back(s * 2 + i);
   }
   std::span<const double> layer_field(int f) const {
     return std::span<const double>(per_layer).subspan(f * kL, kL);
@@ -72,7 +76,10 @@ struct RowData {
                    layer_field(2),
                    layer_field(3),
                    layer_field(4),
-                   phase_times};
+                   phase_times,
+                   dispatch_rows,
+                   cross_host_rows,
+                   cross_host_tokens};
   }
 };
 

@@ -177,6 +177,12 @@ inline void expect_step_rows(hid_t f, size_t n, bool exact = false) {
   }
   expect_column<double>(f, "/perf/phase_time", n, {kW, kNumPhases}, exact,
                         [](R r) { return r.phase_times; });
+  expect_column<int64_t>(f, "/routing/dispatch_rows", n, {kL}, exact,
+                         [](R r) { return r.dispatch_rows; });
+  expect_column<int64_t>(f, "/routing/cross_host_rows", n, {kL}, exact,
+                         [](R r) { return r.cross_host_rows; });
+  expect_column<int64_t>(f, "/routing/cross_host_tokens", n, {kL}, exact,
+                         [](R r) { return r.cross_host_tokens; });
 }
 
 }  // namespace moe::stats_test

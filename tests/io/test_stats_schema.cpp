@@ -36,6 +36,9 @@ const Attachment kAttachments[] = {
     {"/trace/experts_unbiased", 3, "/dims/slot"},
     {"/eval/loss", 0, "/eval/step"},           {"/eval/expert_load", 0, "/eval/step"},
     {"/eval/expert_load", 2, "/dims/expert"},  {"/eval/max_violation", 1, "/dims/layer"},
+    {"/routing/cross_host_rows", 0, "/steps/step"}, {"/routing/cross_host_rows", 1, "/dims/layer"},
+    {"/routing/dispatch_rows", 1, "/dims/layer"},  {"/hosts/rank_host", 0, "/dims/rank"},
+    {"/routing/cross_host_tokens", 1, "/dims/layer"},
 };
 
 H5Id open_dset(hid_t f, const char* path) {
@@ -66,7 +69,7 @@ void expect_described(const std::string& path, bool live) {
   std::vector<std::string> datasets;
   MOE_H5_CHECK(H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &datasets,
                          H5O_INFO_BASIC));
-  EXPECT_EQ(datasets.size(), 38u);  // 16 per-step, 3 fixed, 5 axes, 7 trace, 7 eval
+  EXPECT_EQ(datasets.size(), 42u);  // 19 per-step, 4 fixed, 5 axes, 7 trace, 7 eval
   for (const std::string& name : datasets) {
     const H5Id d = open_dset(f, name.c_str());
     EXPECT_FALSE(read_string_attr(d.get(), "units").empty()) << name;

@@ -60,6 +60,10 @@ TEST(StatsWriter, RoundTripsEveryDatasetAndAttribute) {
       {"num_experts", kE},  {"top_k", kK},   {"vocab", kV},
       {"hash_layers", kLh}, {"seq_len", 16}, {"batch_per_rank", 1}};
   for (const auto& [name, value] : ints) EXPECT_EQ(read_attr<int32_t>(f, name), value) << name;
+  // No host map in the header: every rank on host 0.
+  EXPECT_EQ(read_attr<int32_t>(f, "num_hosts"), 1);
+  EXPECT_EQ(read_rows<int32_t>(f, "/hosts/rank_host", kW, {}, true),
+            std::vector<int32_t>(kW, 0));
   EXPECT_EQ(read_strings(f, "/layers/routing"), h.layer_routing);
   EXPECT_EQ(read_strings(f, "/perf/phases"), h.phase_names);
   EXPECT_EQ(read_rows<int32_t>(f, "/layers/hash_table", kLh, {kV, kK}, true), h.hash_tables);
@@ -160,6 +164,26 @@ TEST(StatsWriter, ValidationRowsRoundTripUnderEvalAndAreRefusedWithoutIt) {
   const H5Id plain_file = open_file(plain, false);
   EXPECT_EQ(H5Lexists(plain_file.get(), "/eval", H5P_DEFAULT), 0);
   EXPECT_EQ(H5Aexists(plain_file.get(), "val_data"), 0);
+}
+
+TEST(StatsWriter, WritesTheHostOfEachRank) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  StatsHeader h = test_header(0);
+  h.rank_host = {0, 1};
+  {
+    StatsWriter w(path, false, h);
+    w.publish();
+    write_rows(w, 0, 1);
+  }
+  const H5Id file = open_file(path, false);
+  EXPECT_EQ(read_attr<int32_t>(file.get(), "num_hosts"), 2);
+  EXPECT_EQ(read_rows<int32_t>(file.get(), "/hosts/rank_host", kW, {}, true),
+            (std::vector<int32_t>{0, 1}));
+  for (const std::vector<int32_t>& bad : {std::vector<int32_t>{0}, {0, 2}, {-1, 0}}) {
+    h.rank_host = bad;
+    EXPECT_THROW(StatsWriter(dir.file("bad.h5"), false, h), std::invalid_argument);
+  }
 }
 
 TEST(StatsWriter, RejectsWrongRowSizesBeforeWritingAnything) {
