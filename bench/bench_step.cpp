@@ -109,7 +109,7 @@ int run(int argc, char** argv) {
   const TrainSummary summary = train_run(cfg, world, /*quiet=*/true);
   std::vector<double> secs, tps;
   for (size_t i = 1; i < summary.steps.size(); ++i) {
-    secs.push_back(summary.steps[i].seconds);
+    secs.push_back(summary.steps[i].step_time_s);
     tps.push_back(summary.steps[i].tokens_per_s);
   }
   const Spread step = spread_of(secs);

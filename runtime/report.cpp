@@ -59,10 +59,10 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
 
 void report_step(const StepRecord& r, bool val_column, const EvalRecord* eval) {
   std::printf("%6lld %9.4f %10.3e %9.4f %9.2e %8.1f %9.0f %8.3f", static_cast<long long>(r.step),
-              r.loss, r.balance_loss, r.grad_norm, r.lr, r.seconds * 1e3, r.tokens_per_s,
-              r.max_violation);
+              r.loss, r.balance_loss, r.grad_norm, r.lr, r.step_time_s * 1e3, r.tokens_per_s,
+              r.worst_violation);
   if (eval != nullptr) {
-    std::printf("  %8.4f %8.3f", eval->loss, eval->max_violation);
+    std::printf("  %8.4f %8.3f", eval->loss, eval->worst_violation);
   } else if (val_column) {
     std::printf("  %8s %8s", "", "");
   }
@@ -139,7 +139,7 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   }
   std::sort(tps.begin(), tps.end());
   double seconds = 0;
-  for (const StepRecord& r : s.steps) seconds += r.seconds;
+  for (const StepRecord& r : s.steps) seconds += r.step_time_s;
   std::printf("\nsummary: %zu steps in %.1f s, median %.0f tokens/s\n", s.steps.size(), seconds,
               tps[tps.size() / 2]);
   if (s.peak_gflops > 0) {
@@ -154,15 +154,15 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
                 last.loss - s.entropy_floor);
   }
   std::printf("\n  worst load violation: %.3f at step 0, %.3f at the last step\n",
-              first.max_violation, last.max_violation);
+              first.worst_violation, last.worst_violation);
   // Each top-k layer's balance at the end: (max load − mean)/mean, 0 = balanced, E/K − 1 = every
   // token's experts the same.
   std::string balance;
-  for (size_t l = 0; l < s.layer_modes.size() && l < last.layer_violation.size(); ++l) {
+  for (size_t l = 0; l < s.layer_modes.size() && l < last.max_violation.size(); ++l) {
     if (s.layer_modes[l] != RoutingMode::kTopK) continue;
     char part[48];
     std::snprintf(part, sizeof part, "%s%zu: %.3f", balance.empty() ? "" : ", ", l,
-                  last.layer_violation[l]);
+                  last.max_violation[l]);
     balance += part;
   }
   if (!balance.empty()) {
@@ -177,8 +177,8 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
     }
     std::printf(", %lld tokens; load violation on them per top-k layer:",
                 static_cast<long long>(e.tokens));
-    for (size_t l = 0; l < s.layer_modes.size() && l < e.layer_violation.size(); ++l) {
-      if (s.layer_modes[l] == RoutingMode::kTopK) std::printf(" %zu: %.3f", l, e.layer_violation[l]);
+    for (size_t l = 0; l < s.layer_modes.size() && l < e.max_violation.size(); ++l) {
+      if (s.layer_modes[l] == RoutingMode::kTopK) std::printf(" %zu: %.3f", l, e.max_violation[l]);
     }
     std::printf("\n");
   }

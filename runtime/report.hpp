@@ -8,7 +8,7 @@
 
 #include "model/model.hpp"
 #include "runtime/options.hpp"
-#include "runtime/train.hpp"
+#include "runtime/records.hpp"
 
 namespace moe {
 

@@ -143,17 +143,17 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
   row.grad_norm = rec.grad_norm;
   row.lr = rec.lr;
   row.tokens_per_s = rec.tokens_per_s;
-  row.step_time_s = rec.seconds;
+  row.step_time_s = rec.step_time_s;
   row.expert_load = rec.expert_load;
   row.rank_load = rec.rank_load;
   row.dispatch_rows = rec.dispatch_rows;
   row.cross_host_rows = rec.cross_host_rows;
   row.cross_host_tokens = rec.cross_host_tokens;
   row.bias = rec.bias;
-  row.load_variance = rec.layer_variance;
-  row.max_violation = rec.layer_violation;
-  row.load_cv = rec.layer_cv;
-  row.rank_overload = rec.layer_overload;
+  row.load_variance = rec.load_variance;
+  row.max_violation = rec.max_violation;
+  row.load_cv = rec.load_cv;
+  row.rank_overload = rec.rank_overload;
   row.layer_balance_loss = rec.layer_balance_loss;
   row.phase_times = phase_all_;
   writer_->append(row);
@@ -164,11 +164,11 @@ void RunStats::record_eval(const EvalRecord& rec) {
   EvalRow row;
   row.step = rec.step;
   row.loss = rec.loss;
-  row.time_s = rec.seconds;
+  row.time_s = rec.time_s;
   row.tokens = rec.tokens;
   row.expert_load = rec.expert_load;
-  row.load_variance = rec.layer_variance;
-  row.max_violation = rec.layer_violation;
+  row.load_variance = rec.load_variance;
+  row.max_violation = rec.max_violation;
   writer_->append_eval(row);
 }
 

@@ -14,7 +14,7 @@
 #include "model/model.hpp"
 #include "model/phase_timer.hpp"
 #include "runtime/options.hpp"
-#include "runtime/train.hpp"
+#include "runtime/records.hpp"
 
 namespace moe {
 

@@ -224,7 +224,7 @@ void summarize_phases(TrainSummary& summary, const Comm& world, const std::vecto
     }
   }
   for (size_t i = summary.steps.size() - n; i < summary.steps.size(); ++i) {
-    ps.step_ms += summary.steps[i].seconds * 1e3 / n;
+    ps.step_ms += summary.steps[i].step_time_s * 1e3 / n;
   }
 }
 

@@ -25,21 +25,21 @@ int64_t val_first_sample(const TokenSource& source) {
 
 // The per-layer balance metrics of a step from its global loads.
 void fill_metrics(StepRecord& rec, const RoutingState& routing, int L, int E, int W) {
-  rec.layer_variance.resize(L);
-  rec.layer_violation.resize(L);
-  rec.layer_cv.resize(L);
-  rec.layer_overload.resize(L);
-  rec.max_violation = 0.0;
+  rec.load_variance.resize(L);
+  rec.max_violation.resize(L);
+  rec.load_cv.resize(L);
+  rec.rank_overload.resize(L);
+  rec.worst_violation = 0.0;
   for (int l = 0; l < L; ++l) {
     const BalanceMetrics m = balance_metrics(
         std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E));
-    rec.layer_variance[l] = m.variance;
-    rec.layer_violation[l] = m.max_violation;
-    rec.layer_cv[l] = m.cv;
-    rec.layer_overload[l] = overload_factor(
+    rec.load_variance[l] = m.variance;
+    rec.max_violation[l] = m.max_violation;
+    rec.load_cv[l] = m.cv;
+    rec.rank_overload[l] = overload_factor(
         std::span<const int64_t>(&rec.rank_load[static_cast<size_t>(l) * W], W));
     if (routing.modes[l] != RoutingMode::kHash) {
-      rec.max_violation = std::max(rec.max_violation, m.max_violation);
+      rec.worst_violation = std::max(rec.worst_violation, m.max_violation);
     }
   }
 }
@@ -136,9 +136,9 @@ StepRecord Trainer::step(int step) {
   slowest_[0] = MPI_Wtime() - t0;
   slowest_[1] = stop_signal_pending();
   world_.allreduce_max(std::span<double>(slowest_));
-  rec.seconds = slowest_[0];
+  rec.step_time_s = slowest_[0];
   stop_signal_ = static_cast<int>(slowest_[1]);
-  rec.tokens_per_s = static_cast<double>(T_) / rec.seconds;
+  rec.tokens_per_s = static_cast<double>(T_) / rec.step_time_s;
   if (stats_) {
     const double s0 = MPI_Wtime();
     stats_->record_step(world_, rec, times_);
@@ -193,20 +193,20 @@ EvalRecord Trainer::evaluate(int step) {
   world_.allreduce_sum(std::span<int64_t>(rec.expert_load));
   rec.tokens = static_cast<int64_t>(cfg_.eval_batches) * T_;
   rec.loss = ce_sum / static_cast<double>(rec.tokens);
-  rec.layer_variance.resize(L);
-  rec.layer_violation.resize(L);
+  rec.load_variance.resize(L);
+  rec.max_violation.resize(L);
   for (int l = 0; l < L; ++l) {
     const BalanceMetrics m = balance_metrics(
         std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E));
-    rec.layer_variance[l] = m.variance;
-    rec.layer_violation[l] = m.max_violation;
+    rec.load_variance[l] = m.variance;
+    rec.max_violation[l] = m.max_violation;
     if (routing_.modes[l] != RoutingMode::kHash) {
-      rec.max_violation = std::max(rec.max_violation, m.max_violation);
+      rec.worst_violation = std::max(rec.worst_violation, m.max_violation);
     }
   }
   std::vector<double> slowest = {MPI_Wtime() - t0};
   world_.allreduce_max(std::span<double>(slowest));
-  rec.seconds = slowest[0];
+  rec.time_s = slowest[0];
   if (stats_) stats_->record_eval(rec);
   return rec;
 }

@@ -21,7 +21,7 @@
 #include "runtime/checkpoint.hpp"
 #include "runtime/options.hpp"
 #include "runtime/run_stats.hpp"
-#include "runtime/train.hpp"
+#include "runtime/records.hpp"
 
 namespace moe {
 

@@ -34,7 +34,7 @@ RunConfig maxtext_pr_regime(double bias_rate, double aux_weight) {
 
 double topk_variance_sum(const StepRecord& r, const ModelConfig& m) {
   double sum = 0;
-  for (int l = m.hash_layers; l < m.layers; ++l) sum += r.layer_variance[l];
+  for (int l = m.hash_layers; l < m.layers; ++l) sum += r.load_variance[l];
   return sum;
 }
 

@@ -60,7 +60,7 @@ TEST(RunStats, FileHoldsExactlyWhatTheRunComputed) {
     H5Fclose(f);
     ASSERT_EQ(steps.size(), run.steps.size());
     const size_t LE = run.steps[0].expert_load.size(), LW = run.steps[0].rank_load.size();
-    const size_t L = run.steps[0].layer_variance.size();
+    const size_t L = run.steps[0].load_variance.size();
     for (size_t s = 0; s < steps.size(); ++s) {
       const StepRecord& r = run.steps[s];
       EXPECT_EQ(steps[s], r.step);
@@ -73,7 +73,7 @@ TEST(RunStats, FileHoldsExactlyWhatTheRunComputed) {
                 r.rank_load);
       EXPECT_EQ(std::vector<float>(bias.begin() + s * LE, bias.begin() + (s + 1) * LE), r.bias);
       EXPECT_EQ(std::vector<double>(variance.begin() + s * L, variance.begin() + (s + 1) * L),
-                r.layer_variance);
+                r.load_variance);
     }
     // Every rank reported its phase times, and they are plausible (non-negative, not all zero).
     double total = 0;
