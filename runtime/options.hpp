@@ -73,6 +73,11 @@ struct RunConfig {
 // Whether the run evaluates a validation loss (--val-data is not none).
 inline bool has_val_data(const RunConfig& cfg) { return cfg.val_data != kNoValData; }
 
+// The EP group size P of a run on `world_size` ranks: --ep, else default_ep_size(W, E).
+inline int run_ep_size(const RunConfig& cfg, int world_size) {
+  return cfg.ep > 0 ? cfg.ep : default_ep_size(world_size, cfg.model.experts);
+}
+
 // The learning-rate schedule's horizon: --lr-decay-steps, else --steps.
 int lr_horizon(const RunConfig& cfg);
 

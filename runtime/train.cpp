@@ -271,7 +271,7 @@ void setup_agree(const Comm& world, const std::string& local_error) {
 TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool measure_peak) {
   const ModelConfig& mc = cfg.model;
   const int W = world.size(), rank = world.rank();
-  const int P = cfg.ep > 0 ? cfg.ep : default_ep_size(W, mc.experts);
+  const int P = run_ep_size(cfg, W);
 
   // The hosts as the launcher places the ranks, and the ranks sharing this node's memory and
   // cores: collectives every rank reaches whatever its input (the options were agreed on in main).
@@ -362,7 +362,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   // reaches the agreement. So can a checkpoint's tensors, which every rank reads for itself.
   std::unique_ptr<Trainer> trainer;
   try {
-    trainer = std::make_unique<Trainer>(cfg, world, hosts, std::move(data), std::move(val_data),
+    trainer = std::make_unique<Trainer>(cfg, world, hosts, P, std::move(data), std::move(val_data),
                                         std::move(routing), stats.get());
     if (resume) checkpoint_load(*resume, trainer->state());
   } catch (const std::bad_alloc&) {

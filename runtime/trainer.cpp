@@ -60,13 +60,13 @@ void check_bias_consistent(const Comm& world, const std::vector<float>& bias, in
 
 }  // namespace
 
-Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& hosts,
+Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& hosts, int ep_size,
                  std::unique_ptr<TokenSource> data, std::unique_ptr<TokenSource> val_data,
                  RoutingState routing, RunStats* stats)
     : cfg_(cfg), mc_(cfg.model), world_(world), data_(std::move(data)),
       val_data_(std::move(val_data)),
       routing_(std::move(routing)), stats_(stats),
-      P_(cfg.ep > 0 ? cfg.ep : default_ep_size(world.size(), cfg.model.experts)),
+      P_(ep_size),
       groups_(parallel_groups_make(world, P_, hosts)), placement_{mc_.experts, P_},
       layout_(model_layout(mc_, placement_, groups_.ep.rank())), ex_(groups_.ep),
       adam_{0.9f, 0.95f, 1e-8f, static_cast<float>(cfg.weight_decay)} {

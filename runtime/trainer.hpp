@@ -29,9 +29,10 @@ namespace moe {
 // EpExchange holds one to its own EP communicator: a Trainer never moves.
 class Trainer {
  public:
-  // `hosts`: where the ranks lie (comm/host_layout.hpp); the EP groups are cut from its order.
-  // `val_data` (may be null): the validation source of evaluate().
-  Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& hosts,
+  // `hosts`: where the ranks lie (comm/host_layout.hpp); the EP groups of `ep_size` ranks
+  // (run_ep_size) are cut from its order. `val_data` (may be null): the validation source of
+  // evaluate().
+  Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& hosts, int ep_size,
           std::unique_ptr<TokenSource> data, std::unique_ptr<TokenSource> val_data,
           RoutingState routing, RunStats* stats);
   Trainer(const Trainer&) = delete;
