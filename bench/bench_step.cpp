@@ -83,7 +83,7 @@ int run(int argc, char** argv) {
   run_config_validate(cfg);
   const ModelConfig& mc = cfg.model;
   const int threads = set_blas_threads(world, cfg.threads);
-  const int P = default_ep_size(W, mc.experts);
+  const int P = run_ep_size(cfg, W);
   print_banner(world, "bench_step", cfg.model_name + " training steps: tokens/s, MFU, phases",
                threads);
 
