@@ -42,7 +42,7 @@
 #   netns_hosts.sh mpirun ARGS...    mpirun in host 0 with the hostfile and the settings above
 #   netns_hosts.sh hostfile          print the hostfile's path
 #   netns_hosts.sh link I up|down    set host I's link (the switch end of its veth) up or down
-#   netns_hosts.sh shape RATE DELAY  netem on every host's egress: e.g. 1gbit 200us; `shape off`
+#   netns_hosts.sh shape RATE [DELAY]  every host's egress shaped: e.g. 1gbit 200us; `shape off`
 #   netns_hosts.sh kill I            SIGKILL every process in host I's namespace
 # Environment: MOE_NETNS_PREFIX (default moe; names PREFIX-h<i>, PREFIX-br), MOE_NETNS_DIR (state:
 # hostfile; default /tmp/PREFIX-netns), MOE_NETNS_BTL (default tcp,vader,self).
@@ -215,22 +215,39 @@ cmd_kill() {
   [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
 }
 
-# netem on each host's egress (eth0): a packet from host a to host b waits DELAY once and leaves
-# host a at RATE at most. With two hosts each sends to the other only, so RATE bounds the receive
-# side as well. Traffic within a host (loopback, shared memory) is not shaped.
+# Shaping on each host's egress (eth0): a packet from host a to host b leaves host a at RATE at
+# most and waits DELAY once (one way). With two hosts each sends to the other only, so RATE bounds
+# the receive side as well. Traffic within a host (loopback, shared memory) is not shaped.
+# netem does both; a kernel without netem (CONFIG_NET_SCH_NETEM off) gets a token bucket (tbf)
+# for the rate alone, and a warning that DELAY was not applied.
 cmd_shape() {
-  local rate=${1:-} delay=${2:-} n i ns
+  local rate=${1:-} delay=${2:-0} n i ns how=netem
   n=$(num_hosts)
+  [[ -n $rate ]] || die "shape needs RATE [DELAY] (e.g. 1gbit 200us) or off"
   for ((i = 0; i < n; i++)); do
     ns=$(host_ns "$i")
-    if [[ $rate == off ]]; then
-      tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
+    tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
+    [[ $rate == off ]] && continue
+    # A deep queue: at 25 Gbit/s and 20 us, netem's default of 1000 packets would drop bursts.
+    if [[ $how == netem ]] &&
+        tc -n "$ns" qdisc add dev eth0 root netem delay "$delay" rate "$rate" limit 100000 \
+          2>/dev/null; then
       continue
     fi
-    [[ -n $rate && -n $delay ]] || die "shape needs RATE DELAY (e.g. 1gbit 200us) or off"
-    # A deep queue: at 25 Gbit/s and 20 us, netem's default 1000 packets would drop bursts.
-    tc -n "$ns" qdisc replace dev eth0 root netem delay "$delay" rate "$rate" limit 100000
+    # Burst: one 64 KiB segment-offload packet (veth hands TCP 64 KiB at a time); queue up to
+    # 100 ms of traffic before dropping.
+    how=tbf
+    tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 64kb latency 100ms
   done
+  # One line on standard output says what was applied (bench/multihost.sh names its case by it).
+  if [[ $rate == off ]]; then
+    echo "shaped: off"
+  elif [[ $how == netem ]]; then
+    echo "shaped: netem rate $rate delay $delay"
+  else
+    echo "shaped: tbf rate $rate"
+    [[ $delay == 0 ]] || echo "$me: no netem in this kernel: delay $delay NOT applied" >&2
+  fi
 }
 
 case ${1:-} in

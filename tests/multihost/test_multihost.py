@@ -64,6 +64,7 @@ def test_two_hosts_give_the_bits_of_one(hosts, moe_rt_bin, tmp_path):
     # The tokens and gradients of ranks 2, 3 went through host 1's link: dispatch and combine
     # rows alone are 4 x 7 layers x 3 steps x (about 190 KiB each way).
     crossed = hosts.link_bytes(1) - before
+    print(f"2 hosts x 2 ranks, 3 steps: {crossed / 1e6:.1f} MB through host 1's link")
     assert crossed > 10e6, crossed
     a, b = read_exact(tmp_path / "one.h5"), read_exact(tmp_path / "two.h5")
     assert len(a["steps/step"]) == 3
