@@ -19,7 +19,10 @@ shapes=${SHAPES:-25gbit/20us 1gbit/200us}
 out=${1:-$(mktemp -d /tmp/moe_multihost_bench.XXXXXX)}
 mkdir -p "$out"
 for bin in "$build/moe_rt" "$build/bench/bench_alltoall"; do
-  [[ -x $bin ]] || { echo "multihost.sh: $bin missing; build the targets moe_rt bench_alltoall" >&2; exit 1; }
+  if [[ ! -x $bin ]]; then
+    echo "multihost.sh: $bin missing; build the targets moe_rt and bench_alltoall" >&2
+    exit 1
+  fi
 done
 
 export MOE_NETNS_PREFIX=moebench$$ MOE_NETNS_DIR=$out/netns
@@ -29,7 +32,18 @@ trap 'bash "$hosts" down >/dev/null' EXIT
 trap 'exit 130' INT TERM
 bash "$hosts" up 2 "$per_host" >/dev/null
 np=$((2 * per_host))
+# The simulated hosts share this machine's cores, while moe_rt's default gives each host's ranks
+# all of them: one thread per rank unless the cores go further.
+threads=$(($(nproc) / np > 1 ? $(nproc) / np : 1))
 h0="$MOE_NETNS_PREFIX-h0"
+
+# Bytes through host 1's link so far, both directions, counted at the switch end.
+link_bytes() {
+  ip -n "$MOE_NETNS_PREFIX-br" -s -j link show h1 | python3 -c '
+import json, sys
+s = json.load(sys.stdin)[0]["stats64"]
+print(s["rx"]["bytes"] + s["tx"]["bytes"])'
+}
 
 # run_case NAME ONE_HOST [MOE_RT_ARGS...]: bench_alltoall on 2 ranks (every row between the two
 # crosses a link when they are on two hosts) and on all ranks, then moe_rt on all ranks.
@@ -50,9 +64,12 @@ run_case() {
     bash "$hosts" mpirun -np "$np" "${all[@]}" "$build/bench/bench_alltoall" --max-tokens 1024 \
       >"$out/$name.alltoall.txt" 2>&1
   fi
+  local before
+  before=$(link_bytes)
   (cd "$out" && bash "$hosts" mpirun -np "$np" "${all[@]}" "$build/moe_rt" \
-    --model deepseek4-tiny --steps "$steps" --stats "$out/$name.h5" --overwrite "$@") \
-    >"$out/$name.moe_rt.txt" 2>&1
+    --model deepseek4-tiny --steps "$steps" --threads "$threads" --stats "$out/$name.h5" \
+    --overwrite "$@") >"$out/$name.moe_rt.txt" 2>&1
+  echo $(($(link_bytes) - before)) >"$out/$name.link_bytes"
 }
 
 run_case one-host 1

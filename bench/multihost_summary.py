@@ -31,7 +31,9 @@ def alltoall_rows(path):
     return rows
 
 
-def step_figures(path):
+def step_figures(path, link_bytes_path):
+    with open(link_bytes_path) as b:
+        link_bytes = int(b.read())
     with h5py.File(path, "r") as f:
         phases = list(f["perf/phases"].asstr()[...])
         times = f["perf/phase_time"][1:]  # [N-1, W, phases]
@@ -45,6 +47,8 @@ def step_figures(path):
             "experts_ms": col["experts"] + col["experts_bwd"],
             "world": int(f.attrs["world_size"]),
             "ep": int(f.attrs["ep_size"]),
+            # The whole run's bytes (set-up included: small) per step, both directions.
+            "link_mb": link_bytes / len(f["steps/step"]) / 1e6,
         }
 
 
@@ -63,16 +67,17 @@ def main(outdir, cases):
                 print(f"{case + ', ' + ranks:34s} {routing:8s} {tokens:6d} {ep:10.1f} {raw:10.1f} "
                       f"{ratio:6.3f}")
     print("\ntraining step, moe_rt deepseek4-tiny (medians over steps 1..; phases: mean over "
-          "ranks, ms)")
+          "ranks, ms; MB/step: through host 1's link, both directions)")
     print(f"{'case':28s} {'ranks':>5s} {'P':>3s} {'step ms':>8s} {'tokens/s':>9s} {'exchange':>9s} "
-          f"{'allreduce':>9s} {'experts':>8s} {'step x':>7s}")
+          f"{'allreduce':>9s} {'experts':>8s} {'step x':>7s} {'MB/step':>8s}")
     base = None
     for case in cases:
-        s = step_figures(os.path.join(outdir, f"{case}.h5"))
+        s = step_figures(os.path.join(outdir, f"{case}.h5"),
+                         os.path.join(outdir, f"{case}.link_bytes"))
         base = base or s["step_ms"]
         print(f"{case:28s} {s['world']:5d} {s['ep']:3d} {s['step_ms']:8.1f} {s['tokens_s']:9.0f} "
               f"{s['exchange_ms']:9.1f} {s['allreduce_ms']:9.1f} {s['experts_ms']:8.1f} "
-              f"{s['step_ms'] / base:7.2f}")
+              f"{s['step_ms'] / base:7.2f} {s['link_mb']:8.1f}")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ bridge_ns() { echo "$prefix-br"; }
 
 # The namespaces of this prefix that exist now, hosts first.
 our_namespaces() {
-  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}-(h[0-9]+|br)\$" | sort -r || true
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}-(h[0-9]+|br)\$" |
+    sort -r || true
 }
 
 num_hosts() {
@@ -75,7 +76,9 @@ num_hosts() {
 check_index() {
   local n
   n=$(num_hosts)
-  [[ $1 =~ ^[0-9]+$ ]] && (($1 < n)) || die "host index '$1' is not in 0..$((n - 1))"
+  if [[ ! $1 =~ ^[0-9]+$ ]] || (($1 >= n)); then
+    die "host index '$1' is not in 0..$((n - 1))"
+  fi
 }
 
 cmd_check() {
@@ -99,8 +102,12 @@ cmd_check() {
 
 cmd_up() {
   local n=${1:-} slots=${2:-4} i ns br
-  [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 200)) || die "up needs a host count 1..200, got '$n'"
-  [[ $slots =~ ^[0-9]+$ ]] && ((slots >= 1)) || die "slots must be a positive count, got '$slots'"
+  if [[ ! $n =~ ^[0-9]+$ ]] || ((n < 1 || n > 200)); then
+    die "up needs a host count 1..200, got '$n'"
+  fi
+  if [[ ! $slots =~ ^[0-9]+$ ]] || ((slots < 1)); then
+    die "slots must be a positive count, got '$slots'"
+  fi
   [[ -z $(our_namespaces) ]] || die "namespaces of prefix '$prefix' exist already; run: $0 down"
   br=$(bridge_ns)
   # Anything that fails half-way removes what was made.
@@ -135,9 +142,9 @@ cmd_up() {
 # then removes them; their veths and the bridge go with them. Safe to repeat, safe after a
 # half-made `up`.
 cmd_down() {
-  local ns pids tries
+  local ns pids
   for ns in $(our_namespaces); do
-    for tries in 1 2 3 4 5 6 7 8 9 10; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
       pids=$(ip netns pids "$ns" 2>/dev/null || true)
       [[ -z $pids ]] && break
       # shellcheck disable=SC2086

@@ -51,7 +51,8 @@ def main():
         signal.signal(s, stop)
     import pytest  # only now: a machine that skips needs no pytest
 
-    return pytest.main(["-q", "-p", "no:cacheprovider", HERE] + sys.argv[1:])
+    # -s: the measured times and bytes the tests print appear in the CTest log.
+    return pytest.main(["-q", "-s", "-p", "no:cacheprovider", HERE] + sys.argv[1:])
 
 
 if __name__ == "__main__":
