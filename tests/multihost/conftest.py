@@ -1,0 +1,162 @@
+"""Fixtures of the multihost tests: a fresh set of simulated hosts per test (scripts/netns_hosts.sh
+up, then down whatever the outcome), and jobs launched across them by mpirun in host 0.
+
+Names: the set of a test process is mht<pid>-h0, mht<pid>-h1, ... with the switch mht<pid>-br,
+so two runs at once do not collide and run_tests.py can tell a dead run's leftovers."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+NETNS_HOSTS = os.path.join(ROOT, "scripts", "netns_hosts.sh")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+
+class Hosts:
+    """N simulated hosts of `slots` slots; host i is namespace `{prefix}-h{i}`."""
+
+    def __init__(self, n, slots, tmp_path):
+        self.n, self.slots = n, slots
+        self.prefix = f"mht{os.getpid()}"
+        self.env = dict(os.environ, MOE_NETNS_PREFIX=self.prefix,
+                        MOE_NETNS_DIR=str(tmp_path / "netns"), OPENBLAS_NUM_THREADS="1")
+        self.jobs = []
+
+    def name(self, i):
+        return f"{self.prefix}-h{i}"
+
+    def script(self, *args, check=True, timeout=60):
+        proc = subprocess.run(["bash", NETNS_HOSTS, *map(str, args)], env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"netns_hosts.sh {' '.join(map(str, args))}: {proc.stderr}")
+        return proc
+
+    def up(self):
+        self.script("up", self.n, self.slots)
+
+    def down(self):
+        for job in self.jobs:  # mpirun and what it started: all in our namespaces, bar the wrapper
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait(timeout=30)
+        proc = self.script("down", check=False, timeout=120)
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        left = [line for line in listed.splitlines() if line.startswith(self.prefix + "-")]
+        assert proc.returncode == 0 and not left, (proc.stderr, left)
+
+    def command(self, args, host=0):
+        """`netns_hosts.sh exec HOST args...` (mpirun's settings in its environment)."""
+        return ["bash", NETNS_HOSTS, "exec", str(host)] + [str(a) for a in args]
+
+    def run(self, args, host=0, timeout=180):
+        """Runs a command in a host's namespace; a hang fails the test."""
+        try:
+            return subprocess.run(self.command(args, host), env=self.env, capture_output=True,
+                                  text=True, timeout=timeout, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{' '.join(map(str, args))} hung for more than {timeout} s")
+
+    def start(self, args, out, err, host=0):
+        """Starts a command in a host's namespace, output to the files `out` and `err`."""
+        with open(out, "w") as o, open(err, "w") as e:
+            job = subprocess.Popen(self.command(args, host), env=self.env, stdout=o, stderr=e,
+                                   start_new_session=True)
+        self.jobs.append(job)
+        return job
+
+    def pids(self, i):
+        out = subprocess.run(["ip", "netns", "pids", self.name(i)], capture_output=True,
+                             text=True).stdout
+        return [int(p) for p in out.split()]
+
+    def rank_pids(self, i):
+        """The MPI ranks running on host i (processes with a world rank in their environment)."""
+        ranks = []
+        for pid in self.pids(i):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if b"OMPI_COMM_WORLD_RANK=" in f.read():
+                        ranks.append(pid)
+            except OSError:
+                continue
+        return ranks
+
+    def link_bytes(self, i):
+        """Bytes through host i's link (both directions), counted at the switch end."""
+        out = subprocess.run(["ip", "-n", f"{self.prefix}-br", "-j", "-s", "link", "show",
+                              f"h{i}"], capture_output=True, text=True, check=True).stdout
+        stats = json.loads(out)[0]["stats64"]
+        return stats["rx"]["bytes"] + stats["tx"]["bytes"]
+
+
+@pytest.fixture
+def hosts(tmp_path, request):
+    """Two hosts of 4 slots (a test marked @pytest.mark.hosts(n, slots) chooses), up for the
+    test and removed after it, passed or failed."""
+    marker = request.node.get_closest_marker("hosts")
+    n, slots = marker.args if marker else (2, 4)
+    h = Hosts(n, slots, tmp_path)
+    check = h.script("check", check=False)
+    if check.returncode != 0:
+        pytest.skip(check.stderr.strip())
+    try:
+        h.up()
+        yield h
+    finally:
+        h.down()
+
+
+@pytest.fixture(scope="session")
+def moe_rt_bin():
+    path = os.environ.get("MOE_RT_BIN")
+    if not path or not os.path.exists(path):
+        pytest.fail("MOE_RT_BIN must name the built moe_rt binary (CTest sets it)")
+    return path
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "hosts(n, slots): the simulated hosts a test needs")
+
+
+def open_stats(path):
+    """A statistics file, live or of a killed writer (docs/hdf5-schema.md, SWMR)."""
+    return h5py.File(path, "r", libver="latest", swmr=True)
+
+
+def complete_rows(f):
+    steps = f["/steps/step"][...]
+    n = len(steps)
+    while n and steps[n - 1] < 0:
+        n -= 1
+    return n
+
+
+def wait_for_rows(path, rows, job, limit=120):
+    deadline = time.time() + limit
+    while time.time() < deadline and job.poll() is None:
+        time.sleep(0.2)
+        try:
+            with open_stats(path) as f:
+                if complete_rows(f) >= rows:
+                    return
+        except (OSError, KeyError):
+            continue  # being created
+    pytest.fail(f"{path} did not reach {rows} rows (job status {job.poll()})")
+
+
+def step_lines(text):
+    """(step, loss) of rank 0's step lines."""
+    rows = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 8 and parts[0].isdigit():
+            rows.append((int(parts[0]), float(parts[1])))
+    return rows
