@@ -70,6 +70,22 @@ def test_two_hosts_give_the_bits_of_one(hosts, moe_rt_bin, tmp_path):
     assert len(a["steps/step"]) == 3
     for name in a:
         assert a[name].tobytes() == b[name].tobytes(), name
+    # The launcher told each rank its host: two hosts of two, and the rows dispatched across
+    # them counted; the same counts as one host told to count as two (--ranks-per-host 2).
+    assert "ranks: 4 on 2 hosts x 2" in two.stdout, two.stdout
+    declared = hosts.run(mpirun(f"{hosts.name(0)}:4", 4, moe_rt_bin,
+                                TINY3 + ["--ranks-per-host", 2, "--stats",
+                                         tmp_path / "declared.h5"]))
+    assert declared.returncode == 0, declared.stderr
+    with open_stats(tmp_path / "one.h5") as f1, open_stats(tmp_path / "two.h5") as f2, \
+            open_stats(tmp_path / "declared.h5") as f3:
+        assert f1.attrs["num_hosts"] == 1 and f2.attrs["num_hosts"] == 2
+        assert f2["hosts/rank_host"][...].tolist() == [0, 0, 1, 1]
+        assert (f1["routing/cross_host_rows"][...] == 0).all()
+        crossing = f2["routing/cross_host_rows"][...]
+        assert (crossing > 0).all() and (crossing < f2["routing/dispatch_rows"][...]).all()
+        for name in ("routing/cross_host_rows", "routing/cross_host_tokens", "hosts/rank_host"):
+            assert f2[name][...].tobytes() == f3[name][...].tobytes(), name
 
 
 def test_two_hosts_of_four_ranks_run_deepseek4_tiny(hosts, moe_rt_bin, tmp_path):
@@ -77,6 +93,7 @@ def test_two_hosts_of_four_ranks_run_deepseek4_tiny(hosts, moe_rt_bin, tmp_path)
     proc = hosts.run(mpirun("spread", 8, moe_rt_bin, TINY3 + ["--stats", stats]))
     assert proc.returncode == 0, proc.stderr
     assert "deepseek4-tiny on 8 ranks (EP group 8" in proc.stdout
+    assert "ranks: 8 on 2 hosts x 4" in proc.stdout
     assert [s for s, _ in step_lines(proc.stdout)] == [0, 1, 2]
     with open_stats(stats) as f:
         assert f.attrs["world_size"] == 8 and complete_rows(f) == 3
