@@ -3,18 +3,20 @@
 # Idempotent and quiet when everything is present; any failed install stops with a message.
 set -euo pipefail
 
-# Debian packages: compiler tool chain, MPI, BLAS, HDF5, Boost, test and benchmark libraries,
-# and python3-doc: the Python documentation's plain-text sources (about 11 MB of English, PSF
+# Debian packages: compiler tool chain and clang-format (the C++ layout, checked by
+# scripts/format.sh), MPI, BLAS, HDF5, Boost, test and benchmark libraries, iproute2 (ip and tc:
+# the simulated hosts of the multi-host tests, scripts/netns_hosts.sh), and python3-doc: the Python documentation's plain-text sources (about 11 MB of English, PSF
 # License), the default corpus of scripts/prepare_data.py, installed here so that nothing is
 # downloaded when the data is prepared.
 debs=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config clang-format
   openmpi-bin libopenmpi-dev
   libopenblas-dev
   libhdf5-dev hdf5-tools
   libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-doc
+  iproute2
 )
 
 # Install logs: private to this run, removed on success, shown on failure.
