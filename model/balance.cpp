@@ -2,9 +2,7 @@
 #include "model/balance.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -125,103 +123,6 @@ void bias_update(std::span<float> bias, std::span<const int64_t> load, double ra
   for (size_t e = 0; e < E; ++e) bias[e] += static_cast<float>(center ? step[e] - shift : step[e]);
 }
 
-template <class T>
-void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias, int N, int E,
-                        int K, int groups, int group_topk) {
-  if (groups <= 0 || E % groups != 0 || group_topk <= 0 || group_topk > groups ||
-      K % group_topk != 0 || K / group_topk > E / groups ||
-      group_topk * (E / groups) < K) {
-    throw std::invalid_argument("route_topk_grouped: impossible grouping");
-  }
-  const int per_group = E / groups, top_in_group = K / group_topk;
-  std::vector<T> biased(E), masked(E), group_score(groups);
-  std::vector<int32_t> best(std::max(top_in_group, group_topk));
-  for (int t = 0; t < N; ++t) {
-    const T* st = scores + static_cast<size_t>(t) * E;
-    for (int e = 0; e < E; ++e) biased[e] = st[e] + (bias ? T(bias[e]) : T(0));
-    for (int g = 0; g < groups; ++g) {
-      route_topk(best.data(), &biased[g * per_group], nullptr, 1, per_group, top_in_group);
-      group_score[g] = 0;
-      for (int j = 0; j < top_in_group; ++j) group_score[g] += biased[g * per_group + best[j]];
-    }
-    route_topk(best.data(), group_score.data(), nullptr, 1, groups, group_topk);
-    // Experts of dropped groups can never win: place them below every kept expert.
-    T floor_value = biased[0];
-    for (int e = 0; e < E; ++e) floor_value = std::min(floor_value, biased[e]);
-    std::fill(masked.begin(), masked.end(), floor_value - T(1) - std::abs(floor_value));
-    for (int j = 0; j < group_topk; ++j) {
-      const int g = best[j];
-      std::copy_n(&biased[g * per_group], per_group, &masked[g * per_group]);
-    }
-    route_topk(expert_idx + static_cast<size_t>(t) * K, masked.data(), nullptr, 1, E, K);
-  }
-}
-
-void route_random(int32_t* expert_idx, uint64_t stream, int64_t first_global_token, int N, int E,
-                  int K, const RandomRouting& skew) {
-  std::vector<double> base(E), weight(E);
-  for (int e = 0; e < E; ++e) base[e] = std::pow(e + 1.0, -skew.zipf_alpha);
-  const uint64_t draws = static_cast<uint64_t>(K) + 1;  // K picks and the hot coin per token
-  for (int t = 0; t < N; ++t) {
-    const uint64_t token = static_cast<uint64_t>(first_global_token + t);
-    int32_t* sel = expert_idx + static_cast<size_t>(t) * K;
-    weight = base;
-    int j = 0;
-    if (skew.hot_fraction > 0 && rng_uniform(stream, token * draws + K) < skew.hot_fraction) {
-      sel[j++] = 0;
-      weight[0] = 0.0;
-    }
-    // Sequential sampling without replacement: each slot draws among the experts not yet taken.
-    for (; j < K; ++j) {
-      double total = 0;
-      for (int e = 0; e < E; ++e) total += weight[e];
-      double u = rng_uniform(stream, token * draws + j) * total;
-      int pick = E - 1;
-      for (int e = 0; e < E; ++e) {
-        if (weight[e] > 0 && (u -= weight[e]) < 0) {
-          pick = e;
-          break;
-        }
-      }
-      while (weight[pick] == 0) --pick;  // rounding at the top end: the last expert still free
-      sel[j] = pick;
-      weight[pick] = 0.0;
-    }
-  }
-}
-
-ForcedRouting forced_routing_from_name(std::string_view spec) {
-  ForcedRouting f;
-  // The same strict form as every numeric option: the whole rest is one decimal number.
-  auto number_after = [&](std::string_view prefix, double lo, double hi) {
-    const std::string_view text = spec.substr(prefix.size());
-    double v = -1;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || end != text.data() + text.size() || text.empty() ||
-        !(v >= lo && v <= hi)) {
-      char range[48];
-      std::snprintf(range, sizeof range, "[%g, %g]", lo, hi);
-      throw ConfigError("--force-balance: '" + std::string(spec) + "' needs a number in " + range +
-                        " after '" + std::string(prefix) + "'");
-    }
-    return v;
-  };
-  if (spec == "none") return f;
-  f.forced = true;
-  if (spec == "round-robin") {
-    f.round_robin = true;
-  } else if (spec == "random") {
-  } else if (spec.starts_with("zipf:")) {
-    f.skew.zipf_alpha = number_after("zipf:", 0.0, 10.0);
-  } else if (spec.starts_with("hot:")) {
-    f.skew.hot_fraction = number_after("hot:", 0.0, 1.0);
-  } else {
-    throw ConfigError("--force-balance: unknown mode '" + std::string(spec) +
-                      "' (valid: none, round-robin, random, zipf:ALPHA, hot:FRACTION)");
-  }
-  return f;
-}
-
 BalanceMetrics balance_metrics(std::span<const int64_t> load) {
   BalanceMetrics m;
   const double E = static_cast<double>(load.size());
@@ -254,8 +155,7 @@ double overload_factor(std::span<const int64_t> rank_load) {
 #define MOE_BALANCE_INSTANTIATE(T)                                                            \
   template double balance_loss_forward_backward<T>(T*, int32_t*, std::vector<double>&,        \
                                                    const T*, const int32_t*, const float*, int, \
-                                                   int, int, int, double, BalanceLossForm);    \
-  template void route_topk_grouped<T>(int32_t*, const T*, const float*, int, int, int, int, int);
+                                                   int, int, int, double, BalanceLossForm);
 MOE_BALANCE_INSTANTIATE(float)
 MOE_BALANCE_INSTANTIATE(double)
 #undef MOE_BALANCE_INSTANTIATE

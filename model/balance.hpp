@@ -1,6 +1,6 @@
 // Load balancing of top-k layers (docs/load-balancing.md): the sequence-wise balance loss with its
-// gradient, the loss-free bias update, the extra routing policies (group-limited top-k, forced
-// random), and the balance metrics computed from global loads.
+// gradient, the loss-free bias update, and the balance metrics computed from global loads. Every
+// expert selection (group-limited top-k and forced routing included) is in model/router.hpp.
 //
 // Legend: N = B·S local tokens in B sequences of S, E experts, K experts per token, L layers,
 // W ranks, c[e] global load (assignments) of expert e in one layer.
@@ -47,39 +47,6 @@ double balance_loss_forward_backward(T* d_scores,               // [N, E] (overw
 void bias_update(std::span<float> bias,            // [E]
                  std::span<const int64_t> load,    // [E]
                  double rate, bool center);
-
-// Group-limited top-k (DeepSeek-V3 node-limited routing): the E experts form G equal groups; a
-// group's score is the sum of its top K/M biased scores; the M best groups are kept and the K
-// largest biased scores among their experts are selected (ties: lower index).
-template <class T>
-void route_topk_grouped(int32_t* expert_idx,  // [N, K]
-                        const T* scores,      // [N, E]
-                        const float* bias,    // [E] or nullptr
-                        int N, int E, int K, int groups, int group_topk);
-
-// Forced random routing for throughput runs: K distinct experts per token, a pure function of
-// (stream, global token index), so any rank count draws the same experts for the same token.
-// Expert e is drawn with weight (e + 1)^-zipf_alpha among those not yet taken (alpha 0: uniform);
-// with probability h = hot_fraction a token's first slot is expert 0 (a "hot" expert), and
-// otherwise its slots are drawn as without skew, expert 0 included: expert 0 holds h + (1 − h)/E
-// of the first slots and serves h + (1 − h)·K/E of the tokens. Skew makes imbalance a controlled
-// variable: plot step time against it.
-struct RandomRouting {
-  double zipf_alpha = 0.0;
-  double hot_fraction = 0.0;
-};
-void route_random(int32_t* expert_idx,  // [N, K]
-                  uint64_t stream, int64_t first_global_token, int N, int E, int K,
-                  const RandomRouting& skew);
-
-// Parses --force-balance: "none", "round-robin", "random", "zipf:ALPHA" (ALPHA >= 0) or
-// "hot:FRACTION" (0..1). Throws ConfigError naming the option otherwise.
-struct ForcedRouting {
-  bool forced = false;       // false: natural routing
-  bool round_robin = false;  // else random with `skew`
-  RandomRouting skew;
-};
-ForcedRouting forced_routing_from_name(std::string_view spec);
 
 // Balance metrics of one layer from its global loads.
 struct BalanceMetrics {

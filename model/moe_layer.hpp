@@ -21,6 +21,7 @@
 #include "comm/dispatch_plan.hpp"
 #include "comm/ep_exchange.hpp"
 #include "model/balance.hpp"
+#include "model/router.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 #include "model/phase_timer.hpp"

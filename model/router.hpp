@@ -1,11 +1,13 @@
 // Routing math of the MoE layer (docs/load-balancing.md): router logits, the score function and its
-// gradient, expert selection (top-k with bias, hash table, forced round-robin), the hash tables
+// gradient, every expert selection (top-k with bias, group-limited top-k, hash table, forced
+// round-robin and random, with --force-balance parsed here), the hash tables
 // themselves, and the combine weights with their gradient. Selection is not differentiated;
 // gradients reach the router through the weights (and, elsewhere, through the balance loss).
 // Legend: N rows/tokens, D model width, E experts, K top-k, V vocab (F expert width unused here).
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "model/config.hpp"
 
@@ -66,6 +68,39 @@ void hash_table_init(int32_t* table,  // [V,K]
 // within a row (e.g. for a table loaded from a file).
 void hash_table_validate(const int32_t* table,  // [V,K]
                          int V, int E, int K);
+
+// Group-limited top-k (DeepSeek-V3 node-limited routing): the E experts form G equal groups; a
+// group's score is the sum of its top K/M biased scores; the M best groups are kept and the K
+// largest biased scores among their experts are selected (ties: lower index).
+template <class T>
+void route_topk_grouped(int32_t* expert_idx,  // [N, K]
+                        const T* scores,      // [N, E]
+                        const float* bias,    // [E] or nullptr
+                        int N, int E, int K, int groups, int group_topk);
+
+// Forced random routing for throughput runs: K distinct experts per token, a pure function of
+// (stream, global token index), so any rank count draws the same experts for the same token.
+// Expert e is drawn with weight (e + 1)^-zipf_alpha among those not yet taken (alpha 0: uniform);
+// with probability h = hot_fraction a token's first slot is expert 0 (a "hot" expert), and
+// otherwise its slots are drawn as without skew, expert 0 included: expert 0 holds h + (1 − h)/E
+// of the first slots and serves h + (1 − h)·K/E of the tokens. Skew makes imbalance a controlled
+// variable: plot step time against it.
+struct RandomRouting {
+  double zipf_alpha = 0.0;
+  double hot_fraction = 0.0;
+};
+void route_random(int32_t* expert_idx,  // [N, K]
+                  uint64_t stream, int64_t first_global_token, int N, int E, int K,
+                  const RandomRouting& skew);
+
+// Parses --force-balance: "none", "round-robin", "random", "zipf:ALPHA" (ALPHA >= 0) or
+// "hot:FRACTION" (0..1). Throws ConfigError naming the option otherwise.
+struct ForcedRouting {
+  bool forced = false;       // false: natural routing
+  bool round_robin = false;  // else random with `skew`
+  RandomRouting skew;
+};
+ForcedRouting forced_routing_from_name(std::string_view spec);
 
 // w_j = s[sel_j] / (Σ_j' s[sel_j'] + 1e-20) · route_scale, from the unbiased scores. Overwrites.
 template <class T>

@@ -21,6 +21,7 @@
 #include "io/checkpoint_file.hpp"
 #include "io/token_data.hpp"
 #include "model/balance.hpp"
+#include "model/router.hpp"
 #include "runtime/config_file.hpp"
 #include "runtime/option_table.hpp"
 #include "runtime/option_values.hpp"

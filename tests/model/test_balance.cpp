@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/balance.hpp"
+#include "model/router.hpp"
 #include "model/config.hpp"
 #include "model/rng.hpp"
 
