@@ -186,6 +186,143 @@ template <class T> void shared_expert_forward(T* out, MoeSaved<T>& s, const T* i
   seq_linear_forward(out, s.sh.data(), w.shared_w2, B, S, d.Fs, d.D);
 }
 
+// The shared expert's backward, with buffers of its own (sd_*) so that it can run next to the
+// routed experts: out = swiglu(in·S1, in·S3)·S2 reversed, adding into d_in.
+template <class T>
+void shared_expert_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>& s,
+                            const T* in, const MoeWeights<T>& w, const MoeDims& d, int N) {
+  if (d.Fs == 0) return;
+  const size_t NFs = static_cast<size_t>(N) * d.Fs;
+  const auto [B, S] = sequences_of(s, N);
+  s.sd_h.assign(NFs, T(0));
+  s.sd_g.resize(NFs);
+  s.sd_v.resize(NFs);
+  seq_linear_backward_input(s.sd_h.data(), d_out, w.shared_w2, B, S, d.Fs, d.D);
+  seq_linear_weight_backward(gr.shared_w2, s.grad_tree, d_out, s.sh.data(), B, S, d.Fs, d.D);
+  swiglu_backward(s.sd_g.data(), s.sd_v.data(), s.sd_h.data(), s.sg.data(), s.sv.data(),
+                  static_cast<int64_t>(NFs), 0.0f);
+  seq_linear_backward_input(d_in, s.sd_g.data(), w.shared_w1, B, S, d.D, d.Fs);
+  seq_linear_backward_input(d_in, s.sd_v.data(), w.shared_w3, B, S, d.D, d.Fs);
+  seq_linear_weight_backward(gr.shared_w1, s.grad_tree, s.sd_g.data(), in, B, S, d.D, d.Fs);
+  seq_linear_weight_backward(gr.shared_w3, s.grad_tree, s.sd_v.data(), in, B, S, d.D, d.Fs);
+}
+
+// local_experts_forward reversed, expert by expert: y = h·W2, h = swiglu(g, v), g = x·W1,
+// v = x·W3. One task per expert; with `shared`, the shared expert's backward is one more task, the
+// first.
+template <class T, class Shared>
+void local_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeights<T>& w,
+                            const MoeDims& d, bool with_shared, Shared&& shared) {
+  const size_t DF = static_cast<size_t>(d.D) * d.F;
+  const int R = s.plan.num_recv;
+  s.d_x.assign(static_cast<size_t>(R) * d.D, T(0));
+  s.d_h.assign(static_cast<size_t>(R) * d.F, T(0));
+  s.d_g.resize(s.d_h.size());
+  s.d_v.resize(s.d_h.size());
+  const std::vector<int>& off = s.plan.expert_offsets;
+  const int first = with_shared ? 1 : 0;
+  parallel_tasks(static_cast<int64_t>(off.size()) - 1 + first, [&](int64_t task) {
+    if (task < first) return shared();
+    const int64_t i = task - first;
+    const int rows = off[i + 1] - off[i];
+    if (rows == 0) return;
+    const size_t rd = static_cast<size_t>(off[i]) * d.D, rf = static_cast<size_t>(off[i]) * d.F;
+    linear_backward(&s.d_h[rf], gr.w2 + i * DF, &s.d_y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F,
+                    d.D);
+    swiglu_backward(&s.d_g[rf], &s.d_v[rf], &s.d_h[rf], &s.g[rf], &s.v[rf],
+                    static_cast<int64_t>(rows) * d.F, d.swiglu_limit);
+    linear_backward(&s.d_x[rd], gr.w1 + i * DF, &s.d_g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D,
+                    d.F);
+    linear_backward(&s.d_x[rd], gr.w3 + i * DF, &s.d_v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D,
+                    d.F);
+  });
+}
+
+// The rows to dispatch: token t's input once per chosen expert, in the plan's send order.
+template <class T> void gather_send_rows(MoeSaved<T>& s, const T* in, const MoeDims& d) {
+  const size_t D = d.D;
+  const int NK = s.plan.num_send();
+  s.send_rows.resize(NK * D);
+#pragma omp parallel for schedule(static) if (NK >= kParallelRows)
+  for (int p = 0; p < NK; ++p) {
+    const T* src = in + static_cast<size_t>(s.plan.send_assignment[p] / d.K) * D;
+    std::copy_n(src, D, &s.send_rows[p * D]);
+  }
+}
+
+// gather_send_rows reversed: the gradients of token t's K rows, in slot order (the same sums
+// whatever the threads), added into d_in[t].
+template <class T> void scatter_rows_backward(T* d_in, const MoeSaved<T>& s, const MoeDims& d) {
+  const size_t D = d.D;
+  const int N = s.N;
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
+  for (int t = 0; t < N; ++t) {
+    T* di = d_in + static_cast<size_t>(t) * D;
+    for (int j = 0; j < d.K; ++j) {
+      const T* r = &s.d_rows[static_cast<size_t>(s.plan.send_position[t * d.K + j]) * D];
+      for (size_t c = 0; c < D; ++c) di[c] += r[c];
+    }
+  }
+}
+
+// out[t] += Σ_j w[t,j]·y[t,j], over the combined rows.
+template <class T> void weighted_sum_forward(T* out, const MoeSaved<T>& s, const MoeDims& d) {
+  const size_t D = d.D;
+  const int N = s.N;
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
+  for (int t = 0; t < N; ++t) {
+    T* o = out + t * D;
+    for (int j = 0; j < d.K; ++j) {
+      const T wt = s.weights[t * d.K + j];
+      const T* y = &s.y_rows[s.plan.send_position[t * d.K + j] * D];
+      for (size_t c = 0; c < D; ++c) o[c] += wt * y[c];
+    }
+  }
+}
+
+// weighted_sum_forward reversed: d_w[t,j] = <d_out[t], y[t,j]> and d_y[t,j] = w[t,j]·d_out[t],
+// the rows that travel back to the experts' owners.
+template <class T>
+void weighted_sum_backward(MoeSaved<T>& s, const T* d_out, const MoeDims& d) {
+  const size_t D = d.D;
+  const int NK = s.plan.num_send();
+  s.d_weights.resize(static_cast<size_t>(NK));
+  s.d_rows.resize(NK * D);
+#pragma omp parallel for schedule(static) if (NK >= kParallelRows)
+  for (int a = 0; a < NK; ++a) {
+    const int t = a / d.K;
+    const size_t row = static_cast<size_t>(s.plan.send_position[a]) * D;
+    const T* g = d_out + t * D;
+    const T* y = &s.y_rows[row];
+    T dot = 0;
+    for (size_t c = 0; c < D; ++c) dot += g[c] * y[c];
+    s.d_weights[a] = dot;
+    const T wt = s.weights[a];
+    for (size_t c = 0; c < D; ++c) s.d_rows[row + c] = wt * g[c];
+  }
+}
+
+// The router reversed: w = normalise(s[sel])·scale, s = f(logits), logits = in·W_g; the balance
+// loss contributes its own ∂/∂s, computed in forward.
+template <class T>
+void router_backward(T* d_in, const MoeWeights<T>& gr, MoeSaved<T>& s, const T* in,
+                     const MoeWeights<T>& w, const MoeDims& d) {
+  const int N = s.N;
+  const auto [B, S] = sequences_of(s, N);
+  if (s.d_scores_balance.empty()) {
+    s.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
+  } else {
+    s.d_scores.assign(s.d_scores_balance.begin(), s.d_scores_balance.end());
+  }
+  s.d_logits.assign(s.d_scores.size(), T(0));
+  route_weights_backward(s.d_scores.data(), s.d_weights.data(), s.scores.data(),
+                         s.expert_idx.data(), N, d.E, d.K, d.route_scale);
+  score_backward(s.d_logits.data(), s.d_scores.data(), s.logits.data(), s.scores.data(), N, d.E,
+                 d.score);
+  seq_linear_backward_input(d_in, s.d_logits.data(), w.router, B, S, d.D, d.E);
+  seq_linear_weight_backward(gr.router, s.grad_tree, s.d_logits.data(), in, B, S, d.D, d.E);
+}
+
 }  // namespace
 
 namespace {
@@ -240,12 +377,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   {
     ScopedPhase timer(s.times, Phase::kDispatch);
     ex.exchange_counts(s.plan);
-    s.send_rows.resize(NK * D);
-#pragma omp parallel for schedule(static) if (NK >= kParallelRows)
-    for (int p = 0; p < NK; ++p) {
-      const T* src = in + static_cast<size_t>(s.plan.send_assignment[p] / d.K) * D;
-      std::copy_n(src, D, &s.send_rows[p * D]);
-    }
+    gather_send_rows(s, in, d);
     s.staging.resize(static_cast<size_t>(s.plan.num_recv) * D);
     s.x.resize(static_cast<size_t>(s.plan.num_recv) * D);
     ex.dispatch_begin(std::span<T>(s.x), std::span<T>(s.staging), std::span<const T>(s.send_rows),
@@ -277,67 +409,27 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   s.y_rows.resize(NK * D);
   ex.combine(std::span<T>(s.y_rows), std::span<T>(s.staging), std::span<const T>(s.y), s.plan,
              d.D);
-  // out[t] += Σ_j w[t,j]·y[t,j]
-#pragma omp parallel for schedule(static) if (N >= kParallelRows)
-  for (int t = 0; t < N; ++t) {
-    T* o = out + t * D;
-    for (int j = 0; j < d.K; ++j) {
-      const T wt = s.weights[t * d.K + j];
-      const T* y = &s.y_rows[s.plan.send_position[t * d.K + j] * D];
-      for (size_t c = 0; c < D; ++c) o[c] += wt * y[c];
-    }
-  }
+  weighted_sum_forward(out, s, d);
 }
 
 template <class T>
 void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>& s, const T* in,
                   const MoeWeights<T>& w, const MoeDims& d, EpExchange& ex) {
-  const int N = s.N, NK = s.plan.num_send(), R = s.plan.num_recv;
-  const auto [B, S] = sequences_of(s, N);
-  const size_t D = d.D;
+  const int R = s.plan.num_recv;
   const bool overlap = shared_overlaps_dispatch(d, ex);
   {
-    // out[t] += w[t,j]·y[t,j]: d_w[t,j] = <d_out[t], y[t,j]>, d_y[t,j] = w[t,j]·d_out[t]; then
-    // combine's backward is a dispatch: output gradients travel to the experts' owners.
+    // The weighted sum reversed; then combine's backward is a dispatch: output gradients travel
+    // to the experts' owners.
     ScopedPhase timer(s.times, Phase::kCombineBackward);
-    s.d_weights.resize(static_cast<size_t>(NK));
-    s.d_rows.resize(NK * D);
-#pragma omp parallel for schedule(static) if (NK >= kParallelRows)
-    for (int a = 0; a < NK; ++a) {
-      const int t = a / d.K;
-      const size_t row = static_cast<size_t>(s.plan.send_position[a]) * D;
-      const T* g = d_out + t * D;
-      const T* y = &s.y_rows[row];
-      T dot = 0;
-      for (size_t c = 0; c < D; ++c) dot += g[c] * y[c];
-      s.d_weights[a] = dot;
-      const T wt = s.weights[a];
-      for (size_t c = 0; c < D; ++c) s.d_rows[row + c] = wt * g[c];
-    }
-    s.d_y.resize(R * D);
+    weighted_sum_backward(s, d_out, d);
+    s.d_y.resize(static_cast<size_t>(R) * d.D);
     ex.dispatch_begin(std::span<T>(s.d_y), std::span<T>(s.staging),
                       std::span<const T>(s.d_rows), s.plan, d.D);
     if (!overlap) {
       ex.dispatch_end(std::span<T>(s.d_y), std::span<const T>(s.staging), s.plan, d.D);
     }
   }
-  // Shared expert: out = swiglu(in·S1, in·S3)·S2, with buffers of its own (sd_*), so that it can
-  // run next to the routed experts.
-  auto shared = [&] {
-    if (d.Fs == 0) return;
-    const size_t NFs = static_cast<size_t>(N) * d.Fs;
-    s.sd_h.assign(NFs, T(0));
-    s.sd_g.resize(NFs);
-    s.sd_v.resize(NFs);
-    seq_linear_backward_input(s.sd_h.data(), d_out, w.shared_w2, B, S, d.Fs, d.D);
-    seq_linear_weight_backward(gr.shared_w2, s.grad_tree, d_out, s.sh.data(), B, S, d.Fs, d.D);
-    swiglu_backward(s.sd_g.data(), s.sd_v.data(), s.sd_h.data(), s.sg.data(), s.sv.data(),
-                    static_cast<int64_t>(NFs), 0.0f);
-    seq_linear_backward_input(d_in, s.sd_g.data(), w.shared_w1, B, S, d.D, d.Fs);
-    seq_linear_backward_input(d_in, s.sd_v.data(), w.shared_w3, B, S, d.D, d.Fs);
-    seq_linear_weight_backward(gr.shared_w1, s.grad_tree, s.sd_g.data(), in, B, S, d.D, d.Fs);
-    seq_linear_weight_backward(gr.shared_w3, s.grad_tree, s.sd_v.data(), in, B, S, d.D, d.Fs);
-  };
+  auto shared = [&] { shared_expert_backward(d_in, gr, d_out, s, in, w, d, s.N); };
   if (overlap) {
     {
       // While the gradients are in flight.
@@ -348,62 +440,18 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     ex.dispatch_end(std::span<T>(s.d_y), std::span<const T>(s.staging), s.plan, d.D);
   }
   {
-    // Local experts, reversed: y = h·W2, h = swiglu(g, v), g = x·W1, v = x·W3. One task per
-    // expert, and the shared expert first when it did not run above.
     ScopedPhase timer(s.times, Phase::kExpertsBackward);
-    const size_t DF = static_cast<size_t>(d.D) * d.F;
-    s.d_x.assign(R * D, T(0));
-    s.d_h.assign(static_cast<size_t>(R) * d.F, T(0));
-    s.d_g.resize(s.d_h.size());
-    s.d_v.resize(s.d_h.size());
-    const std::vector<int>& off = s.plan.expert_offsets;
-    const int first = overlap ? 0 : 1;
-    parallel_tasks(static_cast<int64_t>(off.size()) - 1 + first, [&](int64_t task) {
-      if (task < first) return shared();
-      const int64_t i = task - first;
-      const int rows = off[i + 1] - off[i];
-      if (rows == 0) return;
-      const size_t rd = static_cast<size_t>(off[i]) * D, rf = static_cast<size_t>(off[i]) * d.F;
-      linear_backward(&s.d_h[rf], gr.w2 + i * DF, &s.d_y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F,
-                      d.D);
-      swiglu_backward(&s.d_g[rf], &s.d_v[rf], &s.d_h[rf], &s.g[rf], &s.v[rf],
-                      static_cast<int64_t>(rows) * d.F, d.swiglu_limit);
-      linear_backward(&s.d_x[rd], gr.w1 + i * DF, &s.d_g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D,
-                      d.F);
-      linear_backward(&s.d_x[rd], gr.w3 + i * DF, &s.d_v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D,
-                      d.F);
-    });
+    local_experts_backward(s, gr, w, d, !overlap, shared);
   }
   {
     // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.
     ScopedPhase timer(s.times, Phase::kDispatchBackward);
     ex.combine(std::span<T>(s.d_rows), std::span<T>(s.staging), std::span<const T>(s.d_x), s.plan,
                d.D);
-    // Per token, its K rows in slot order: the same sums whatever the threads.
-#pragma omp parallel for schedule(static) if (N >= kParallelRows)
-    for (int t = 0; t < N; ++t) {
-      T* di = d_in + static_cast<size_t>(t) * D;
-      for (int j = 0; j < d.K; ++j) {
-        const T* r = &s.d_rows[static_cast<size_t>(s.plan.send_position[t * d.K + j]) * D];
-        for (size_t c = 0; c < D; ++c) di[c] += r[c];
-      }
-    }
+    scatter_rows_backward(d_in, s, d);
   }
-  // Router: w = normalise(s[sel])·scale, s = f(logits), logits = in·W_g; the balance loss
-  // contributes its own ∂/∂s, computed in forward.
   ScopedPhase timer(s.times, Phase::kRouterBackward);
-  if (s.d_scores_balance.empty()) {
-    s.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
-  } else {
-    s.d_scores.assign(s.d_scores_balance.begin(), s.d_scores_balance.end());
-  }
-  s.d_logits.assign(s.d_scores.size(), T(0));
-  route_weights_backward(s.d_scores.data(), s.d_weights.data(), s.scores.data(),
-                         s.expert_idx.data(), N, d.E, d.K, d.route_scale);
-  score_backward(s.d_logits.data(), s.d_scores.data(), s.logits.data(), s.scores.data(), N, d.E,
-                 d.score);
-  seq_linear_backward_input(d_in, s.d_logits.data(), w.router, B, S, d.D, d.E);
-  seq_linear_weight_backward(gr.router, s.grad_tree, s.d_logits.data(), in, B, S, d.D, d.E);
+  router_backward(d_in, gr, s, in, w, d);
 }
 
 #define MOE_LAYER_INSTANTIATE(T)                                                               \
