@@ -40,7 +40,9 @@ namespace {
 
 enum class Routing { kZipf, kBalanced };
 
-const char* routing_name(Routing r) { return r == Routing::kZipf ? "zipf" : "balanced"; }
+const char* routing_name(Routing r) {
+  return r == Routing::kZipf ? "zipf" : "balanced";
+}
 
 // [T, K] distinct expert ids of source `rank`, recomputable on any rank.
 // kZipf: expert e drawn with weight 1/(e+1) among those not yet taken (the same popular experts
@@ -97,7 +99,9 @@ float code_at(int source, int t, int j, int e, int c) {
 }
 
 // The benchmark's "expert": y = e − x per element, exact in float, different from the input.
-float expert_transform(float x, int e) { return static_cast<float>(e) - x; }
+float expert_transform(float x, int e) {
+  return static_cast<float>(e) - x;
+}
 
 struct Result {
   Spread plan_us, ep, raw;  // plan build (µs, local); round trips (s, slowest rank)
@@ -404,4 +408,6 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace moe::bench
 
-int main(int argc, char** argv) { return moe::bench::bench_mpi_main(argc, argv, moe::bench::run); }
+int main(int argc, char** argv) {
+  return moe::bench::bench_mpi_main(argc, argv, moe::bench::run);
+}

@@ -134,7 +134,9 @@ inline double max_over_ranks(const Comm& comm, double v) {
 }
 
 // Keeps a computed value alive so that the optimiser cannot drop the work that produced it.
-inline void benchmark_keep(double v) { asm volatile("" : : "x"(v) : "memory"); }
+inline void benchmark_keep(double v) {
+  asm volatile("" : : "x"(v) : "memory");
+}
 
 inline double sum_over_ranks(const Comm& comm, double v) {
   double buf[1] = {v};

@@ -144,4 +144,6 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace moe::bench
 
-int main(int argc, char** argv) { return moe::bench::bench_mpi_main(argc, argv, moe::bench::run); }
+int main(int argc, char** argv) {
+  return moe::bench::bench_mpi_main(argc, argv, moe::bench::run);
+}

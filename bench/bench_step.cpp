@@ -3,9 +3,10 @@
 //
 //  1. sgemm rates, measured on every rank at once, plain cblas_sgemm on as many OpenBLAS threads
 //     as training has threads per rank (training itself calls OpenBLAS single-threaded from its
-//     own threads), summed over ranks (the machine's aggregate): the peak = the best median over a few of the model's large
-//     shapes (bench_gemm sweeps the whole grid), and the rate on this step's own GEMM shapes
-//     (model_flops.hpp: the GEMM list of one step, replayed through cblas_sgemm).
+//     own threads), summed over ranks (the machine's aggregate): the peak = the best median over a
+//     few of the model's large shapes (bench_gemm sweeps the whole grid), and the rate on this
+//     step's own GEMM shapes (model_flops.hpp: the GEMM list of one step, replayed through
+//     cblas_sgemm).
 //  2. train_run (runtime/train.hpp, quiet) for --steps steps; the first step is discarded; the
 //     step time (slowest rank) median [min, max], tokens/s, model FLOP/s (3 × the forward FLOPs
 //     per token of model_forward_flops_per_token, model/model.hpp) and MFU = model FLOP/s ÷ each
@@ -169,4 +170,6 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace moe::bench
 
-int main(int argc, char** argv) { return moe::bench::bench_mpi_main(argc, argv, moe::bench::run); }
+int main(int argc, char** argv) {
+  return moe::bench::bench_mpi_main(argc, argv, moe::bench::run);
+}

@@ -39,12 +39,18 @@ Comm::Comm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   MOE_MPI_CHECK(MPI_Comm_size(comm_, &size_));
 }
 
-Comm Comm::world() { return Comm(MPI_COMM_WORLD, false); }
-Comm Comm::self() { return Comm(MPI_COMM_SELF, false); }
+Comm Comm::world() {
+  return Comm(MPI_COMM_WORLD, false);
+}
+Comm Comm::self() {
+  return Comm(MPI_COMM_SELF, false);
+}
 
 Comm::Comm(Comm&& o) noexcept
-    : comm_(std::exchange(o.comm_, MPI_COMM_NULL)), owned_(std::exchange(o.owned_, false)),
-      rank_(o.rank_), size_(o.size_) {}
+    : comm_(std::exchange(o.comm_, MPI_COMM_NULL)),
+      owned_(std::exchange(o.owned_, false)),
+      rank_(o.rank_),
+      size_(o.size_) {}
 
 Comm& Comm::operator=(Comm&& o) noexcept {
   if (this != &o) {
@@ -108,7 +114,8 @@ void check_alltoallv_args(int size, std::span<const T> send, std::span<const int
   const auto n = static_cast<size_t>(size);
   if (send_counts.size() != n || send_displs.size() != n || recv_counts.size() != n ||
       recv_displs.size() != n) {
-    throw std::invalid_argument("Comm::alltoallv: counts and displacements need one entry per rank");
+    throw std::invalid_argument(
+        "Comm::alltoallv: counts and displacements need one entry per rank");
   }
   for (size_t r = 0; r < n; ++r) {
     if (static_cast<size_t>(send_displs[r]) + send_counts[r] > send.size() ||
@@ -164,8 +171,7 @@ template <class T> void Comm::gather(std::span<const T> send, std::span<T> recv,
                            static_cast<int>(send.size()), mpi_type<T>(), root, comm_));
 }
 
-template <class T>
-void Comm::allreduce_sum_tree(std::span<T> data, std::span<T> scratch) const {
+template <class T> void Comm::allreduce_sum_tree(std::span<T> data, std::span<T> scratch) const {
   if (scratch.size() < data.size()) {
     throw std::invalid_argument("Comm::allreduce_sum_tree: scratch smaller than data");
   }
@@ -194,8 +200,8 @@ void Comm::allreduce_sum_tree(std::span<T> data, std::span<T> scratch) const {
     if (rank_ == mid) {
       MOE_MPI_CHECK(MPI_Send(data.data(), count, mpi_type<T>(), node_lo, 0, comm_));
     } else if (rank_ == node_lo) {
-      MOE_MPI_CHECK(MPI_Recv(scratch.data(), count, mpi_type<T>(), mid, 0, comm_,
-                             MPI_STATUS_IGNORE));
+      MOE_MPI_CHECK(
+          MPI_Recv(scratch.data(), count, mpi_type<T>(), mid, 0, comm_, MPI_STATUS_IGNORE));
       for (int i = 0; i < count; ++i) data[i] += scratch[i];
     }
   }
@@ -225,23 +231,25 @@ template <class T> void Comm::broadcast(std::span<T> data, int root) const {
   MOE_MPI_CHECK(MPI_Bcast(data.data(), static_cast<int>(data.size()), mpi_type<T>(), root, comm_));
 }
 
-void Comm::barrier() const { MOE_MPI_CHECK(MPI_Barrier(comm_)); }
+void Comm::barrier() const {
+  MOE_MPI_CHECK(MPI_Barrier(comm_));
+}
 
-#define MOE_COMM_INSTANTIATE(T)                                                                \
-  template void Comm::allreduce_sum<T>(std::span<T>) const;                                    \
-  template void Comm::allreduce_max<T>(std::span<T>) const;                                    \
-  template void Comm::allreduce_sum_tree<T>(std::span<T>, std::span<T>) const;                 \
-  template void Comm::alltoall<T>(std::span<const T>, std::span<T>) const;                     \
-  template void Comm::alltoallv<T>(std::span<const T>, std::span<const int>,                   \
-                                   std::span<const int>, std::span<T>, std::span<const int>,   \
-                                   std::span<const int>) const;                                \
-  template MPI_Request Comm::ialltoallv<T>(std::span<const T>, std::span<const int>,          \
-                                           std::span<const int>, std::span<T>,                 \
-                                           std::span<const int>, std::span<const int>) const;  \
-  template void Comm::allgather<T>(std::span<const T>, std::span<T>) const;                    \
-  template void Comm::gather<T>(std::span<const T>, std::span<T>, int) const;                 \
-  template void Comm::gatherv<T>(std::span<const T>, std::span<T>, std::span<const int>,       \
-                                 std::span<const int>, int) const;                             \
+#define MOE_COMM_INSTANTIATE(T)                                                                    \
+  template void Comm::allreduce_sum<T>(std::span<T>) const;                                        \
+  template void Comm::allreduce_max<T>(std::span<T>) const;                                        \
+  template void Comm::allreduce_sum_tree<T>(std::span<T>, std::span<T>) const;                     \
+  template void Comm::alltoall<T>(std::span<const T>, std::span<T>) const;                         \
+  template void Comm::alltoallv<T>(std::span<const T>, std::span<const int>, std::span<const int>, \
+                                   std::span<T>, std::span<const int>, std::span<const int>)       \
+      const;                                                                                       \
+  template MPI_Request Comm::ialltoallv<T>(std::span<const T>, std::span<const int>,               \
+                                           std::span<const int>, std::span<T>,                     \
+                                           std::span<const int>, std::span<const int>) const;      \
+  template void Comm::allgather<T>(std::span<const T>, std::span<T>) const;                        \
+  template void Comm::gather<T>(std::span<const T>, std::span<T>, int) const;                      \
+  template void Comm::gatherv<T>(std::span<const T>, std::span<T>, std::span<const int>,           \
+                                 std::span<const int>, int) const;                                 \
   template void Comm::broadcast<T>(std::span<T>, int) const;
 MOE_COMM_INSTANTIATE(float)
 MOE_COMM_INSTANTIATE(double)

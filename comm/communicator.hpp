@@ -14,11 +14,21 @@
 namespace moe {
 
 template <class T> MPI_Datatype mpi_type();
-template <> inline MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
-template <> inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
-template <> inline MPI_Datatype mpi_type<int>() { return MPI_INT; }
-template <> inline MPI_Datatype mpi_type<int64_t>() { return MPI_INT64_T; }
-template <> inline MPI_Datatype mpi_type<uint8_t>() { return MPI_UINT8_T; }
+template <> inline MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
+template <> inline MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
+template <> inline MPI_Datatype mpi_type<int>() {
+  return MPI_INT;
+}
+template <> inline MPI_Datatype mpi_type<int64_t>() {
+  return MPI_INT64_T;
+}
+template <> inline MPI_Datatype mpi_type<uint8_t>() {
+  return MPI_UINT8_T;
+}
 
 // MPI_Init / MPI_Finalize for one program. Sets MPI_ERRORS_RETURN on MPI_COMM_WORLD so that
 // MOE_MPI_CHECK sees error codes instead of MPI aborting without saying which call failed.
@@ -31,7 +41,8 @@ class MpiSession {
 };
 
 // Prints `message` once (prefixed with the rank) to stderr and ends every rank of the job with
-// `exit_code`. Used by main() when an exception escapes, so no rank is left waiting in a collective.
+// `exit_code`. Used by main() when an exception escapes, so no rank is left waiting in a
+// collective.
 [[noreturn]] void mpi_abort_job(const char* message, int exit_code);
 
 class Comm {

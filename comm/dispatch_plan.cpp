@@ -35,8 +35,8 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
   const int num_send = num_tokens * top_k;
   if (expert_idx.size() != static_cast<size_t>(num_send)) {
     throw std::invalid_argument("dispatch_plan_build: routing holds " +
-                                std::to_string(expert_idx.size()) + " ids, expected T*K = " +
-                                std::to_string(num_send));
+                                std::to_string(expert_idx.size()) +
+                                " ids, expected T*K = " + std::to_string(num_send));
   }
   plan.num_tokens = num_tokens;
   plan.top_k = top_k;
@@ -49,8 +49,8 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
     const int e = expert_idx[a];
     if (e < 0 || e >= E) {
       throw std::invalid_argument("dispatch_plan_build: token " + std::to_string(a / top_k) +
-                                  " is routed to expert " + std::to_string(e) +
-                                  ", outside [0, " + std::to_string(E) + ")");
+                                  " is routed to expert " + std::to_string(e) + ", outside [0, " +
+                                  std::to_string(E) + ")");
     }
     ++plan.expert_counts[e];
   }
@@ -88,11 +88,12 @@ void dispatch_plan_set_recv(DispatchPlan& plan, std::span<const int> counts_from
   const ExpertPlacement& pl = plan.placement;
   const int P = pl.ep_size, max_local = pl.max_local(), E_loc = plan.num_local_experts();
   if (counts_from_sources.size() != static_cast<size_t>(P) * max_local) {
-    throw std::invalid_argument("dispatch_plan_set_recv: expected P*max_local = " +
-                                std::to_string(P * max_local) + " counts, got " +
-                                std::to_string(counts_from_sources.size()));
+    throw std::invalid_argument(
+        "dispatch_plan_set_recv: expected P*max_local = " + std::to_string(P * max_local) +
+        " counts, got " + std::to_string(counts_from_sources.size()));
   }
-  if (counts_from_sources.data() != plan.recv_counts_by_source.data()) {  // may be received in place
+  if (counts_from_sources.data() !=
+      plan.recv_counts_by_source.data()) {  // may be received in place
     plan.recv_counts_by_source.assign(counts_from_sources.begin(), counts_from_sources.end());
   }
   plan.recv_counts.assign(P, 0);
@@ -131,9 +132,9 @@ void dispatch_plan_set_recv(DispatchPlan& plan, std::span<const int> counts_from
 int64_t dispatch_plan_cross_host_rows(const DispatchPlan& plan, std::span<const int> ep_hosts) {
   const int P = plan.placement.ep_size;
   if (ep_hosts.size() != static_cast<size_t>(P) || plan.send_counts.size() != ep_hosts.size()) {
-    throw std::invalid_argument("dispatch_plan_cross_host_rows: " +
-                                std::to_string(ep_hosts.size()) + " hosts for an EP group of " +
-                                std::to_string(P));
+    throw std::invalid_argument(
+        "dispatch_plan_cross_host_rows: " + std::to_string(ep_hosts.size()) +
+        " hosts for an EP group of " + std::to_string(P));
   }
   const int own = ep_hosts[plan.ep_rank];
   int64_t rows = 0;

@@ -19,7 +19,8 @@ void EpExchange::exchange_counts(DispatchPlan& plan) {
                                 std::to_string(ep_.rank()) + " of " + std::to_string(ep_.size()));
   }
   plan.recv_counts_by_source.resize(plan.count_message.size());
-  ep_.alltoall(std::span<const int>(plan.count_message), std::span<int>(plan.recv_counts_by_source));
+  ep_.alltoall(std::span<const int>(plan.count_message),
+               std::span<int>(plan.recv_counts_by_source));
   dispatch_plan_set_recv(plan, plan.recv_counts_by_source);
 }
 
@@ -112,9 +113,8 @@ void EpExchange::combine(std::span<T> send_rows, std::span<T> staging,
     }
     departure = staging;
   }
-  ep_.alltoallv(departure, std::span<const int>(recv_elems_),
-                std::span<const int>(recv_displs_), send_rows, std::span<const int>(send_elems_),
-                std::span<const int>(send_displs_));
+  ep_.alltoallv(departure, std::span<const int>(recv_elems_), std::span<const int>(recv_displs_),
+                send_rows, std::span<const int>(send_elems_), std::span<const int>(send_displs_));
 }
 
 template void EpExchange::dispatch<float>(std::span<float>, std::span<float>,
@@ -124,14 +124,13 @@ template void EpExchange::dispatch<double>(std::span<double>, std::span<double>,
 template void EpExchange::dispatch_begin<float>(std::span<float>, std::span<float>,
                                                 std::span<const float>, const DispatchPlan&, int);
 template void EpExchange::dispatch_begin<double>(std::span<double>, std::span<double>,
-                                                 std::span<const double>, const DispatchPlan&,
-                                                 int);
+                                                 std::span<const double>, const DispatchPlan&, int);
 template void EpExchange::dispatch_end<float>(std::span<float>, std::span<const float>,
                                               const DispatchPlan&, int);
 template void EpExchange::dispatch_end<double>(std::span<double>, std::span<const double>,
                                                const DispatchPlan&, int);
-template void EpExchange::combine<float>(std::span<float>, std::span<float>,
-                                         std::span<const float>, const DispatchPlan&, int);
+template void EpExchange::combine<float>(std::span<float>, std::span<float>, std::span<const float>,
+                                         const DispatchPlan&, int);
 template void EpExchange::combine<double>(std::span<double>, std::span<double>,
                                           std::span<const double>, const DispatchPlan&, int);
 

@@ -49,7 +49,7 @@ class EpExchange {
   void scale_counts(const DispatchPlan& plan, int D);
 
   const Comm& ep_;
-  MPI_Request pending_ = MPI_REQUEST_NULL;  // an open dispatch_begin
+  MPI_Request pending_ = MPI_REQUEST_NULL;                                // an open dispatch_begin
   std::vector<int> send_elems_, send_displs_, recv_elems_, recv_displs_;  // [P] each
 };
 

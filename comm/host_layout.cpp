@@ -43,8 +43,7 @@ HostLayout host_layout_from_keys(std::span<const int> key_of_rank) {
 HostLayout host_layout_blocks(int world_size, int ranks_per_host) {
   if (ranks_per_host <= 0 || world_size % ranks_per_host != 0) {
     throw std::invalid_argument("--ranks-per-host=" + std::to_string(ranks_per_host) +
-                                " must divide the number of ranks (" +
-                                std::to_string(world_size) +
+                                " must divide the number of ranks (" + std::to_string(world_size) +
                                 "): hosts are blocks of that many consecutive ranks");
   }
   std::vector<int> keys(world_size);
@@ -78,8 +77,9 @@ ParallelGroups parallel_groups_make(const Comm& world, int ep_size, const HostLa
   }
   const int position = hosts.position[world.rank()];
   const int group = position / ep_size, ep_rank = position % ep_size;
-  ParallelGroups g{world.split(group, ep_rank), world.split(ep_rank, group), ep_size,
-                   W / ep_size, group, std::vector<int>(ep_size)};
+  ParallelGroups g{
+      world.split(group, ep_rank), world.split(ep_rank, group), ep_size, W / ep_size, group,
+      std::vector<int>(ep_size)};
   for (int d = 0; d < ep_size; ++d) {
     g.ep_hosts[d] = hosts.host_of_rank[hosts.order[group * ep_size + d]];
   }
@@ -103,8 +103,7 @@ std::set<int> hosts_at(const HostLayout& h, int first, int count) {
 
 std::string host_layout_describe(const HostLayout& h, int P) {
   const int W = h.world_size(), H = h.num_hosts(), R = W / P;
-  std::string text = std::to_string(W) + " on " + std::to_string(H) +
-                     (H == 1 ? " host" : " hosts");
+  std::string text = std::to_string(W) + " on " + std::to_string(H) + (H == 1 ? " host" : " hosts");
   if (H > 1 && h.uniform()) {
     text += " x " + std::to_string(h.ranks_on_host[0]);
   } else if (H > 1) {
@@ -124,8 +123,8 @@ std::string host_layout_describe(const HostLayout& h, int P) {
     whole = whole && covered == P;
   }
   text += "; ";
-  const std::string groups = R == 1 ? "one EP group of " + std::to_string(P)
-                                    : "EP groups of " + std::to_string(P);
+  const std::string groups =
+      R == 1 ? "one EP group of " + std::to_string(P) : "EP groups of " + std::to_string(P);
   if (H == 1) {
     text += groups;
   } else if (max_hosts == 1) {

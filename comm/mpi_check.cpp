@@ -14,7 +14,9 @@ std::atomic<int> g_world_rank{-1};
 
 }  // namespace
 
-void mpi_remember_world_rank(int rank) { g_world_rank.store(rank); }
+void mpi_remember_world_rank(int rank) {
+  g_world_rank.store(rank);
+}
 
 int mpi_world_rank_or_minus_one() {
   if (const int rank = g_world_rank.load(); rank >= 0) return rank;
@@ -33,8 +35,8 @@ void mpi_fail(int code, const char* call, const char* file, int line) {
   if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) {
     std::snprintf(text, sizeof text, "MPI error code %d", code);
   }
-  throw MpiError("MPI call failed on rank " + std::to_string(mpi_world_rank_or_minus_one()) +
-                 ": " + call + " -> " + text + " (" + file + ":" + std::to_string(line) + ")");
+  throw MpiError("MPI call failed on rank " + std::to_string(mpi_world_rank_or_minus_one()) + ": " +
+                 call + " -> " + text + " (" + file + ":" + std::to_string(line) + ")");
 }
 
 }  // namespace moe

@@ -25,10 +25,10 @@ void mpi_remember_world_rank(int rank);
 
 }  // namespace moe
 
-#define MOE_MPI_CHECK(call)                                      \
-  do {                                                           \
-    const int moe_mpi_rc_ = (call);                              \
-    if (moe_mpi_rc_ != MPI_SUCCESS) {                            \
-      ::moe::mpi_fail(moe_mpi_rc_, #call, __FILE__, __LINE__);   \
-    }                                                            \
+#define MOE_MPI_CHECK(call)                                    \
+  do {                                                         \
+    const int moe_mpi_rc_ = (call);                            \
+    if (moe_mpi_rc_ != MPI_SUCCESS) {                          \
+      ::moe::mpi_fail(moe_mpi_rc_, #call, __FILE__, __LINE__); \
+    }                                                          \
   } while (0)

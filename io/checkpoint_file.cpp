@@ -60,7 +60,8 @@ H5Id create_dataset(hid_t file, const std::string& name, hid_t file_type,
     // Chunks along the first dimension, whole rows each, at most about kMaxChunkElements.
     std::vector<hsize_t> chunk = dims;
     const hsize_t row = count / dims[0];
-    chunk[0] = std::max<hsize_t>(1, std::min(dims[0], kMaxChunkElements / std::max<hsize_t>(1, row)));
+    chunk[0] =
+        std::max<hsize_t>(1, std::min(dims[0], kMaxChunkElements / std::max<hsize_t>(1, row)));
     MOE_H5_CHECK(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()));
     MOE_H5_CHECK(H5Pset_fletcher32(dcpl.get()));
   }
@@ -81,8 +82,7 @@ std::string read_string_attr(hid_t loc, const char* name) {
   return value;
 }
 
-template <class T>
-T read_scalar_attr(hid_t loc, const char* name, hid_t mem_type) {
+template <class T> T read_scalar_attr(hid_t loc, const char* name, hid_t mem_type) {
   H5Id attr(MOE_H5_CHECK(H5Aopen(loc, name, H5P_DEFAULT)), H5Aclose);
   T value{};
   MOE_H5_CHECK(H5Aread(attr.get(), mem_type, &value));
@@ -100,9 +100,12 @@ std::string shape_text(const std::vector<hsize_t>& dims) {
 std::string type_text(hid_t type) {
   const std::string bits = std::to_string(8 * H5Tget_size(type));
   switch (H5Tget_class(type)) {
-    case H5T_FLOAT: return "float" + bits;
-    case H5T_INTEGER: return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + bits;
-    default: return "non-numeric";
+    case H5T_FLOAT:
+      return "float" + bits;
+    case H5T_INTEGER:
+      return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + bits;
+    default:
+      return "non-numeric";
   }
 }
 
@@ -124,8 +127,7 @@ int64_t step_of_name(const std::string& name) {
   int64_t step = -1;
   int end = 0;
   if (std::sscanf(name.c_str(), "step-%" SCNd64 ".h5%n", &step, &end) == 1 &&
-      static_cast<size_t>(end) == name.size() && step >= 0 &&
-      name == checkpoint_file_name(step)) {
+      static_cast<size_t>(end) == name.size() && step >= 0 && name == checkpoint_file_name(step)) {
     return step;
   }
   return -1;
@@ -133,7 +135,8 @@ int64_t step_of_name(const std::string& name) {
 
 }  // namespace
 
-// ---- writing --------------------------------------------------------------------------------------
+// ---- writing
+// --------------------------------------------------------------------------------------
 
 struct CheckpointWriter::Impl {
   std::string final_path, tmp_path;
@@ -141,8 +144,7 @@ struct CheckpointWriter::Impl {
   bool committed = false;
 
   // Runs an HDF5 step, turning its Hdf5Error into a CheckpointError naming the file.
-  template <class F>
-  void guard(F&& f) {
+  template <class F> void guard(F&& f) {
     try {
       h5_silence_auto_print();
       f();
@@ -202,8 +204,7 @@ void CheckpointWriter::write_ints(const std::string& name, const std::vector<hsi
   hsize_t count = 1;
   for (hsize_t d : dims) count *= d;
   if (dims.empty() || count != values.size()) {
-    throw file_error(impl_->final_path, "dataset '" + name + "': " +
-                                            std::to_string(values.size()) +
+    throw file_error(impl_->final_path, "dataset '" + name + "': " + std::to_string(values.size()) +
                                             " values do not fill the shape " + shape_text(dims));
   }
   impl_->guard([&] {
@@ -221,13 +222,15 @@ void CheckpointWriter::commit() {
   sync_path(m.tmp_path, false);
   std::error_code ec;
   fs::rename(m.tmp_path, m.final_path, ec);
-  if (ec) throw file_error(m.final_path, "cannot rename the written file into place: " + ec.message());
+  if (ec)
+    throw file_error(m.final_path, "cannot rename the written file into place: " + ec.message());
   m.committed = true;
   const fs::path dir = fs::path(m.final_path).parent_path();
   sync_path(dir.empty() ? "." : dir.string(), true);
 }
 
-// ---- reading --------------------------------------------------------------------------------------
+// ---- reading
+// --------------------------------------------------------------------------------------
 
 struct CheckpointReader::Impl {
   std::string path;
@@ -236,8 +239,7 @@ struct CheckpointReader::Impl {
 
   // `mem_type` is float32 or int32; the stored type must be that too, since HDF5 would
   // otherwise convert between them (and round or clamp) instead of failing.
-  template <class T>
-  void read(const std::string& name, hid_t mem_type, std::span<T> out) const {
+  template <class T> void read(const std::string& name, hid_t mem_type, std::span<T> out) const {
     try {
       h5_silence_auto_print();
       if (!has_dataset(file.get(), name)) {
@@ -325,8 +327,12 @@ CheckpointReader::~CheckpointReader() = default;
 CheckpointReader::CheckpointReader(CheckpointReader&&) noexcept = default;
 CheckpointReader& CheckpointReader::operator=(CheckpointReader&&) noexcept = default;
 
-const std::string& CheckpointReader::path() const { return impl_->path; }
-const CheckpointHeader& CheckpointReader::header() const { return impl_->header; }
+const std::string& CheckpointReader::path() const {
+  return impl_->path;
+}
+const CheckpointHeader& CheckpointReader::header() const {
+  return impl_->header;
+}
 
 void CheckpointReader::read_floats(const std::string& name, std::span<float> out) const {
   impl_->read(name, H5T_NATIVE_FLOAT, out);
@@ -336,7 +342,8 @@ void CheckpointReader::read_ints(const std::string& name, std::span<int32_t> out
   impl_->read(name, H5T_NATIVE_INT32, out);
 }
 
-// ---- directories ----------------------------------------------------------------------------------
+// ---- directories
+// ----------------------------------------------------------------------------------
 
 std::string checkpoint_file_name(int64_t step) {
   char name[40];

@@ -32,10 +32,10 @@ class CheckpointError : public std::runtime_error {
 
 // The root attributes: what was run, and where it stopped.
 struct CheckpointHeader {
-  int64_t step = -1;            // the last completed step (0-based); a resumed run starts at +1
-  int64_t global_batch = 0;     // sequences per step over all ranks (W·B)
-  int world_size = 0;           // W of the run that wrote it (informational: any W may resume)
-  int ep_size = 0;              // P of the run that wrote it (informational)
+  int64_t step = -1;         // the last completed step (0-based); a resumed run starts at +1
+  int64_t global_batch = 0;  // sequences per step over all ranks (W·B)
+  int world_size = 0;        // W of the run that wrote it (informational: any W may resume)
+  int ep_size = 0;           // P of the run that wrote it (informational)
   uint64_t seed = 0;
   std::string model;            // preset name
   std::string config_text;      // the resolved configuration, as --print-config prints it

@@ -36,7 +36,9 @@ struct flock whole_file(short type) {
 // File systems without locks (ENOLCK: an NFS mount without a lock service; EINVAL: a kernel
 // before 3.15, which has no OFD locks) are written unlocked, as HDF5 does with its own lock
 // there, after one warning.
-bool locks_unsupported(int err) { return err == ENOLCK || err == EOPNOTSUPP || err == EINVAL; }
+bool locks_unsupported(int err) {
+  return err == ENOLCK || err == EOPNOTSUPP || err == EINVAL;
+}
 
 void warn_unsupported(const std::string& path) {
   static bool warned = false;

@@ -26,7 +26,8 @@ std::vector<int32_t> hash_table_file_read(const std::string& path, int hash_laye
     fail(path, "bad magic " + std::to_string(header[0]) + " (expected " +
                    std::to_string(kHashTableMagic) + ")");
   }
-  if (header[1] != kHashTableVersion) fail(path, "unsupported version " + std::to_string(header[1]));
+  if (header[1] != kHashTableVersion)
+    fail(path, "unsupported version " + std::to_string(header[1]));
   if (header[2] != hash_layers || header[3] != vocab || header[4] != top_k) {
     fail(path, "holds tables of shape [" + std::to_string(header[2]) + ", " +
                    std::to_string(header[3]) + ", " + std::to_string(header[4]) +

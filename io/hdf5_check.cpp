@@ -56,7 +56,9 @@ StackText h5_error_stack() {
 
 }  // namespace
 
-void h5_silence_auto_print() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void h5_silence_auto_print() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 void h5_fail(const char* call, const char* file, int line) {
   // The cause first (often the system's own words, "No space left on device"), then the stack.
@@ -197,8 +199,8 @@ void copy_attributes(hid_t from, hid_t to) {
     const hssize_t num_values = MOE_H5_CHECK(H5Sget_simple_extent_npoints(space.get()));
     std::vector<unsigned char> bytes(MOE_H5_CHECK(H5Tget_size(type.get())) * num_values);
     MOE_H5_CHECK(H5Aread(attr.get(), type.get(), bytes.data()));
-    H5Id copy(MOE_H5_CHECK(H5Acreate2(to, name.c_str(), type.get(), space.get(), H5P_DEFAULT,
-                                      H5P_DEFAULT)),
+    H5Id copy(MOE_H5_CHECK(
+                  H5Acreate2(to, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT)),
               H5Aclose);
     const herr_t written = H5Awrite(copy.get(), type.get(), bytes.data());
     if (MOE_H5_CHECK(H5Tdetect_class(type.get(), H5T_VLEN)) > 0 ||
@@ -240,8 +242,8 @@ void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hi
         H5Ocopy(in.get(), name.c_str(), out.get(), name.c_str(), ocpypl.get(), H5P_DEFAULT));
   }
   std::vector<std::string> paths;
-  MOE_H5_CHECK(H5Ovisit2(in.get(), H5_INDEX_NAME, H5_ITER_INC, collect_object, &paths,
-                         H5O_INFO_BASIC));
+  MOE_H5_CHECK(
+      H5Ovisit2(in.get(), H5_INDEX_NAME, H5_ITER_INC, collect_object, &paths, H5O_INFO_BASIC));
   for (const std::string& path : paths) {
     H5Id from(MOE_H5_CHECK(H5Oopen(in.get(), path.c_str(), H5P_DEFAULT)), H5Oclose);
     H5Id to(MOE_H5_CHECK(H5Oopen(out.get(), path.c_str(), H5P_DEFAULT)), H5Oclose);

@@ -27,8 +27,7 @@ class Hdf5Error : public std::runtime_error {
 void h5_silence_auto_print();
 
 // hid_t, herr_t and htri_t all report failure as a negative value.
-template <typename T>
-inline T h5_check(T result, const char* call, const char* file, int line) {
+template <typename T> inline T h5_check(T result, const char* call, const char* file, int line) {
   if (result < 0) h5_fail(call, file, line);
   return result;
 }

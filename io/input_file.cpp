@@ -24,7 +24,7 @@ std::string input_file_problem(const std::string& path) {
       return "cannot be inspected: " + ec.message();
     }
     return fs::is_symlink(fs::symlink_status(path, ec)) ? "missing: a link to no file"
-                                                         : "missing: no such file";
+                                                        : "missing: no such file";
   }
   if (fs::is_directory(status)) return "not a regular file (a directory)";
   if (!fs::is_regular_file(status)) return "not a regular file";
@@ -83,7 +83,9 @@ InputFile::InputFile(const std::string& path) {
   }
 }
 
-InputFile::~InputFile() { ::close(fd_); }
+InputFile::~InputFile() {
+  ::close(fd_);
+}
 
 int64_t InputFile::read_at(int64_t offset, std::span<char> out) const {
   size_t num_read = 0;

@@ -28,7 +28,9 @@ StatsPathError path_error(const std::string& path, const std::string& problem) {
 }
 
 // The system's reason for the last failed call.
-std::string system_reason() { return std::strerror(errno); }
+std::string system_reason() {
+  return std::strerror(errno);
+}
 
 const char* const kBeingWritten =
     "is being written by another running moe_rt (it holds the file's lock); choose another "
@@ -40,8 +42,7 @@ std::string being_created(const StatsFiles& files) {
 }
 
 // Runs a FileLock call, turning its FileLockError into a StatsPathError naming the path.
-template <typename Call>
-auto with_path(const std::string& path, Call call) {
+template <typename Call> auto with_path(const std::string& path, Call call) {
   try {
     return call();
   } catch (const FileLockError& e) {

@@ -35,34 +35,48 @@ constexpr DatasetInfo kDatasets[] = {
     {"/steps/lr", "1", "learning rate used by the step", {"step"}},
     {"/steps/tokens_per_s", "tokens/s", "global throughput of the step", {"step"}},
     {"/steps/step_time_s", "s", "wall time of the step", {"step"}},
-    {"/routing/expert_load", "assignments", "(token, slot) assignments to each expert",
+    {"/routing/expert_load",
+     "assignments",
+     "(token, slot) assignments to each expert",
      {"step", "layer", "expert"}},
-    {"/routing/rank_load", "assignments", "assignments received by each rank",
+    {"/routing/rank_load",
+     "assignments",
+     "assignments received by each rank",
      {"step", "layer", "rank"}},
-    {"/routing/bias", "1", "routing bias used for the step's selection",
+    {"/routing/bias",
+     "1",
+     "routing bias used for the step's selection",
      {"step", "layer", "expert"}},
-    {"/routing/load_variance", "assignments^2", "population variance of the expert load",
+    {"/routing/load_variance",
+     "assignments^2",
+     "population variance of the expert load",
      {"step", "layer"}},
     {"/routing/max_violation", "1", "(max - mean) / mean of the expert load", {"step", "layer"}},
     {"/routing/load_cv", "1", "std / mean of the expert load", {"step", "layer"}},
     {"/routing/rank_overload", "1", "max / mean of the rank load", {"step", "layer"}},
     {"/routing/balance_loss", "1", "balance loss of the layer", {"step", "layer"}},
-    {"/routing/dispatch_rows", "assignments",
+    {"/routing/dispatch_rows",
+     "assignments",
      "(token, slot) assignments dispatched to the experts' owners, over all ranks",
      {"step", "layer"}},
-    {"/routing/cross_host_rows", "assignments",
+    {"/routing/cross_host_rows",
+     "assignments",
      "assignments dispatched from a rank on one host to an expert owner on another",
      {"step", "layer"}},
-    {"/routing/cross_host_tokens", "tokens",
+    {"/routing/cross_host_tokens",
+     "tokens",
      "tokens sent across hosts when each goes once to each other host holding one of its experts",
      {"step", "layer"}},
-    {"/perf/phase_time", "s", "wall time each rank spent in each phase",
-     {"step", "rank", "phase"}},
+    {"/perf/phase_time", "s", "wall time each rank spent in each phase", {"step", "rank", "phase"}},
     {"/perf/phases", "1", "phase names, the last axis of /perf/phase_time", {}},
     {"/layers/routing", "1", "routing of each layer: hash, topk or forced", {"layer"}},
-    {"/layers/hash_table", "expert id", "experts of each token id in each hash layer",
+    {"/layers/hash_table",
+     "expert id",
+     "experts of each token id in each hash layer",
      {"hash_layer", "token_id", "slot"}},
-    {"/hosts/rank_host", "host", "host of each rank, hosts numbered by their lowest rank",
+    {"/hosts/rank_host",
+     "host",
+     "host of each rank, hosts numbered by their lowest rank",
      {"rank"}},
     {"/dims/layer", "layer", "layer index, the layer axis", {}},
     {"/dims/expert", "expert", "routed expert index, the expert axis", {}},
@@ -71,28 +85,46 @@ constexpr DatasetInfo kDatasets[] = {
     {"/dims/token", "token", "traced token index r*B*S + b*S + s, the token axis", {}},
     {"/trace/step", "step", "step index of the traced row; -1 = row not (yet) written", {}},
     {"/trace/token_id", "token id", "token id of each traced token", {"traced_step", "token"}},
-    {"/trace/position", "tokens", "position of the token in its sequence",
+    {"/trace/position",
+     "tokens",
+     "position of the token in its sequence",
      {"traced_step", "token"}},
     {"/trace/rank", "rank", "rank that held the token", {"traced_step", "token"}},
-    {"/trace/experts", "expert id", "experts chosen for each token",
+    {"/trace/experts",
+     "expert id",
+     "experts chosen for each token",
      {"traced_step", "layer", "token", "slot"}},
-    {"/trace/weights", "1", "combine weights of the chosen experts",
+    {"/trace/weights",
+     "1",
+     "combine weights of the chosen experts",
      {"traced_step", "layer", "token", "slot"}},
-    {"/trace/experts_unbiased", "expert id",
+    {"/trace/experts_unbiased",
+     "expert id",
      "experts the scores without the routing bias would choose (the chosen ones where no bias "
      "applies: hash and forced layers)",
      {"traced_step", "layer", "token", "slot"}},
-    {"/eval/step", "step", "training step the validation loss followed; -1 = row not (yet) written",
+    {"/eval/step",
+     "step",
+     "training step the validation loss followed; -1 = row not (yet) written",
      {}},
-    {"/eval/loss", "nats/token", "LM cross-entropy, mean over the validation tokens",
+    {"/eval/loss",
+     "nats/token",
+     "LM cross-entropy, mean over the validation tokens",
      {"eval_step"}},
     {"/eval/time_s", "s", "wall time of the evaluation", {"eval_step"}},
     {"/eval/tokens", "tokens", "validation tokens evaluated", {"eval_step"}},
-    {"/eval/expert_load", "assignments", "(token, slot) assignments to each expert, all "
-     "validation tokens", {"eval_step", "layer", "expert"}},
-    {"/eval/load_variance", "assignments^2", "population variance of the validation expert load",
+    {"/eval/expert_load",
+     "assignments",
+     "(token, slot) assignments to each expert, all "
+     "validation tokens",
+     {"eval_step", "layer", "expert"}},
+    {"/eval/load_variance",
+     "assignments^2",
+     "population variance of the validation expert load",
      {"eval_step", "layer"}},
-    {"/eval/max_violation", "1", "(max - mean) / mean of the validation expert load",
+    {"/eval/max_violation",
+     "1",
+     "(max - mean) / mean of the validation expert load",
      {"eval_step", "layer"}},
 };
 
@@ -102,9 +134,9 @@ struct ScaleInfo {
   const char* path;
 };
 constexpr ScaleInfo kScales[] = {
-    {"step", "/steps/step"},   {"layer", "/dims/layer"},  {"expert", "/dims/expert"},
-    {"rank", "/dims/rank"},    {"phase", "/perf/phases"}, {"slot", "/dims/slot"},
-    {"token", "/dims/token"},  {"traced_step", "/trace/step"}, {"eval_step", "/eval/step"},
+    {"step", "/steps/step"},  {"layer", "/dims/layer"},       {"expert", "/dims/expert"},
+    {"rank", "/dims/rank"},   {"phase", "/perf/phases"},      {"slot", "/dims/slot"},
+    {"token", "/dims/token"}, {"traced_step", "/trace/step"}, {"eval_step", "/eval/step"},
 };
 
 const char* scale_path(const char* axis) {
@@ -226,10 +258,17 @@ void stats_write_config_attributes(hid_t file, const std::vector<StatsConfigValu
       int64_t as_int = 0;
       double as_double = 0;
       switch (value_kind(v.text, as_int, as_double)) {
-        case ValueKind::kBool: v.kind = 'b'; break;
-        case ValueKind::kInt: v.kind = 'i'; break;
-        case ValueKind::kFloat: v.kind = 'f'; break;
-        case ValueKind::kString: break;
+        case ValueKind::kBool:
+          v.kind = 'b';
+          break;
+        case ValueKind::kInt:
+          v.kind = 'i';
+          break;
+        case ValueKind::kFloat:
+          v.kind = 'f';
+          break;
+        case ValueKind::kString:
+          break;
       }
       typed.push_back(std::move(v));
     }
@@ -261,8 +300,8 @@ void stats_write_config_attributes(hid_t file, const std::vector<StatsConfigValu
       }
     } else if (v.kind == 'u') {
       const uint64_t x = std::strtoull(begin, &end, 10);
-      if ((written = errno == 0 && end == begin + v.text.size() && !v.text.empty() &&
-                     v.text[0] != '-')) {
+      if ((written =
+               errno == 0 && end == begin + v.text.size() && !v.text.empty() && v.text[0] != '-')) {
         h5_write_attr(group.get(), key, H5T_STD_U64LE, H5T_NATIVE_UINT64, &x);
       }
     } else if (v.kind == 'f') {

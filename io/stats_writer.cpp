@@ -117,8 +117,7 @@ void write_root_attributes(hid_t file, const StatsHeader& h) {
   h5_write_int_attr(file, "num_hosts", 1 + *std::max_element(hosts.begin(), hosts.end()));
   if (!h.resumed_from.empty()) {
     h5_write_string_attr(file, "resumed_from", h.resumed_from);
-    h5_write_attr(file, "resumed_from_step", H5T_STD_I64LE, H5T_NATIVE_INT64,
-                  &h.resumed_from_step);
+    h5_write_attr(file, "resumed_from_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &h.resumed_from_step);
   }
 }
 
@@ -263,7 +262,8 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
 
   write_root_attributes(f, h);
   H5Id gcpl = h5_untimed_plist(H5P_GROUP_CREATE);
-  for (const char* group : {"/layers", "/hosts", "/steps", "/routing", "/perf", "/trace", "/eval"}) {
+  for (const char* group :
+       {"/layers", "/hosts", "/steps", "/routing", "/perf", "/trace", "/eval"}) {
     if (std::string(group) == "/trace" && h.trace_tokens == 0) continue;
     if (std::string(group) == "/eval" && !h.eval) continue;
     H5Id(MOE_H5_CHECK(H5Gcreate2(f, group, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT)), H5Gclose)
@@ -407,9 +407,13 @@ int64_t StatsWriter::num_eval_rows() const {
   return impl_->eval.empty() ? 0 : static_cast<int64_t>(impl_->eval.back().dims[0]);
 }
 
-const std::string& StatsWriter::path() const { return impl_->files.path; }
+const std::string& StatsWriter::path() const {
+  return impl_->files.path;
+}
 
-bool StatsWriter::removed() const { return impl_->removed; }
+bool StatsWriter::removed() const {
+  return impl_->removed;
+}
 
 void StatsWriter::publish() {
   Impl& m = *impl_;

@@ -42,23 +42,23 @@ struct StatsConfigValue {
 // Everything known before the first step; becomes root attributes and the /layers, /perf/phases
 // datasets. Invalid sizes throw std::invalid_argument naming the field.
 struct StatsHeader {
-  std::string model;             // preset name
-  std::string config_text;       // full resolved configuration, as --print-config prints it
+  std::string model;        // preset name
+  std::string config_text;  // full resolved configuration, as --print-config prints it
   std::vector<StatsConfigValue> config_values;  // typed /config; empty: typed by their form
-  std::string program_version;   // e.g. "moe_rt 0.1.0"
-  std::string data_description;  // TokenSource::describe()
-  std::string created;           // ISO-8601 local time with offset, see stats_now_iso8601()
-  int world_size = 1;            // W
-  int ep_size = 1;               // P (expert-parallel group size)
+  std::string program_version;                  // e.g. "moe_rt 0.1.0"
+  std::string data_description;                 // TokenSource::describe()
+  std::string created;             // ISO-8601 local time with offset, see stats_now_iso8601()
+  int world_size = 1;              // W
+  int ep_size = 1;                 // P (expert-parallel group size)
   std::vector<int32_t> rank_host;  // [W] host of each rank (/hosts/rank_host); empty: all on 0
-  int num_layers = 0;            // L
-  int num_experts = 0;           // E
-  int top_k = 0;                 // K
-  int vocab = 0;                 // V
-  int hash_layers = 0;           // L_h
-  int seq_len = 0;               // S
-  int batch_per_rank = 0;        // B
-  uint64_t seed = 0;             // --seed
+  int num_layers = 0;              // L
+  int num_experts = 0;             // E
+  int top_k = 0;                   // K
+  int vocab = 0;                   // V
+  int hash_layers = 0;             // L_h
+  int seq_len = 0;                 // S
+  int batch_per_rank = 0;          // B
+  uint64_t seed = 0;               // --seed
   double entropy_floor = std::numeric_limits<double>::quiet_NaN();  // nats/token; NaN: unknown
   std::vector<std::string> layer_routing;  // [L] "hash" | "topk" | "forced"
   std::vector<int32_t> hash_tables;        // [L_h, V, K] expert ids
@@ -106,12 +106,12 @@ struct TraceRow {
 
 // A validation loss after a training step, global values.
 struct EvalRow {
-  int64_t step = 0;                        // the training step it followed
-  double loss = 0, time_s = 0;             // mean cross-entropy over the tokens; wall time
-  int64_t tokens = 0;                      // validation tokens evaluated
-  std::span<const int64_t> expert_load;    // [L, E]
-  std::span<const double> load_variance;   // [L]
-  std::span<const double> max_violation;   // [L]
+  int64_t step = 0;                       // the training step it followed
+  double loss = 0, time_s = 0;            // mean cross-entropy over the tokens; wall time
+  int64_t tokens = 0;                     // validation tokens evaluated
+  std::span<const int64_t> expert_load;   // [L, E]
+  std::span<const double> load_variance;  // [L]
+  std::span<const double> max_violation;  // [L]
 };
 
 // The live file's space is allocated in pages of this size, so that no metadata block smaller than

@@ -61,7 +61,9 @@ void normalise_to_cdf(double* weights, double* cdf /*[n+1]*/, int64_t n) {
   for (int64_t i = 0; i < n; ++i) weights[i] = cdf[i + 1] - cdf[i];
 }
 
-double entropy_term(double p) { return p > 0.0 ? -p * std::log(p) : 0.0; }
+double entropy_term(double p) {
+  return p > 0.0 ? -p * std::log(p) : 0.0;
+}
 
 }  // namespace
 
@@ -170,8 +172,8 @@ void SyntheticSource::compute_entropies() {
   for (int a = 0; a < vocab_; ++a) {
     for (int64_t edge_idx = succ_offsets_[a]; edge_idx < succ_offsets_[a + 1]; ++edge_idx) {
       const double smooth = eps * zipf_[succ_tokens_[edge_idx]];
-      row_entropy_[a] += entropy_term((1.0 - eps) * succ_probs_[edge_idx] + smooth) -
-                         entropy_term(smooth);
+      row_entropy_[a] +=
+          entropy_term((1.0 - eps) * succ_probs_[edge_idx] + smooth) - entropy_term(smooth);
     }
   }
   entropy_rate_ = 0.0;
@@ -237,8 +239,8 @@ std::string SyntheticSource::describe() const {
                 "%d-%d successors per token, smoothing %.2f; entropy floor %.4f nats/token over "
                 "S=%d targets, unigram entropy %.4f, log V %.4f)",
                 static_cast<unsigned long long>(seed_), vocab_, params_.zipf_exponent,
-                params_.min_successors, params_.max_successors, params_.smoothing,
-                entropy_floor_, seq_len_, unigram_entropy_, std::log(static_cast<double>(vocab_)));
+                params_.min_successors, params_.max_successors, params_.smoothing, entropy_floor_,
+                seq_len_, unigram_entropy_, std::log(static_cast<double>(vocab_)));
   return text;
 }
 

@@ -45,7 +45,7 @@ struct SyntheticParams {
   double zipf_exponent = 1.0;  // s of z(b) ∝ 1/(b+1)^s; 1 is the classic Zipf law of text
   int min_successors = 4;      // per token, drawn uniformly in [min, max], capped at V
   int max_successors = 8;
-  double smoothing = 0.05;     // ε in (0, 1]: weight of the Zipf unigram in every row
+  double smoothing = 0.05;  // ε in (0, 1]: weight of the Zipf unigram in every row
 };
 
 class SyntheticSource : public TokenSource {
@@ -56,7 +56,7 @@ class SyntheticSource : public TokenSource {
 
   void sample(int64_t global_sample_idx, int seq_len, int32_t* out) const override;
   int64_t num_tokens() const override { return 0; }  // generated: unbounded
-  int64_t private_bytes() const override;             // the chain's tables
+  int64_t private_bytes() const override;            // the chain's tables
   std::string describe() const override;
 
   // Exact expected mean next-token entropy (nats) over the S targets of a sample, S = the seq_len
@@ -78,8 +78,8 @@ class SyntheticSource : public TokenSource {
   void compute_entropies();
   void chain_step(std::vector<double>& next /*[V]*/, const std::vector<double>& p /*[V]*/) const;
 
-  int vocab_;     // V
-  int seq_len_;   // S of the floor
+  int vocab_;    // V
+  int seq_len_;  // S of the floor
   uint64_t seed_;
   SyntheticParams params_;
   std::vector<double> zipf_;            // [V] z(b)

@@ -45,8 +45,7 @@ FileMapping map_input(const InputFile& file, const std::string& path) {
 void require_one_sample(const std::string& path, int64_t num_tokens, int seq_len,
                         const char* unit) {
   if (seq_len <= 0) {
-    throw std::invalid_argument("sequence length must be positive, got " +
-                                std::to_string(seq_len));
+    throw std::invalid_argument("sequence length must be positive, got " + std::to_string(seq_len));
   }
   if (num_tokens == 0) throw data_error(path, std::string("empty: holds no ") + unit);
   if (num_tokens < static_cast<int64_t>(seq_len) + 1) {
@@ -67,7 +66,7 @@ void require_one_sample(const std::string& path, int64_t num_tokens, int seq_len
 void check_tokens(const FileMapping& mapping, const uint16_t* tokens /*[num_tokens]*/,
                   int64_t begin, int64_t end, int vocab, const std::string& path) {
   if (vocab > std::numeric_limits<uint16_t>::max()) return;  // every uint16 is a valid token
-  constexpr int64_t kChunkTokens = int64_t{1} << 22;  // 8 MiB of the file
+  constexpr int64_t kChunkTokens = int64_t{1} << 22;         // 8 MiB of the file
   const auto byte_of = [&](int64_t token_idx) {
     return reinterpret_cast<const unsigned char*>(tokens + token_idx) - mapping.data();
   };
@@ -81,8 +80,8 @@ void check_tokens(const FileMapping& mapping, const uint16_t* tokens /*[num_toke
       for (int64_t token_idx = chunk_begin; token_idx < chunk_end; ++token_idx) {
         if (tokens[token_idx] >= vocab) {
           throw data_error(path, "token out of range: token " + std::to_string(tokens[token_idx]) +
-                                     " at offset " + std::to_string(token_idx) +
-                                     " is >= --vocab " + std::to_string(vocab));
+                                     " at offset " + std::to_string(token_idx) + " is >= --vocab " +
+                                     std::to_string(vocab));
         }
       }
     }
@@ -202,14 +201,14 @@ void token_source_check_spec(const std::string& spec, const char* option) {
   for (std::string_view prefix : {"tokens:", "text:"}) {
     if (spec.starts_with(prefix)) {
       if (spec.size() == prefix.size()) {
-        throw DataSpecError(std::string(option) + ": '" + spec + "' names no file (" +
-                            kValidSpecs + ")");
+        throw DataSpecError(std::string(option) + ": '" + spec + "' names no file (" + kValidSpecs +
+                            ")");
       }
       return;
     }
   }
-  throw DataSpecError(std::string(option) + ": unknown data source '" + spec + "' (" +
-                      kValidSpecs + ")");
+  throw DataSpecError(std::string(option) + ": unknown data source '" + spec + "' (" + kValidSpecs +
+                      ")");
 }
 
 std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int vocab, int seq_len,

@@ -102,9 +102,9 @@ class FileTokenSource : public TokenSource {
 
   std::string kind_;  // "tokens" or "text", as in the --data spec
   std::string path_;
-  FileMapping mapping_;                     // the whole file, read-only
-  const unsigned char* tokens_ = nullptr;   // [num_tokens · token_bytes] inside mapping_
-  int token_bytes_ = 0;                     // 2: uint16 (shard), 1: uint8 (text)
+  FileMapping mapping_;                    // the whole file, read-only
+  const unsigned char* tokens_ = nullptr;  // [num_tokens · token_bytes] inside mapping_
+  int token_bytes_ = 0;                    // 2: uint16 (shard), 1: uint8 (text)
   int64_t num_tokens_ = 0;
 };
 

@@ -38,8 +38,8 @@ namespace moe {
 constexpr int kQueryTile = 32;
 
 AttnDims attn_dims_from(const ModelConfig& c) {
-  return AttnDims{c.d_model, c.heads, c.kv_heads, c.head_dim, c.seq_len, c.sliding_window,
-                  c.rope_theta};
+  return AttnDims{c.d_model, c.heads,          c.kv_heads,  c.head_dim,
+                  c.seq_len, c.sliding_window, c.rope_theta};
 }
 
 int attn_keys_per_row(const AttnDims& d) {
@@ -52,9 +52,9 @@ int attn_keys_per_tile(const AttnDims& d) {
 
 RopeTable rope_table_make(int S, int hd, float theta) {
   if (S <= 0 || hd <= 0 || hd % 2 != 0 || !(theta > 0.0f)) {
-    throw std::invalid_argument("rope_table_make: need S > 0, even hd > 0, theta > 0; got S=" +
-                                std::to_string(S) + " hd=" + std::to_string(hd) +
-                                " theta=" + std::to_string(theta));
+    throw std::invalid_argument(
+        "rope_table_make: need S > 0, even hd > 0, theta > 0; got S=" + std::to_string(S) +
+        " hd=" + std::to_string(hd) + " theta=" + std::to_string(theta));
   }
   RopeTable r{S, hd, theta, {}, {}};
   const int half = hd / 2;
@@ -71,8 +71,7 @@ RopeTable rope_table_make(int S, int hd, float theta) {
 }
 
 // Rotates every pair (x[2i], x[2i+1]) of every head of row s by sign·s·ω_i.
-template <class T>
-static void rope_rotate(T* x, const RopeTable& rope, int num_heads, T sign) {
+template <class T> static void rope_rotate(T* x, const RopeTable& rope, int num_heads, T sign) {
   const int half = rope.hd / 2, width = num_heads * rope.hd;
 #pragma omp parallel for schedule(static) if (rope.S >= kParallelRows)
   for (int s = 0; s < rope.S; ++s) {
@@ -90,26 +89,23 @@ static void rope_rotate(T* x, const RopeTable& rope, int num_heads, T sign) {
   }
 }
 
-template <class T>
-void rope_forward(T* x, const RopeTable& rope, int num_heads) {
+template <class T> void rope_forward(T* x, const RopeTable& rope, int num_heads) {
   rope_rotate(x, rope, num_heads, T(1));
 }
 
-template <class T>
-void rope_backward(T* d_x, const RopeTable& rope, int num_heads) {
+template <class T> void rope_backward(T* d_x, const RopeTable& rope, int num_heads) {
   // x' = R(s·ω)·x  ->  d_x = R(s·ω)ᵀ·d_x' = R(−s·ω)·d_x'
   rope_rotate(d_x, rope, num_heads, T(-1));
 }
 
-template <class T>
-void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d) {
+template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d) {
   if (max_B < 0 || d.D <= 0 || d.H <= 0 || d.KVH <= 0 || d.H % d.KVH != 0 || d.hd <= 0 ||
       d.hd % 2 != 0 || d.S <= 0 || d.window < 0) {
     throw std::invalid_argument(
         "attn_saved_reserve: need B >= 0, D, H, KVH, hd, S > 0, KVH | H, hd even, W >= 0; got B=" +
         std::to_string(max_B) + " D=" + std::to_string(d.D) + " H=" + std::to_string(d.H) +
-        " KVH=" + std::to_string(d.KVH) + " hd=" + std::to_string(d.hd) + " S=" +
-        std::to_string(d.S) + " W=" + std::to_string(d.window));
+        " KVH=" + std::to_string(d.KVH) + " hd=" + std::to_string(d.hd) +
+        " S=" + std::to_string(d.S) + " W=" + std::to_string(d.window));
   }
   const size_t S = d.S, HD = size_t(d.H) * d.hd, KD = size_t(d.KVH) * d.hd;
   const size_t Kt = attn_keys_per_tile(d), B = max_B;
@@ -170,8 +166,8 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v
         softmax_row_masked(p + int64_t{r} * Kt, first, last, n);
       }
       // o_s = Σ_j P[s, j]·v_j
-      gemm_ld(false, false, m, hd, n, T(1), p, Kt,
-              v + int64_t{lo} * KD + g * hd, KD, T(0), concat + int64_t{s0} * HD + h * hd, HD);
+      gemm_ld(false, false, m, hd, n, T(1), p, Kt, v + int64_t{lo} * KD + g * hd, KD, T(0),
+              concat + int64_t{s0} * HD + h * hd, HD);
     }
   });
 }
@@ -239,8 +235,8 @@ static void check_call(const char* fn, int B, int max_B, const AttnDims& d, cons
                                 " outside [0, reserved " + std::to_string(max_B) + "]");
   }
   if (r.S != d.S || r.hd != d.hd || r.theta != d.rope_theta) {
-    throw std::invalid_argument(std::string(fn) + ": RoPE table made for S=" +
-                                std::to_string(r.S) + " hd=" + std::to_string(r.hd) +
+    throw std::invalid_argument(std::string(fn) + ": RoPE table made for S=" + std::to_string(r.S) +
+                                " hd=" + std::to_string(r.hd) +
                                 ", dims have S=" + std::to_string(d.S) +
                                 " hd=" + std::to_string(d.hd) + " (or theta differs)");
   }
@@ -324,9 +320,15 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
           linear_backward_input(dx, d_k, w.wk, S, D, KD);
           linear_backward_input(dx, d_v, w.wv, S, D, KD);
           break;
-        case 1: gemm<T>(true, false, D, HD, S, T(1), x, d_q, T(0), saved.tree_q.leaf()); break;
-        case 2: gemm<T>(true, false, D, KD, S, T(1), x, d_k, T(0), saved.tree_k.leaf()); break;
-        default: gemm<T>(true, false, D, KD, S, T(1), x, d_v, T(0), saved.tree_v.leaf()); break;
+        case 1:
+          gemm<T>(true, false, D, HD, S, T(1), x, d_q, T(0), saved.tree_q.leaf());
+          break;
+        case 2:
+          gemm<T>(true, false, D, KD, S, T(1), x, d_k, T(0), saved.tree_k.leaf());
+          break;
+        default:
+          gemm<T>(true, false, D, KD, S, T(1), x, d_v, T(0), saved.tree_v.leaf());
+          break;
       }
     });
     saved.tree_q.push();
@@ -346,8 +348,8 @@ template void rope_backward<double>(double*, const RopeTable&, int);
 template void attn_saved_reserve<float>(AttnSaved<float>&, int, const AttnDims&);
 template void attn_saved_reserve<double>(AttnSaved<double>&, int, const AttnDims&);
 template void attention_forward<float>(float*, AttnSaved<float>&, const float*,
-                                       const AttnWeights<float>&, const AttnDims&,
-                                       const RopeTable&, int);
+                                       const AttnWeights<float>&, const AttnDims&, const RopeTable&,
+                                       int);
 template void attention_forward<double>(double*, AttnSaved<double>&, const double*,
                                         const AttnWeights<double>&, const AttnDims&,
                                         const RopeTable&, int);

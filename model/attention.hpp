@@ -26,7 +26,7 @@ namespace moe {
 
 struct AttnDims {
   int D = 0, H = 0, KVH = 0, hd = 0, S = 0;
-  int window = 0;               // W; 0 = full causal
+  int window = 0;  // W; 0 = full causal
   float rope_theta = 10000.0f;
 };
 AttnDims attn_dims_from(const ModelConfig& cfg);
@@ -66,23 +66,23 @@ void rope_backward(T* d_x,  // [S, num_heads·hd]
 // Activations kept from forward for backward, and the temporaries of both. Sized once for max_B
 // sequences by attn_saved_reserve; forward and backward allocate nothing.
 template <class T> struct AttnSaved {
-  int max_B = 0;             // sequences reserved for
-  int B = 0;                 // sequences of the last forward
-  std::vector<T> q;          // [max_B·S, H·hd] after RoPE
-  std::vector<T> k;          // [max_B·S, KVH·hd] after RoPE
-  std::vector<T> v;          // [max_B·S, KVH·hd]
-  std::vector<T> probs;      // [max_B, H, S, Kt] row s of a query tile: the tile's keys lo ..
-                             //   in columns 0 .. n−1 (see attention.cpp), 0 where s does not
-                             //   see the key; columns >= n unused
-  std::vector<T> concat;     // [max_B·S, H·hd] heads' outputs P_h·v_g side by side
+  int max_B = 0;          // sequences reserved for
+  int B = 0;              // sequences of the last forward
+  std::vector<T> q;       // [max_B·S, H·hd] after RoPE
+  std::vector<T> k;       // [max_B·S, KVH·hd] after RoPE
+  std::vector<T> v;       // [max_B·S, KVH·hd]
+  std::vector<T> probs;   // [max_B, H, S, Kt] row s of a query tile: the tile's keys lo ..
+                          //   in columns 0 .. n−1 (see attention.cpp), 0 where s does not
+                          //   see the key; columns >= n unused
+  std::vector<T> concat;  // [max_B·S, H·hd] heads' outputs P_h·v_g side by side
 
   // temporaries, one sequence at a time
-  std::vector<T> d_concat;   // [S, H·hd]
-  std::vector<T> d_q;        // [S, H·hd]
-  std::vector<T> d_k, d_v;   // [S, KVH·hd]
-  std::vector<T> d_probs;    // [H, Tq, Kt] per head one tile of ∂L/∂P, then of ∂L/∂scores
-  std::vector<T> d_k_heads, d_v_heads;  // [H, S, hd] each head's share of d_k, d_v, summed
-                                        //   over the heads of a group in head order
+  std::vector<T> d_concat;  // [S, H·hd]
+  std::vector<T> d_q;       // [S, H·hd]
+  std::vector<T> d_k, d_v;  // [S, KVH·hd]
+  std::vector<T> d_probs;   // [H, Tq, Kt] per head one tile of ∂L/∂P, then of ∂L/∂scores
+  std::vector<T> d_k_heads, d_v_heads;        // [H, S, hd] each head's share of d_k, d_v, summed
+                                              //   over the heads of a group in head order
   TreeSum<T> tree_q, tree_k, tree_v, tree_o;  // per-sequence d_Wq, d_Wk, d_Wv, d_Wo
 };
 
@@ -92,19 +92,18 @@ template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const
 // out[B·S, D] = Attn(in) for B independent sequences (B <= saved.max_B; rope made for dims' S, hd,
 // rope_theta). A token's output is bitwise independent of B: see attention.cpp.
 template <class T>
-void attention_forward(T* out,              // [B·S, D]
+void attention_forward(T* out,  // [B·S, D]
                        AttnSaved<T>& saved,
-                       const T* in,         // [B·S, D] RMS-normalised by the caller
-                       const AttnWeights<T>& w, const AttnDims& dims, const RopeTable& rope,
-                       int B);
+                       const T* in,  // [B·S, D] RMS-normalised by the caller
+                       const AttnWeights<T>& w, const AttnDims& dims, const RopeTable& rope, int B);
 
 // d_in += ∂L/∂in, grads += ∂L/∂weights, for the last forward (same B, same in and w).
 template <class T>
-void attention_backward(T* d_in,                   // [B·S, D]
+void attention_backward(T* d_in,  // [B·S, D]
                         const AttnWeights<T>& grads,
-                        const T* d_out,            // [B·S, D]
+                        const T* d_out,  // [B·S, D]
                         AttnSaved<T>& saved,
-                        const T* in,               // [B·S, D] the forward's input
+                        const T* in,  // [B·S, D] the forward's input
                         const AttnWeights<T>& w, const AttnDims& dims, const RopeTable& rope,
                         int B);
 

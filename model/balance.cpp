@@ -152,10 +152,10 @@ double overload_factor(std::span<const int64_t> rank_load) {
   return mean > 0 ? mx / mean : 1.0;
 }
 
-#define MOE_BALANCE_INSTANTIATE(T)                                                            \
-  template double balance_loss_forward_backward<T>(T*, int32_t*, std::vector<double>&,        \
-                                                   const T*, const int32_t*, const float*, int, \
-                                                   int, int, int, double, BalanceLossForm);
+#define MOE_BALANCE_INSTANTIATE(T)                                                               \
+  template double balance_loss_forward_backward<T>(T*, int32_t*, std::vector<double>&, const T*, \
+                                                   const int32_t*, const float*, int, int, int,  \
+                                                   int, double, BalanceLossForm);
 MOE_BALANCE_INSTANTIATE(float)
 MOE_BALANCE_INSTANTIATE(double)
 #undef MOE_BALANCE_INSTANTIATE

@@ -33,19 +33,19 @@ const char* balance_loss_form_name(BalanceLossForm form);
 // and `bias` its bias (both used by kMaxText only). topk_scratch holds [N, K]; scratch is
 // resized to at most (S + 2)·E doubles once and reused.
 template <class T>
-double balance_loss_forward_backward(T* d_scores,               // [N, E] (overwritten)
-                                     int32_t* topk_scratch,     // [N, K]
+double balance_loss_forward_backward(T* d_scores,            // [N, E] (overwritten)
+                                     int32_t* topk_scratch,  // [N, K]
                                      std::vector<double>& scratch,
-                                     const T* scores,           // [N, E] unbiased s(t)
-                                     const int32_t* selected,   // [N, K]
-                                     const float* bias,         // [E]
+                                     const T* scores,          // [N, E] unbiased s(t)
+                                     const int32_t* selected,  // [N, K]
+                                     const float* bias,        // [E]
                                      int B, int S, int E, int K, double weight,
                                      BalanceLossForm form);
 
 // b[e] += rate·sign(mean(c) − c[e]); with `center`, the update is then shifted to mean zero so
 // the biases do not drift together (a common variant; the selection is unchanged by a shift).
-void bias_update(std::span<float> bias,            // [E]
-                 std::span<const int64_t> load,    // [E]
+void bias_update(std::span<float> bias,          // [E]
+                 std::span<const int64_t> load,  // [E]
                  double rate, bool center);
 
 // Balance metrics of one layer from its global loads.

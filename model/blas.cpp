@@ -43,15 +43,17 @@ std::string where_text(const std::source_location& where) {
                   gemm_shape_text(shape) + " (called from " + where_text(where) + ")");
 }
 
-bool fits_int(int64_t elements) { return elements <= INT_MAX; }
+bool fits_int(int64_t elements) {
+  return elements <= INT_MAX;
+}
 
 }  // namespace
 }  // namespace moe
 
 // CBLAS has no status to check, so the check is of the arguments, before the call: names the
 // routine, the failed condition, the shapes, the caller's file:line and the rank.
-#define MOE_BLAS_CHECK(cond, call, shape, where)                   \
-  do {                                                             \
+#define MOE_BLAS_CHECK(cond, call, shape, where)                    \
+  do {                                                              \
     if (!(cond)) ::moe::blas_fail((call), #cond, (shape), (where)); \
   } while (0)
 
@@ -125,8 +127,8 @@ void gemm_blocks(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const
 }  // namespace
 
 template <class T>
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, const T* B,
-          T beta, T* C, std::source_location where) {
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, const T* B, T beta,
+          T* C, std::source_location where) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
   const char* call = std::is_same_v<T, float> ? "cblas_sgemm" : "cblas_dgemm";
   const GemmShape shape{trans_a, trans_b, M, N, K};

@@ -32,7 +32,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha,
           const T* A,  // [M,K], or [K,M] if trans_a
           const T* B,  // [K,N], or [N,K] if trans_b
           T beta,
-          T* C,        // [M,N]
+          T* C,  // [M,N]
           std::source_location where = std::source_location::current());
 
 // gemm on sub-matrices: the same, with each matrix's leading dimension (its row length as stored,
@@ -40,11 +40,10 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha,
 // copy. lda >= max(1, K) ([M,K]) or max(1, M) ([K,M]ᵀ), ldb >= max(1, N) or max(1, K),
 // ldc >= max(1, N), else BlasError; the same refusals as gemm otherwise.
 template <class T>
-void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha,
-             const T* A, int lda,  // [M,K], or [K,M] if trans_a, rows lda apart
-             const T* B, int ldb,  // [K,N], or [N,K] if trans_b, rows ldb apart
-             T beta,
-             T* C, int ldc,        // [M,N], rows ldc apart
+void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A,
+             int lda,                // [M,K], or [K,M] if trans_a, rows lda apart
+             const T* B, int ldb,    // [K,N], or [N,K] if trans_b, rows ldb apart
+             T beta, T* C, int ldc,  // [M,N], rows ldc apart
              std::source_location where = std::source_location::current());
 
 // The model's threads from now on (OpenMP: the parallel loops and tasks of model/, and the blocks

@@ -17,9 +17,12 @@ void require_positive(int value, const char* option) {
 
 const char* score_func_name(ScoreFunc f) {
   switch (f) {
-    case ScoreFunc::kSqrtSoftplus: return "sqrtsoftplus";
-    case ScoreFunc::kSigmoid: return "sigmoid";
-    case ScoreFunc::kSoftmax: return "softmax";
+    case ScoreFunc::kSqrtSoftplus:
+      return "sqrtsoftplus";
+    case ScoreFunc::kSigmoid:
+      return "sigmoid";
+    case ScoreFunc::kSoftmax:
+      return "softmax";
   }
   return "?";
 }
@@ -34,10 +37,13 @@ ScoreFunc score_func_from_name(std::string_view name) {
 
 const char* routing_mode_name(RoutingMode m) {
   switch (m) {
-    case RoutingMode::kHash: return "hash";
-    case RoutingMode::kTopK: return "topk";
+    case RoutingMode::kHash:
+      return "hash";
+    case RoutingMode::kTopK:
+      return "topk";
     case RoutingMode::kRoundRobin:
-    case RoutingMode::kRandom: return "forced";
+    case RoutingMode::kRandom:
+      return "forced";
   }
   return "?";
 }
@@ -66,8 +72,8 @@ void model_config_validate(const ModelConfig& c) {
                       std::to_string(c.experts) + ": a token needs K distinct experts");
   }
   if (c.heads % c.kv_heads != 0) {
-    throw ConfigError("--kv-heads=" + std::to_string(c.kv_heads) + " must divide --heads=" +
-                      std::to_string(c.heads));
+    throw ConfigError("--kv-heads=" + std::to_string(c.kv_heads) +
+                      " must divide --heads=" + std::to_string(c.heads));
   }
   if (c.head_dim % 2 != 0) {
     throw ConfigError("--head-dim must be even for RoPE, got " + std::to_string(c.head_dim));

@@ -74,9 +74,9 @@ double cross_entropy_forward_backward(T* d_logits, double* row_loss, const T* lo
   return total;
 }
 
-#define MOE_EMBEDDING_INSTANTIATE(T)                                                         \
-  template void embedding_forward<T>(T*, const int32_t*, const T*, int, int, int);           \
-  template void embedding_backward<T>(T*, const T*, const int32_t*, int, int);               \
+#define MOE_EMBEDDING_INSTANTIATE(T)                                                            \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, int, int, int);              \
+  template void embedding_backward<T>(T*, const T*, const int32_t*, int, int);                  \
   template double cross_entropy_forward_backward<T>(T*, double*, const T*, const int32_t*, int, \
                                                     int, double);
 MOE_EMBEDDING_INSTANTIATE(float)

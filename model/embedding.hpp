@@ -9,14 +9,14 @@ namespace moe {
 // out[t] = table[ids[t]]. Throws std::out_of_range naming the token id and V for an id outside
 // [0, V) (data readers check this earlier; this is the last line of defence).
 template <class T>
-void embedding_forward(T* out,             // [N, D]
+void embedding_forward(T* out,              // [N, D]
                        const int32_t* ids,  // [N]
                        const T* table,      // [V, D]
                        int N, int D, int V);
 
 // d_table[ids[t]] += d_out[t].
 template <class T>
-void embedding_backward(T* d_table,         // [V, D]
+void embedding_backward(T* d_table,          // [V, D]
                         const T* d_out,      // [N, D]
                         const int32_t* ids,  // [N]
                         int N, int D);

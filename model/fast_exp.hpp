@@ -23,7 +23,7 @@ inline float fast_expf(float x_in) {
   // min/max, copysign and a shift only, no select: the loops that call this vectorise with any
   // instruction set (GCC turns a select here into a branch when building for AVX2).
   const float x = std::min(std::max(x_in, -88.0f), 88.0f);
-  const float t = x * 1.44269504088896341f;                              // x / ln 2
+  const float t = x * 1.44269504088896341f;                            // x / ln 2
   const int32_t n = static_cast<int32_t>(t + std::copysign(0.5f, t));  // round half away
   const float nf = static_cast<float>(n);
   const float r = (x - nf * 0.693145751953125f) - nf * 1.42860682030941723e-6f;  // ln2 hi + lo
@@ -43,7 +43,11 @@ inline float fast_expf(float x_in) {
 }
 
 // exp for the elementwise kernels: fast_expf in float, std::exp in double.
-template <class T> inline T kernel_exp(T x) { return std::exp(x); }
-template <> inline float kernel_exp<float>(float x) { return fast_expf(x); }
+template <class T> inline T kernel_exp(T x) {
+  return std::exp(x);
+}
+template <> inline float kernel_exp<float>(float x) {
+  return fast_expf(x);
+}
 
 }  // namespace moe

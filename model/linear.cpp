@@ -6,8 +6,7 @@
 
 namespace moe {
 
-template <class T>
-void linear_forward(T* out, const T* in, const T* weight, int N, int I, int O) {
+template <class T> void linear_forward(T* out, const T* in, const T* weight, int N, int I, int O) {
   // out[N,O] = in[N,I]·weight[I,O]
   gemm<T>(false, false, N, O, I, T(1), in, weight, T(0), out);
 }
@@ -32,7 +31,7 @@ template void linear_backward_input<float>(float*, const float*, const float*, i
 template void linear_backward_input<double>(double*, const double*, const double*, int, int, int);
 template void linear_backward<float>(float*, float*, const float*, const float*, const float*, int,
                                      int, int);
-template void linear_backward<double>(double*, double*, const double*, const double*,
-                                      const double*, int, int, int);
+template void linear_backward<double>(double*, double*, const double*, const double*, const double*,
+                                      int, int, int);
 
 }  // namespace moe

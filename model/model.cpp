@@ -9,10 +9,10 @@
 
 #include "model/embedding.hpp"
 #include "model/linear.hpp"
+#include "model/per_sequence.hpp"
 #include "model/rmsnorm.hpp"
 #include "model/rng.hpp"
 #include "model/router.hpp"
-#include "model/per_sequence.hpp"
 
 namespace moe {
 
@@ -63,9 +63,9 @@ RoutingState routing_state_make(const ModelConfig& c, RoutingMode forced, uint64
 }
 
 ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
-  const double V = c.vocab, D = c.d_model, L = c.layers, E = c.experts, K = c.top_k,
-               F = c.ffn_dim, Fs = static_cast<double>(c.shared_experts) * c.ffn_dim,
-               H = c.heads, HD = H * c.head_dim, KD = static_cast<double>(c.kv_heads) * c.head_dim,
+  const double V = c.vocab, D = c.d_model, L = c.layers, E = c.experts, K = c.top_k, F = c.ffn_dim,
+               Fs = static_cast<double>(c.shared_experts) * c.ffn_dim, H = c.heads,
+               HD = H * c.head_dim, KD = static_cast<double>(c.kv_heads) * c.head_dim,
                S = c.seq_len, N = static_cast<double>(c.batch_per_rank) * c.seq_len;
   const double local = std::ceil(E / std::max(1, ep_size));
   // Keys a query tile of 32 sees (attn_keys_per_tile, in doubles).
@@ -108,8 +108,7 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
 }
 
 template <class T>
-void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_size,
-                        int max_local) {
+void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_size, int max_local) {
   const size_t N = static_cast<size_t>(B) * c.seq_len, D = c.d_model, L = c.layers;
   a.B = B;
   a.resid.assign((2 * L + 1) * N * D, T(0));
@@ -140,8 +139,8 @@ template <class T> AttnWeights<T> attn_weights_at(T* dense, const LayerOffsets& 
   return AttnWeights<T>{dense + o.wq, dense + o.wk, dense + o.wv, dense + o.wo};
 }
 
-template <class T> MoeRouting layer_routing(const RoutingState& r, const ModelBatch& b,
-                                            const ModelConfig& c, int l) {
+template <class T>
+MoeRouting layer_routing(const RoutingState& r, const ModelBatch& b, const ModelConfig& c, int l) {
   MoeRouting m;
   m.mode = r.modes[l];
   m.bias = &r.bias[static_cast<size_t>(l) * c.experts];
@@ -192,8 +191,8 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
       ScopedPhase timer(a.times, Phase::kAttention);
       rmsnorm_forward(normed + i0 * ND, rstd + i0 * N, resid + i0 * ND, dense + o.attn_norm, N, D,
                       c.norm_eps);
-      attention_forward(a.block_out.data(), a.attn[l], normed + i0 * ND,
-                        attn_weights_at(dense, o), ad, a.rope, B);
+      attention_forward(a.block_out.data(), a.attn[l], normed + i0 * ND, attn_weights_at(dense, o),
+                        ad, a.rope, B);
       for (size_t i = 0; i < ND; ++i) resid[i1 * ND + i] = resid[i0 * ND + i] + a.block_out[i];
       // x2 = x1 + MoE(RMSNorm(x1)): the norm is counted with attention, the MoE times itself
       rmsnorm_forward(normed + i1 * ND, rstd + i1 * N, resid + i1 * ND, dense + o.moe_norm, N, D,
@@ -253,8 +252,8 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     const size_t i0 = 2 * l, i1 = 2 * l + 1;
     // x2 = x1 + MoE(RMSNorm(x1)): d_x1 = d_x2 + RMSNorm'ᵀ(MoE'ᵀ d_x2)
     std::fill(a.d_normed.begin(), a.d_normed.end(), T(0));
-    moe_backward(d_normed, moe_weights_at(dd, de, o.moe, md), d_resid, a.moe[l],
-                 normed + i1 * ND, moe_weights_at(dense, experts, o.moe, md), md, ex);
+    moe_backward(d_normed, moe_weights_at(dd, de, o.moe, md), d_resid, a.moe[l], normed + i1 * ND,
+                 moe_weights_at(dense, experts, o.moe, md), md, ex);
     ScopedPhase timer(a.times, Phase::kAttentionBackward);
     seq_rmsnorm_backward(d_resid, dd + o.moe_norm, a.grad_tree, d_normed, resid + i1 * ND,
                          dense + o.moe_norm, rstd + i1 * N, B, S, D);
@@ -284,12 +283,12 @@ double model_forward_flops_per_token(const ModelConfig& c) {
   return c.layers * (attention + moe) + 2 * D * c.vocab;
 }
 
-#define MOE_MODEL_INSTANTIATE(T)                                                                \
-  template void model_acts_reserve<T>(ModelActs<T>&, const ModelConfig&, int, int, int);       \
-  template double model_forward<T>(ModelActs<T>&, T*, T*, const ModelLayout&,                   \
-                                   const RoutingState&, const ModelBatch&, const ModelConfig&,  \
-                                   const ExpertPlacement&, EpExchange&);                        \
-  template void model_backward<T>(T*, T*, ModelActs<T>&, T*, T*, const ModelLayout&,           \
+#define MOE_MODEL_INSTANTIATE(T)                                                                   \
+  template void model_acts_reserve<T>(ModelActs<T>&, const ModelConfig&, int, int, int);           \
+  template double model_forward<T>(ModelActs<T>&, T*, T*, const ModelLayout&, const RoutingState&, \
+                                   const ModelBatch&, const ModelConfig&, const ExpertPlacement&,  \
+                                   EpExchange&);                                                   \
+  template void model_backward<T>(T*, T*, ModelActs<T>&, T*, T*, const ModelLayout&,               \
                                   const ModelBatch&, const ModelConfig&, EpExchange&);
 MOE_MODEL_INSTANTIATE(float)
 MOE_MODEL_INSTANTIATE(double)

@@ -33,9 +33,9 @@ struct LayerOffsets {
 // Both arenas' layouts for this rank (dense replicated everywhere; experts of this EP rank).
 struct ModelLayout {
   ParamLayout dense, experts;
-  size_t embed = 0;       // [V, D]
-  size_t final_norm = 0;  // [D]
-  size_t lm_head = 0;     // [D, V]
+  size_t embed = 0;                  // [V, D]
+  size_t final_norm = 0;             // [D]
+  size_t lm_head = 0;                // [D, V]
   std::vector<LayerOffsets> layers;  // [L]
 };
 ModelLayout model_layout(const ModelConfig& cfg, const ExpertPlacement& placement, int ep_rank);
@@ -63,10 +63,10 @@ RoutingState routing_state_make(const ModelConfig& cfg, RoutingMode forced, uint
 // worst case, every local expert receiving K rows per token of every EP rank). Doubles: the
 // counts may exceed any integer type for configurations that are then refused.
 struct ModelMemory {
-  double param_bytes = 0;   // parameters + gradients + AdamW m, v (fp32)
-  double act_bytes = 0;     // saved activations and their gradients (fp32), tree_bytes included
-  double tree_bytes = 0;    // the per-sequence weight-gradient partial sums (model/tree_sum.hpp)
-  double max_tensor = 0;    // elements of the largest single tensor
+  double param_bytes = 0;  // parameters + gradients + AdamW m, v (fp32)
+  double act_bytes = 0;    // saved activations and their gradients (fp32), tree_bytes included
+  double tree_bytes = 0;   // the per-sequence weight-gradient partial sums (model/tree_sum.hpp)
+  double max_tensor = 0;   // elements of the largest single tensor
   const char* max_tensor_name = "";  // which one, with the options that size it
   double total() const { return param_bytes + act_bytes; }
 };
@@ -74,7 +74,7 @@ ModelMemory model_memory_estimate(const ModelConfig& cfg, int ep_size);
 
 // Everything one step keeps from forward for backward, sized once for B sequences.
 template <class T> struct ModelActs {
-  PhaseTimes* times = nullptr;   // phase timers of forward and backward, or none
+  PhaseTimes* times = nullptr;  // phase timers of forward and backward, or none
   int B = 0;
   std::vector<T> resid;          // [2L+1, N, D] residual stream before each sub-block, and final
   std::vector<T> normed;         // [2L, N, D] RMSNorm outputs fed to attention / MoE
@@ -114,14 +114,15 @@ struct ModelBatch {
 // Parameters are read only; they are passed as T* because MoeWeights and AttnWeights serve for
 // both parameters and gradients.
 template <class T>
-double model_forward(ModelActs<T>& acts, T* dense, T* experts,
-                     const ModelLayout& layout, const RoutingState& routing, const ModelBatch& batch,
-                     const ModelConfig& cfg, const ExpertPlacement& placement, EpExchange& ex);
+double model_forward(ModelActs<T>& acts, T* dense, T* experts, const ModelLayout& layout,
+                     const RoutingState& routing, const ModelBatch& batch, const ModelConfig& cfg,
+                     const ExpertPlacement& placement, EpExchange& ex);
 
 // Adds the gradient of the global mean loss into d_dense / d_experts (same layouts).
 template <class T>
-void model_backward(T* d_dense, T* d_experts, ModelActs<T>& acts, T* dense, T* experts, const ModelLayout& layout, const ModelBatch& batch,
-                    const ModelConfig& cfg, EpExchange& ex);
+void model_backward(T* d_dense, T* d_experts, ModelActs<T>& acts, T* dense, T* experts,
+                    const ModelLayout& layout, const ModelBatch& batch, const ModelConfig& cfg,
+                    EpExchange& ex);
 
 // Forward FLOPs per token of the matrix work (multiply-adds count 2): attention projections and
 // core (with the sliding window's mean visible keys), router, K routed experts, shared expert, LM

@@ -10,16 +10,17 @@
 
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
+#include "model/per_sequence.hpp"
 #include "model/phase_timer.hpp"
 #include "model/router.hpp"
-#include "model/per_sequence.hpp"
 #include "model/swiglu.hpp"
 
 namespace moe {
 
 MoeDims moe_dims_from(const ModelConfig& c) {
-  return MoeDims{c.d_model,   c.ffn_dim,      c.shared_experts * c.ffn_dim, c.experts, c.top_k,
-                 c.score_func, c.route_scale, c.swiglu_limit};
+  return MoeDims{c.d_model,     c.ffn_dim,     c.shared_experts * c.ffn_dim,
+                 c.experts,     c.top_k,       c.score_func,
+                 c.route_scale, c.swiglu_limit};
 }
 
 MoeOffsets moe_layout(ParamLayout& dense, ParamLayout& experts, const MoeDims& d, int layer,
@@ -87,8 +88,8 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
 
 namespace {
 
-template <class T> void select_experts(MoeSaved<T>& s, const MoeRouting& r, const MoeDims& d,
-                                       int N) {
+template <class T>
+void select_experts(MoeSaved<T>& s, const MoeRouting& r, const MoeDims& d, int N) {
   switch (r.mode) {
     case RoutingMode::kTopK:
       if (r.groups > 1) {
@@ -115,8 +116,8 @@ template <class T> void select_experts(MoeSaved<T>& s, const MoeRouting& r, cons
 }
 
 // The layer's share of the sequence-wise balance loss and its ∂/∂scores (top-k layers only).
-template <class T> void balance_loss_forward(MoeSaved<T>& s, const MoeRouting& routing,
-                                             const MoeDims& d, int N) {
+template <class T>
+void balance_loss_forward(MoeSaved<T>& s, const MoeRouting& routing, const MoeDims& d, int N) {
   s.balance_loss = 0.0;
   if (routing.mode != RoutingMode::kTopK || routing.balance_weight <= 0) {
     s.d_scores_balance.clear();
@@ -169,8 +170,9 @@ template <class T> std::pair<int, int> sequences_of(const MoeSaved<T>& s, int N)
 
 // The shared expert writes out = swiglu(in·S1, in·S3)·S2 (or zeros without one); the routed
 // experts' weighted outputs are added to it afterwards.
-template <class T> void shared_expert_forward(T* out, MoeSaved<T>& s, const T* in,
-                                              const MoeWeights<T>& w, const MoeDims& d, int N) {
+template <class T>
+void shared_expert_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
+                           const MoeDims& d, int N) {
   if (d.Fs == 0) {
     std::fill(out, out + static_cast<size_t>(N) * d.D, T(0));
     return;
@@ -282,8 +284,7 @@ template <class T> void weighted_sum_forward(T* out, const MoeSaved<T>& s, const
 
 // weighted_sum_forward reversed: d_w[t,j] = <d_out[t], y[t,j]> and d_y[t,j] = w[t,j]·d_out[t],
 // the rows that travel back to the experts' owners.
-template <class T>
-void weighted_sum_backward(MoeSaved<T>& s, const T* d_out, const MoeDims& d) {
+template <class T> void weighted_sum_backward(MoeSaved<T>& s, const T* d_out, const MoeDims& d) {
   const size_t D = d.D;
   const int NK = s.plan.num_send();
   s.d_weights.resize(static_cast<size_t>(NK));
@@ -407,8 +408,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   }
   ScopedPhase timer(s.times, Phase::kCombine);
   s.y_rows.resize(NK * D);
-  ex.combine(std::span<T>(s.y_rows), std::span<T>(s.staging), std::span<const T>(s.y), s.plan,
-             d.D);
+  ex.combine(std::span<T>(s.y_rows), std::span<T>(s.staging), std::span<const T>(s.y), s.plan, d.D);
   weighted_sum_forward(out, s, d);
 }
 
@@ -423,8 +423,8 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     ScopedPhase timer(s.times, Phase::kCombineBackward);
     weighted_sum_backward(s, d_out, d);
     s.d_y.resize(static_cast<size_t>(R) * d.D);
-    ex.dispatch_begin(std::span<T>(s.d_y), std::span<T>(s.staging),
-                      std::span<const T>(s.d_rows), s.plan, d.D);
+    ex.dispatch_begin(std::span<T>(s.d_y), std::span<T>(s.staging), std::span<const T>(s.d_rows),
+                      s.plan, d.D);
     if (!overlap) {
       ex.dispatch_end(std::span<T>(s.d_y), std::span<const T>(s.staging), s.plan, d.D);
     }
@@ -454,13 +454,13 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
   router_backward(d_in, gr, s, in, w, d);
 }
 
-#define MOE_LAYER_INSTANTIATE(T)                                                               \
-  template MoeWeights<T> moe_weights_at<T>(T*, T*, const MoeOffsets&, const MoeDims&);         \
-  template void moe_saved_reserve<T>(MoeSaved<T>&, int, const MoeDims&, int, int, int);        \
-  template void moe_forward<T>(T*, MoeSaved<T>&, const T*, const MoeWeights<T>&,               \
-                               const MoeRouting&, const MoeDims&, const ExpertPlacement&,      \
-                               EpExchange&, int);                                              \
-  template void moe_backward<T>(T*, const MoeWeights<T>&, const T*, MoeSaved<T>&, const T*,    \
+#define MOE_LAYER_INSTANTIATE(T)                                                            \
+  template MoeWeights<T> moe_weights_at<T>(T*, T*, const MoeOffsets&, const MoeDims&);      \
+  template void moe_saved_reserve<T>(MoeSaved<T>&, int, const MoeDims&, int, int, int);     \
+  template void moe_forward<T>(T*, MoeSaved<T>&, const T*, const MoeWeights<T>&,            \
+                               const MoeRouting&, const MoeDims&, const ExpertPlacement&,   \
+                               EpExchange&, int);                                           \
+  template void moe_backward<T>(T*, const MoeWeights<T>&, const T*, MoeSaved<T>&, const T*, \
                                 const MoeWeights<T>&, const MoeDims&, EpExchange&);
 MOE_LAYER_INSTANTIATE(float)
 MOE_LAYER_INSTANTIATE(double)

@@ -21,10 +21,10 @@
 #include "comm/dispatch_plan.hpp"
 #include "comm/ep_exchange.hpp"
 #include "model/balance.hpp"
-#include "model/router.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 #include "model/phase_timer.hpp"
+#include "model/router.hpp"
 #include "model/tree_sum.hpp"
 
 namespace moe {
@@ -33,7 +33,7 @@ struct MoeDims {
   int D = 0, F = 0, Fs = 0, E = 0, K = 0;
   ScoreFunc score = ScoreFunc::kSqrtSoftplus;
   float route_scale = 1.0f;
-  float swiglu_limit = 0.0f;  // routed experts only; the shared expert is never clamped
+  float swiglu_limit = 0.0f;   // routed experts only; the shared expert is never clamped
   bool overlap_shared = true;  // run the shared expert while the dispatch all-to-all is in flight
                                // (EP groups of more than one rank; else it is one more expert task)
 };
@@ -62,57 +62,57 @@ struct MoeOffsets {
 MoeOffsets moe_layout(ParamLayout& dense, ParamLayout& experts, const MoeDims& dims, int layer,
                       int num_layers, const ExpertPlacement& placement, int ep_rank);
 
-template <class T> MoeWeights<T> moe_weights_at(T* dense, T* experts, const MoeOffsets& off,
-                                                const MoeDims& dims);
+template <class T>
+MoeWeights<T> moe_weights_at(T* dense, T* experts, const MoeOffsets& off, const MoeDims& dims);
 
 // How this layer selects experts, and what the selection needs.
 struct MoeRouting {
   RoutingMode mode = RoutingMode::kTopK;
-  const float* bias = nullptr;           // [E]    top-k: added to scores for selection only
-  const int32_t* hash_table = nullptr;   // [V, K] hash
-  int vocab = 0;                         // V      hash
-  const int32_t* token_ids = nullptr;    // [N]    hash
-  int64_t first_global_token = 0;        //        forced: global index of local token 0
-  uint64_t random_stream = 0;            //        forced random: the step's RNG stream
-  RandomRouting random_skew;             //        forced random: zipf / hot skew
-  int groups = 1, group_topk = 1;        //        top-k: group-limited routing when groups > 1
+  const float* bias = nullptr;          // [E]    top-k: added to scores for selection only
+  const int32_t* hash_table = nullptr;  // [V, K] hash
+  int vocab = 0;                        // V      hash
+  const int32_t* token_ids = nullptr;   // [N]    hash
+  int64_t first_global_token = 0;       //        forced: global index of local token 0
+  uint64_t random_stream = 0;           //        forced random: the step's RNG stream
+  RandomRouting random_skew;            //        forced random: zipf / hot skew
+  int groups = 1, group_topk = 1;       //        top-k: group-limited routing when groups > 1
   // Sequence-wise balance loss (top-k layers; see balance.hpp): weight = α / global sequences
   // (and / top-k layers for the MaxText form); 0 turns it off.
   double balance_weight = 0.0;
   BalanceLossForm balance_form = BalanceLossForm::kDeepSeek;
-  int seq_len = 0;                       // S: the loss, the shared expert's GEMMs and the
-                                         //   weight gradients go by sequences of S tokens
-                                         //   (N a multiple of S); 0: N tokens, one sequence
+  int seq_len = 0;  // S: the loss, the shared expert's GEMMs and the
+                    //   weight gradients go by sequences of S tokens
+                    //   (N a multiple of S); 0: N tokens, one sequence
 };
 
 // Activations kept from forward for backward, and backward's temporaries. Sized once by
 // moe_saved_reserve; per-step sizes (R) resize within the reserved capacity, so a step allocates
 // nothing unless its routing needs more rows than any earlier step did.
 template <class T> struct MoeSaved {
-  PhaseTimes* times = nullptr;      // where forward and backward add their phase times, or none
-  int N = 0;                        // tokens of the last forward
-  std::vector<T> logits, scores;    // [N, E]
-  std::vector<int32_t> expert_idx;  // [N, K] selected experts (global ids)
-  std::vector<T> weights;           // [N, K]
-  DispatchPlan plan;                // plan.expert_counts: this rank's load per expert
-  std::vector<T> send_rows;         // [N·K, D] input rows in send order
-  std::vector<T> x;                 // [R, D] expert inputs, expert-major
-  std::vector<T> g, v, h;           // [R, F] expert pre-activations (unclamped) and activation
-  std::vector<T> y;                 // [R, D] expert outputs, expert-major
-  std::vector<T> y_rows;            // [N·K, D] expert outputs back in send order
-  std::vector<T> staging;           // [R, D] rows as MPI delivers them
-  std::vector<T> sg, sv, sh;        // [N, Fs] shared expert
-  std::vector<T> sd_g, sd_v, sd_h;  // [N, Fs] shared expert's backward
-  double balance_loss = 0.0;        // this rank's share of the layer's balance loss
-  std::vector<T> d_scores_balance;  // [N, E] its gradient, added in backward
-  std::vector<int32_t> topk_scratch;     // [N, K]
-  std::vector<double> balance_scratch;   // [(S + 2)·E]
+  PhaseTimes* times = nullptr;          // where forward and backward add their phase times, or none
+  int N = 0;                            // tokens of the last forward
+  std::vector<T> logits, scores;        // [N, E]
+  std::vector<int32_t> expert_idx;      // [N, K] selected experts (global ids)
+  std::vector<T> weights;               // [N, K]
+  DispatchPlan plan;                    // plan.expert_counts: this rank's load per expert
+  std::vector<T> send_rows;             // [N·K, D] input rows in send order
+  std::vector<T> x;                     // [R, D] expert inputs, expert-major
+  std::vector<T> g, v, h;               // [R, F] expert pre-activations (unclamped) and activation
+  std::vector<T> y;                     // [R, D] expert outputs, expert-major
+  std::vector<T> y_rows;                // [N·K, D] expert outputs back in send order
+  std::vector<T> staging;               // [R, D] rows as MPI delivers them
+  std::vector<T> sg, sv, sh;            // [N, Fs] shared expert
+  std::vector<T> sd_g, sd_v, sd_h;      // [N, Fs] shared expert's backward
+  double balance_loss = 0.0;            // this rank's share of the layer's balance loss
+  std::vector<T> d_scores_balance;      // [N, E] its gradient, added in backward
+  std::vector<int32_t> topk_scratch;    // [N, K]
+  std::vector<double> balance_scratch;  // [(S + 2)·E]
 
   // backward temporaries
-  std::vector<T> d_rows;            // [N·K, D] send-order rows: w·d_out out, d_x back
-  std::vector<T> d_y, d_x;          // [R, D]
-  std::vector<T> d_g, d_v, d_h;     // [R, F]
-  std::vector<T> d_weights;         // [N, K]
+  std::vector<T> d_rows;              // [N·K, D] send-order rows: w·d_out out, d_x back
+  std::vector<T> d_y, d_x;            // [R, D]
+  std::vector<T> d_g, d_v, d_h;       // [R, F]
+  std::vector<T> d_weights;           // [N, K]
   std::vector<T> d_scores, d_logits;  // [N, E]
   // The router's and the shared expert's weight gradients, by sequence (model/tree_sum.hpp): the
   // forward's N tokens are N / seq_len sequences (one when seq_len is 0), at most max_sequences.
@@ -124,8 +124,9 @@ template <class T> struct MoeSaved {
 // Reserves room for N local tokens, in at most `max_sequences` sequences, on an EP group of
 // `ep_size` ranks owning at most `max_local` experts each: R <= ep_size · N · min(K, max_local).
 // The default suits routing without a sequence length (seq_len 0: all N tokens one sequence).
-template <class T> void moe_saved_reserve(MoeSaved<T>& saved, int N, const MoeDims& dims,
-                                          int ep_size, int max_local, int max_sequences = 1);
+template <class T>
+void moe_saved_reserve(MoeSaved<T>& saved, int N, const MoeDims& dims, int ep_size, int max_local,
+                       int max_sequences = 1);
 
 // out[N, D] = MoE(in). Collective over the EP group of `ex`. Throws std::invalid_argument, before
 // any communication, when N is not a multiple of routing.seq_len or holds more sequences than
@@ -139,11 +140,11 @@ void moe_forward(T* out,              // [N, D]
 
 // d_in[N, D] += ∂/∂in, grads += ∂/∂weights, for the last forward. Collective over the EP group.
 template <class T>
-void moe_backward(T* d_in,                  // [N, D]
+void moe_backward(T* d_in,  // [N, D]
                   const MoeWeights<T>& grads,
-                  const T* d_out,           // [N, D]
+                  const T* d_out,  // [N, D]
                   MoeSaved<T>& saved,
-                  const T* in,              // [N, D] the forward's input
+                  const T* in,  // [N, D] the forward's input
                   const MoeWeights<T>& w, const MoeDims& dims, EpExchange& ex);
 
 }  // namespace moe

@@ -44,8 +44,7 @@ float lr_at_step(int64_t step, int64_t total, int64_t warmup, float lr_max, floa
   if (step < warmup) return lr_max * static_cast<float>(step + 1) / static_cast<float>(warmup);
   const int64_t decay_steps = total - warmup;
   if (decay_steps <= 1) return lr_max;
-  const double progress =
-      static_cast<double>(step - warmup) / static_cast<double>(decay_steps - 1);
+  const double progress = static_cast<double>(step - warmup) / static_cast<double>(decay_steps - 1);
   const double cosine = 0.5 * (1.0 + std::cos(3.141592653589793 * std::min(1.0, progress)));
   return static_cast<float>(lr_max * (min_ratio + (1.0 - min_ratio) * cosine));
 }

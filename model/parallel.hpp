@@ -18,8 +18,7 @@ constexpr int kParallelRows = 64;
 
 // Calls task(i) for every i in [0, n), tasks handed out one at a time (their sizes may differ).
 // Without threads to share (one thread, or n < 2) the loop runs in order on the calling thread.
-template <class F>
-void parallel_tasks(int64_t n, F&& task) {
+template <class F> void parallel_tasks(int64_t n, F&& task) {
   std::exception_ptr error;
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
   for (int64_t i = 0; i < n; ++i) {
@@ -37,8 +36,7 @@ void parallel_tasks(int64_t n, F&& task) {
 // block(begin, end) for each; below min_parallel elements, one call on the calling thread. For
 // loops whose elements are independent, so that the results do not depend on the split. The
 // block must not throw.
-template <class F>
-void parallel_blocks(int64_t n, int64_t min_parallel, F&& block) {
+template <class F> void parallel_blocks(int64_t n, int64_t min_parallel, F&& block) {
   if (n < min_parallel) {
     if (n > 0) block(int64_t{0}, n);
     return;

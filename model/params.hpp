@@ -24,7 +24,7 @@ struct ParamEntry {
   size_t offset = 0;  // first element in the arena
   size_t count = 0;   // elements
   ParamInit init = ParamInit::kNormal;
-  float init_std = 0.0f;  // for kNormal
+  float init_std = 0.0f;     // for kNormal
   bool weight_decay = true;  // false for norms (decoupled decay skips them)
 };
 

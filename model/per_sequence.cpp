@@ -48,16 +48,16 @@ void seq_rmsnorm_backward(T* d_in, T* d_weight, TreeSum<T>& tree, const T* d_out
     const int64_t row0 = int64_t{b} * S;
     T* leaf = tree.leaf();
     std::fill(leaf, leaf + D, T(0));
-    rmsnorm_backward(d_in + row0 * D, leaf, d_out + row0 * D, in + row0 * D, weight, rstd + row0,
-                     S, D);
+    rmsnorm_backward(d_in + row0 * D, leaf, d_out + row0 * D, in + row0 * D, weight, rstd + row0, S,
+                     D);
     tree.push();
   }
   tree.finish(d_weight);
 }
 
 template <class T>
-void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const int32_t* ids,
-                            int B, int S, int D, int V) {
+void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const int32_t* ids, int B,
+                            int S, int D, int V) {
   const size_t VD = static_cast<size_t>(V) * D;
   tree.begin(VD);
   for (int b = 0; b < B; ++b) {
@@ -70,14 +70,14 @@ void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const 
   tree.finish(d_table);
 }
 
-#define MOE_PER_SEQUENCE_INSTANTIATE(T)                                                      \
-  template void seq_linear_forward<T>(T*, const T*, const T*, int, int, int, int);             \
-  template void seq_linear_backward_input<T>(T*, const T*, const T*, int, int, int, int);      \
-  template void seq_linear_weight_backward<T>(T*, TreeSum<T>&, const T*, const T*, int, int,   \
-                                              int, int);                                       \
-  template void seq_rmsnorm_backward<T>(T*, T*, TreeSum<T>&, const T*, const T*, const T*,     \
-                                        const T*, int, int, int);                              \
-  template void seq_embedding_backward<T>(T*, TreeSum<T>&, const T*, const int32_t*, int, int, \
+#define MOE_PER_SEQUENCE_INSTANTIATE(T)                                                           \
+  template void seq_linear_forward<T>(T*, const T*, const T*, int, int, int, int);                \
+  template void seq_linear_backward_input<T>(T*, const T*, const T*, int, int, int, int);         \
+  template void seq_linear_weight_backward<T>(T*, TreeSum<T>&, const T*, const T*, int, int, int, \
+                                              int);                                               \
+  template void seq_rmsnorm_backward<T>(T*, T*, TreeSum<T>&, const T*, const T*, const T*,        \
+                                        const T*, int, int, int);                                 \
+  template void seq_embedding_backward<T>(T*, TreeSum<T>&, const T*, const int32_t*, int, int,    \
                                           int, int);
 MOE_PER_SEQUENCE_INSTANTIATE(float)
 MOE_PER_SEQUENCE_INSTANTIATE(double)

@@ -21,7 +21,8 @@ void seq_linear_forward(T* out, const T* in, const T* weight, int B, int S, int 
 
 // d_in[B·S, I] += d_out·weightᵀ, one sequence at a time.
 template <class T>
-void seq_linear_backward_input(T* d_in, const T* d_out, const T* weight, int B, int S, int I, int O);
+void seq_linear_backward_input(T* d_in, const T* d_out, const T* weight, int B, int S, int I,
+                               int O);
 
 // d_weight[I,O] += Σ_b in_bᵀ·d_out_b (the weight's half of linear_backward).
 template <class T>
@@ -38,7 +39,7 @@ void seq_rmsnorm_backward(T* d_in, T* d_weight, TreeSum<T>& tree, const T* d_out
 
 // d_table[V,D] += the tree over sequences of each sequence's embedding_backward.
 template <class T>
-void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const int32_t* ids,
-                            int B, int S, int D, int V);
+void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const int32_t* ids, int B,
+                            int S, int D, int V);
 
 }  // namespace moe

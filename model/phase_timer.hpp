@@ -9,11 +9,11 @@
 namespace moe {
 
 enum class Phase : int {
-  kAttention,        // attention forward (projections, RoPE, core)
-  kRouter,           // router logits, scores, selection, weights, balance loss, dispatch plan
-  kDispatch,         // count exchange and token all-to-all, forward
-  kExperts,          // local routed experts and shared expert, forward
-  kCombine,          // reverse all-to-all and weighted sum, forward
+  kAttention,  // attention forward (projections, RoPE, core)
+  kRouter,     // router logits, scores, selection, weights, balance loss, dispatch plan
+  kDispatch,   // count exchange and token all-to-all, forward
+  kExperts,    // local routed experts and shared expert, forward
+  kCombine,    // reverse all-to-all and weighted sum, forward
   kAttentionBackward,
   kRouterBackward,
   kDispatchBackward,  // dispatch's backward: input gradients return by all-to-all, summed
@@ -30,9 +30,9 @@ inline constexpr int kNumPhases = static_cast<int>(Phase::kCount);
 
 // Names as written to /perf/phases.
 inline constexpr std::array<const char*, kNumPhases> kPhaseNames = {
-    "attention", "router", "dispatch", "experts", "combine",
+    "attention",     "router",     "dispatch",     "experts",     "combine",
     "attention_bwd", "router_bwd", "dispatch_bwd", "experts_bwd", "combine_bwd",
-    "other", "allreduce", "optimizer", "stats", "checkpoint"};
+    "other",         "allreduce",  "optimizer",    "stats",       "checkpoint"};
 
 struct PhaseTimes {
   std::array<double, kNumPhases> seconds{};  // accumulated since the last reset

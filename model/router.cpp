@@ -1,6 +1,6 @@
 // Routing math of the MoE layer: logits, score functions with gradients, every expert selection
-// (top-k, group-limited, hash, forced), hash tables and combine weights with gradient. Plain row loops: E and K are small.
-// Legend: N rows/tokens, D model width, E experts, K top-k, V vocab.
+// (top-k, group-limited, hash, forced), hash tables and combine weights with gradient. Plain row
+// loops: E and K are small. Legend: N rows/tokens, D model width, E experts, K top-k, V vocab.
 #include "model/router.hpp"
 
 #include <algorithm>
@@ -22,8 +22,7 @@ namespace {
 
 // softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)): never overflows, and keeps full
 // precision for very negative x, where it tends to exp(x) rather than rounding to 0 early.
-template <class T>
-T stable_softplus(T x) {
+template <class T> T stable_softplus(T x) {
   return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x)));
 }
 
@@ -63,8 +62,7 @@ void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D
   }
 }
 
-template <class T>
-void score_forward(T* scores, const T* logits, int N, int E, ScoreFunc f) {
+template <class T> void score_forward(T* scores, const T* logits, int N, int E, ScoreFunc f) {
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
     const T* x = logits + int64_t{n} * E;
@@ -161,8 +159,8 @@ void route_hash(int32_t* expert_idx, const int32_t* token_ids, const int32_t* ta
     const int32_t id = token_ids[n];
     if (id < 0 || id >= V) {
       throw std::out_of_range("route_hash: token id " + std::to_string(id) + " (row " +
-                              std::to_string(n) + ") is outside the vocabulary [0, V=" +
-                              std::to_string(V) + ")");
+                              std::to_string(n) +
+                              ") is outside the vocabulary [0, V=" + std::to_string(V) + ")");
     }
     std::copy_n(table + int64_t{id} * K, K, expert_idx + int64_t{n} * K);
   }
@@ -184,12 +182,11 @@ void route_round_robin(int32_t* expert_idx, int64_t first_global_token, int N, i
 
 void hash_table_init(int32_t* table, int V, int E, int K, uint64_t seed, int layer) {
   if (K <= 0 || K > E || V < 0) {
-    throw std::invalid_argument("hash_table_init: need 0 < K <= E and V >= 0, got K=" +
-                                std::to_string(K) + " E=" + std::to_string(E) +
-                                " V=" + std::to_string(V));
+    throw std::invalid_argument(
+        "hash_table_init: need 0 < K <= E and V >= 0, got K=" + std::to_string(K) +
+        " E=" + std::to_string(E) + " V=" + std::to_string(V));
   }
-  const uint64_t stream =
-      rng_stream(seed, "layers." + std::to_string(layer) + ".moe.tid2eid");
+  const uint64_t stream = rng_stream(seed, "layers." + std::to_string(layer) + ".moe.tid2eid");
   // Partial Fisher-Yates per row: draw j picks uniformly among the E - j experts not yet taken.
   // Draw (row, j) uses counter row·K + j, so a row never depends on the rows before it.
   std::vector<int32_t> perm(E);
@@ -210,14 +207,14 @@ void hash_table_validate(const int32_t* table, int V, int E, int K) {
     for (int j = 0; j < K; ++j) {
       if (r[j] < 0 || r[j] >= E) {
         throw std::invalid_argument("hash table row " + std::to_string(row) + ": expert " +
-                                    std::to_string(r[j]) + " is outside [0, E=" +
-                                    std::to_string(E) + ")");
+                                    std::to_string(r[j]) +
+                                    " is outside [0, E=" + std::to_string(E) + ")");
       }
       for (int i = 0; i < j; ++i) {
         if (r[i] == r[j]) {
-          throw std::invalid_argument("hash table row " + std::to_string(row) + ": expert " +
-                                      std::to_string(r[j]) + " appears twice; a token needs K=" +
-                                      std::to_string(K) + " distinct experts");
+          throw std::invalid_argument(
+              "hash table row " + std::to_string(row) + ": expert " + std::to_string(r[j]) +
+              " appears twice; a token needs K=" + std::to_string(K) + " distinct experts");
         }
       }
     }
@@ -264,8 +261,7 @@ template <class T>
 void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias, int N, int E,
                         int K, int groups, int group_topk) {
   if (groups <= 0 || E % groups != 0 || group_topk <= 0 || group_topk > groups ||
-      K % group_topk != 0 || K / group_topk > E / groups ||
-      group_topk * (E / groups) < K) {
+      K % group_topk != 0 || K / group_topk > E / groups || group_topk * (E / groups) < K) {
     throw std::invalid_argument("route_topk_grouped: impossible grouping");
   }
   const int per_group = E / groups, top_in_group = K / group_topk;
@@ -357,14 +353,14 @@ ForcedRouting forced_routing_from_name(std::string_view spec) {
   return f;
 }
 
-#define MOE_ROUTER_INSTANTIATE(T)                                                            \
-  template void router_logits_forward<T>(T*, const T*, const T*, int, int, int);             \
-  template void score_forward<T>(T*, const T*, int, int, ScoreFunc);                         \
-  template void score_backward<T>(T*, const T*, const T*, const T*, int, int, ScoreFunc);    \
-  template void route_topk<T>(int32_t*, const T*, const float*, int, int, int);              \
-  template void route_weights_forward<T>(T*, const T*, const int32_t*, int, int, int, float); \
-  template void route_weights_backward<T>(T*, const T*, const T*, const int32_t*, int, int,  \
-                                          int, float);                                         \
+#define MOE_ROUTER_INSTANTIATE(T)                                                                \
+  template void router_logits_forward<T>(T*, const T*, const T*, int, int, int);                 \
+  template void score_forward<T>(T*, const T*, int, int, ScoreFunc);                             \
+  template void score_backward<T>(T*, const T*, const T*, const T*, int, int, ScoreFunc);        \
+  template void route_topk<T>(int32_t*, const T*, const float*, int, int, int);                  \
+  template void route_weights_forward<T>(T*, const T*, const int32_t*, int, int, int, float);    \
+  template void route_weights_backward<T>(T*, const T*, const T*, const int32_t*, int, int, int, \
+                                          float);                                                \
   template void route_topk_grouped<T>(int32_t*, const T*, const float*, int, int, int, int, int);
 MOE_ROUTER_INSTANTIATE(float)
 MOE_ROUTER_INSTANTIATE(double)

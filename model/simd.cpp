@@ -24,9 +24,12 @@ std::atomic<int> g_level{static_cast<int>(kBest)};
 
 const char* simd_level_name(SimdLevel level) {
   switch (level) {
-    case SimdLevel::kAvx512: return "avx512";
-    case SimdLevel::kAvx2: return "avx2";
-    default: return "sse2";
+    case SimdLevel::kAvx512:
+      return "avx512";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    default:
+      return "sse2";
   }
 }
 
@@ -34,7 +37,9 @@ bool simd_level_supported(SimdLevel level) {
   return static_cast<int>(level) <= static_cast<int>(kBest);
 }
 
-SimdLevel simd_level() { return static_cast<SimdLevel>(g_level.load(std::memory_order_relaxed)); }
+SimdLevel simd_level() {
+  return static_cast<SimdLevel>(g_level.load(std::memory_order_relaxed));
+}
 
 void simd_level_force(SimdLevel level) {
   if (!simd_level_supported(level)) {
@@ -44,6 +49,8 @@ void simd_level_force(SimdLevel level) {
   g_level.store(static_cast<int>(level));
 }
 
-void simd_level_reset() { g_level.store(static_cast<int>(kBest)); }
+void simd_level_reset() {
+  g_level.store(static_cast<int>(kBest));
+}
 
 }  // namespace moe

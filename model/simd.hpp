@@ -35,14 +35,23 @@ void simd_level_reset();  // back to the best level the CPU has
 // names. `impl` must be [[gnu::always_inline]], and each level's function is [[gnu::flatten]]:
 // everything it calls is compiled into it at its level, at any optimisation level, rather than
 // called at the default one.
-#define MOE_SIMD_KERNEL(name, impl, params, args)                                         \
-  MOE_SIMD_TARGET_AVX512 [[gnu::flatten]] static void name##_avx512 params { impl args; } \
-  MOE_SIMD_TARGET_AVX2 [[gnu::flatten]] static void name##_avx2 params { impl args; }     \
-  [[gnu::flatten]] static void name##_sse2 params { impl args; }                          \
-  static void name params {                                                               \
-    switch (::moe::simd_level()) {                                                        \
-      case ::moe::SimdLevel::kAvx512: return name##_avx512 args;                          \
-      case ::moe::SimdLevel::kAvx2: return name##_avx2 args;                              \
-      default: return name##_sse2 args;                                                   \
-    }                                                                                     \
+#define MOE_SIMD_KERNEL(name, impl, params, args)                            \
+  MOE_SIMD_TARGET_AVX512 [[gnu::flatten]] static void name##_avx512 params { \
+    impl args;                                                               \
+  }                                                                          \
+  MOE_SIMD_TARGET_AVX2 [[gnu::flatten]] static void name##_avx2 params {     \
+    impl args;                                                               \
+  }                                                                          \
+  [[gnu::flatten]] static void name##_sse2 params {                          \
+    impl args;                                                               \
+  }                                                                          \
+  static void name params {                                                  \
+    switch (::moe::simd_level()) {                                           \
+      case ::moe::SimdLevel::kAvx512:                                        \
+        return name##_avx512 args;                                           \
+      case ::moe::SimdLevel::kAvx2:                                          \
+        return name##_avx2 args;                                             \
+      default:                                                               \
+        return name##_sse2 args;                                             \
+    }                                                                        \
   }

@@ -17,6 +17,8 @@ void softmax_row_masked(float* pr, int first, int last, int n) {
   masked_f32(pr, first, last, n);
 }
 
-void softmax_row_backward(float* dr, const float* pr, int n) { backward_f32(dr, pr, n); }
+void softmax_row_backward(float* dr, const float* pr, int n) {
+  backward_f32(dr, pr, n);
+}
 
 }  // namespace moe

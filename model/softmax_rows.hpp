@@ -18,8 +18,7 @@ namespace moe {
 inline constexpr int kRowLanes = 16;
 
 // max_c x[c] over n >= 1 elements; exact, so the same whatever the order of comparisons.
-template <class T>
-[[gnu::always_inline]] inline T row_max(const T* x, int n) {
+template <class T> [[gnu::always_inline]] inline T row_max(const T* x, int n) {
   T acc[kRowLanes];
   std::fill(acc, acc + kRowLanes, -std::numeric_limits<T>::infinity());
   int c0 = 0;
@@ -31,8 +30,7 @@ template <class T>
 }
 
 // Σ_c x[c] in kRowLanes partial sums.
-template <class T>
-[[gnu::always_inline]] inline T row_sum(const T* x, int n) {
+template <class T> [[gnu::always_inline]] inline T row_sum(const T* x, int n) {
   T acc[kRowLanes] = {};
   int c0 = 0;
   for (; c0 + kRowLanes <= n; c0 += kRowLanes) {
@@ -45,8 +43,7 @@ template <class T>
 }
 
 // Σ_c x[c]·y[c] in kRowLanes partial sums.
-template <class T>
-[[gnu::always_inline]] inline T row_dot(const T* x, const T* y, int n) {
+template <class T> [[gnu::always_inline]] inline T row_dot(const T* x, const T* y, int n) {
   T acc[kRowLanes] = {};
   int c0 = 0;
   for (; c0 + kRowLanes <= n; c0 += kRowLanes) {

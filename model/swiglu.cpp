@@ -29,8 +29,8 @@ constexpr int64_t kParallelMin = 8192;
 template <class T>
 [[gnu::always_inline]] inline void forward_block(T* h, const T* g, const T* v, int64_t n, T lim) {
   for (int64_t i = 0; i < n; ++i) {
-    const T gi = g[i], vi = v[i];  // values, not references into memory, for min/max
-    const T gc = std::min(gi, lim);                 // g' = min(g, limit)
+    const T gi = g[i], vi = v[i];    // values, not references into memory, for min/max
+    const T gc = std::min(gi, lim);  // g' = min(g, limit)
     const T vc = std::min(std::max(vi, -lim), lim);  // v' = clamp(v, ±limit); NaN stays NaN
     h[i] = gc * stable_sigmoid(gc) * vc;
   }
@@ -38,7 +38,7 @@ template <class T>
 
 template <class T>
 [[gnu::always_inline]] inline void backward_block(T* d_g, T* d_v, const T* d_h, const T* g,
-                                                   const T* v, int64_t n, T lim) {
+                                                  const T* v, int64_t n, T lim) {
   for (int64_t i = 0; i < n; ++i) {
     const T gi = g[i], vi = v[i];
     const T gc = std::min(gi, lim);
@@ -56,8 +56,7 @@ template <class T>
 
 // The float loops, one build per instruction-set level (model/simd.hpp).
 MOE_SIMD_KERNEL(forward_block_f32, forward_block,
-                (float* h, const float* g, const float* v, int64_t n, float lim),
-                (h, g, v, n, lim))
+                (float* h, const float* g, const float* v, int64_t n, float lim), (h, g, v, n, lim))
 MOE_SIMD_KERNEL(backward_block_f32, backward_block,
                 (float* d_g, float* d_v, const float* d_h, const float* g, const float* v,
                  int64_t n, float lim),
@@ -65,8 +64,7 @@ MOE_SIMD_KERNEL(backward_block_f32, backward_block,
 
 }  // namespace
 
-template <class T>
-void swiglu_forward(T* h, const T* g, const T* v, int64_t n, float limit) {
+template <class T> void swiglu_forward(T* h, const T* g, const T* v, int64_t n, float limit) {
   const T lim = clamp_bound<T>(limit);
   parallel_blocks(n, kParallelMin, [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, float>) {
@@ -78,8 +76,7 @@ void swiglu_forward(T* h, const T* g, const T* v, int64_t n, float limit) {
 }
 
 template <class T>
-void swiglu_backward(T* d_g, T* d_v, const T* d_h, const T* g, const T* v, int64_t n,
-                     float limit) {
+void swiglu_backward(T* d_g, T* d_v, const T* d_h, const T* g, const T* v, int64_t n, float limit) {
   const T lim = clamp_bound<T>(limit);
   parallel_blocks(n, kParallelMin, [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, float>) {
@@ -94,7 +91,7 @@ template void swiglu_forward<float>(float*, const float*, const float*, int64_t,
 template void swiglu_forward<double>(double*, const double*, const double*, int64_t, float);
 template void swiglu_backward<float>(float*, float*, const float*, const float*, const float*,
                                      int64_t, float);
-template void swiglu_backward<double>(double*, double*, const double*, const double*,
-                                      const double*, int64_t, float);
+template void swiglu_backward<double>(double*, double*, const double*, const double*, const double*,
+                                      int64_t, float);
 
 }  // namespace moe

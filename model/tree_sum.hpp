@@ -45,7 +45,8 @@ template <class T> class TreeSum {
 
   // The next leaf's buffer, to be overwritten by the caller before push().
   T* leaf() {
-    if (sizes_.size() >= buffers_.size()) throw std::logic_error("TreeSum: more leaves than reserved");
+    if (sizes_.size() >= buffers_.size())
+      throw std::logic_error("TreeSum: more leaves than reserved");
     return buffers_[sizes_.size()].data();
   }
 

@@ -17,10 +17,10 @@ namespace moe {
 // Views into a Trainer: parameters and AdamW moments of both arenas, and the routing state.
 struct TrainState {
   const ModelConfig* model = nullptr;
-  const ModelLayout* layout = nullptr;  // this rank's layout (its own experts)
-  ExpertPlacement placement;            // E experts over P EP ranks
-  const Comm* ep = nullptr;             // this rank's EP group
-  int ep_group = 0;                     // its index; group 0 holds world rank 0
+  const ModelLayout* layout = nullptr;             // this rank's layout (its own experts)
+  ExpertPlacement placement;                       // E experts over P EP ranks
+  const Comm* ep = nullptr;                        // this rank's EP group
+  int ep_group = 0;                                // its index; group 0 holds world rank 0
   std::span<float> dense, dense_m, dense_v;        // [dense elements]
   std::span<float> experts, experts_m, experts_v;  // [this rank's expert elements]
   RoutingState* routing = nullptr;                 // bias [L, E], hash tables [L_h, V, K]
@@ -28,8 +28,8 @@ struct TrainState {
 
 // Collective over `world`. Rank 0 writes the checkpoint `path` with header `h`: its own dense
 // tensors (replicated on every rank) and the experts of EP group 0 (which holds world rank 0 as
-// its EP rank 0, and each expert once), gathered to it. Throws CheckpointError on every rank when the write
-// failed, with rank 0's reason there and a pointer to rank 0 elsewhere.
+// its EP rank 0, and each expert once), gathered to it. Throws CheckpointError on every rank when
+// the write failed, with rank 0's reason there and a pointer to rank 0 elsewhere.
 void checkpoint_save(const std::string& path, const CheckpointHeader& h, const TrainState& s,
                      const Comm& world);
 

@@ -42,7 +42,8 @@ size_t config_first_disagreement(std::span<const int64_t> reduced);
 
 // Collective over `world`: returns when every rank holds the same items. Otherwise every rank
 // throws SetupError, and rank 0 reports it: the first differing option, its value on rank 0 and on
-// the lowest rank that differs (escaped excerpts), e.g. "--steps is '5' on rank 0 but '6' on rank 1".
+// the lowest rank that differs (escaped excerpts), e.g. "--steps is '5' on rank 0 but '6' on rank
+// 1".
 void config_agree(const Comm& world, const RunConfig& cfg);
 
 }  // namespace moe

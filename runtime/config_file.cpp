@@ -13,10 +13,14 @@
 namespace moe {
 namespace {
 
-bool is_blank(char c) { return c == ' ' || c == '\t'; }
+bool is_blank(char c) {
+  return c == ' ' || c == '\t';
+}
 
 // A byte no line may hold raw: the C0 controls but tab, and DEL.
-bool is_control(unsigned char c) { return (c < 0x20 && c != '\t') || c == 0x7f; }
+bool is_control(unsigned char c) {
+  return (c < 0x20 && c != '\t') || c == 0x7f;
+}
 
 std::string_view trim_left(std::string_view s) {
   while (!s.empty() && is_blank(s.front())) s.remove_prefix(1);
@@ -93,11 +97,21 @@ std::pair<std::string, std::string> parse_line(std::string_view line, const std:
     }
     const char escape = ++i < rest.size() ? rest[i] : '\0';
     switch (escape) {
-      case '"': value += '"'; break;
-      case '\\': value += '\\'; break;
-      case 'n': value += '\n'; break;
-      case 't': value += '\t'; break;
-      case 'r': value += '\r'; break;
+      case '"':
+        value += '"';
+        break;
+      case '\\':
+        value += '\\';
+        break;
+      case 'n':
+        value += '\n';
+        break;
+      case 't':
+        value += '\t';
+        break;
+      case 'r':
+        value += '\r';
+        break;
       case 'x': {
         const int hi = i + 1 < rest.size() ? hex_digit(rest[i + 1]) : -1;
         const int lo = i + 2 < rest.size() ? hex_digit(rest[i + 2]) : -1;
@@ -186,8 +200,8 @@ std::string config_file_where(const std::string& path, int line) {
 }
 
 std::string config_value_to_text(std::string_view value) {
-  bool quote = value.starts_with('"') || (!value.empty() && (is_blank(value.front()) ||
-                                                             is_blank(value.back())));
+  bool quote = value.starts_with('"') ||
+               (!value.empty() && (is_blank(value.front()) || is_blank(value.back())));
   for (const char c : value) {
     quote = quote || c == '#' || c == '\t' || is_control(static_cast<unsigned char>(c));
   }
@@ -195,11 +209,21 @@ std::string config_value_to_text(std::string_view value) {
   std::string text = "\"";
   for (const char c : value) {
     switch (c) {
-      case '"': text += "\\\""; break;
-      case '\\': text += "\\\\"; break;
-      case '\n': text += "\\n"; break;
-      case '\t': text += "\\t"; break;
-      case '\r': text += "\\r"; break;
+      case '"':
+        text += "\\\"";
+        break;
+      case '\\':
+        text += "\\\\";
+        break;
+      case '\n':
+        text += "\\n";
+        break;
+      case '\t':
+        text += "\\t";
+        break;
+      case '\r':
+        text += "\\r";
+        break;
       default:
         text += is_control(static_cast<unsigned char>(c)) ? hex_byte(static_cast<unsigned char>(c))
                                                           : std::string(1, c);
@@ -235,7 +259,8 @@ std::string text_excerpt(std::string_view text, size_t max_bytes) {
 }
 
 const char* config_file_syntax_help() {
-  return "Config files (--config): `key = value` lines, the keys the long names above. A `#` starts\n"
+  return "Config files (--config): `key = value` lines, the keys the long names above. A `#` "
+         "starts\n"
          "a comment at the start of a line or of a value, or after a space or tab, so run#1.h5 is\n"
          "one value. A value in double quotes keeps its spaces and `#`, with the escapes\n"
          "\\\" \\\\ \\n \\t \\r \\xNN (the only way to write a control character). Example:\n"

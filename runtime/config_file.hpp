@@ -49,7 +49,7 @@ std::string config_file_where(const std::string& path, int line);
 // else quoted and escaped. config_text_parse of `key = <this>` gives `value` back exactly.
 std::string config_value_to_text(std::string_view value);
 
-inline constexpr size_t kExcerptBytes = 80;      // a value quoted in an error message
+inline constexpr size_t kExcerptBytes = 80;        // a value quoted in an error message
 inline constexpr size_t kPathExcerptBytes = 1024;  // a file name, which is of little use cut
 
 // `text` made safe to quote in a one-line message: printable ASCII and well-formed UTF-8 as they

@@ -42,8 +42,7 @@ int report_end(const moe::TrainSummary& s, bool rank0) {
         std::fprintf(stderr,
                      "moe_rt: error: step %s: loss %g, gradient norm %g: not finite (%s); the "
                      "step updated nothing and the run stopped; %s\n",
-                     step.c_str(), r.loss, r.grad_norm, s.end_detail.c_str(),
-                     checkpoint.c_str());
+                     step.c_str(), r.loss, r.grad_norm, s.end_detail.c_str(), checkpoint.c_str());
       }
       return 4;
     case RunEnd::kCheckpointFailed:
@@ -81,7 +80,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     const moe::TrainSummary summary = moe::train_run(cfg, world, /*quiet=*/false,
-                                                      /*measure_peak=*/true);
+                                                     /*measure_peak=*/true);
     if (world.rank() == 0) moe::report_summary(summary, summary.stats_path);
     return report_end(summary, world.rank() == 0);
   } catch (const moe::SetupError& e) {

@@ -18,8 +18,8 @@ struct OptionField {
   const char* help;
   std::function<std::string(const RunConfig&)> get;
   std::function<void(RunConfig&, const std::string&)> set;  // throws ConfigError naming it
-  bool is_flag = false;    // boolean: `--name` alone means true; `name = false` in a file
-  char kind = 's';         // the value's type: 'b' bool, 'i' int, 'u' unsigned, 'f' real, 's' text
+  bool is_flag = false;  // boolean: `--name` alone means true; `name = false` in a file
+  char kind = 's';       // the value's type: 'b' bool, 'i' int, 'u' unsigned, 'f' real, 's' text
 };
 
 // Every configuration option, in --help order.

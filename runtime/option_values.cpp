@@ -60,12 +60,26 @@ void option_value_from_text(const std::string&, const std::string& text, ScoreFu
   out = with_value_excerpt(text, [](const std::string& t) { return score_func_from_name(t); });
 }
 
-std::string option_value_to_text(int v) { return option_number_to_text(v); }
-std::string option_value_to_text(uint64_t v) { return option_number_to_text(v); }
-std::string option_value_to_text(double v) { return option_number_to_text(v); }
-std::string option_value_to_text(float v) { return option_number_to_text(v); }
-std::string option_value_to_text(const std::string& v) { return v; }
-std::string option_value_to_text(bool v) { return v ? "true" : "false"; }
-std::string option_value_to_text(ScoreFunc v) { return score_func_name(v); }
+std::string option_value_to_text(int v) {
+  return option_number_to_text(v);
+}
+std::string option_value_to_text(uint64_t v) {
+  return option_number_to_text(v);
+}
+std::string option_value_to_text(double v) {
+  return option_number_to_text(v);
+}
+std::string option_value_to_text(float v) {
+  return option_number_to_text(v);
+}
+std::string option_value_to_text(const std::string& v) {
+  return v;
+}
+std::string option_value_to_text(bool v) {
+  return v ? "true" : "false";
+}
+std::string option_value_to_text(ScoreFunc v) {
+  return score_func_name(v);
+}
 
 }  // namespace moe

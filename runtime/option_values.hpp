@@ -22,8 +22,7 @@ void option_value_from_text(const std::string& option, const std::string& text, 
 void option_value_from_text(const std::string& option, const std::string& text, ScoreFunc& out);
 
 // Shortest text that reads back to the same value (std::to_chars' guarantee).
-template <class T>
-std::string option_number_to_text(T value) {
+template <class T> std::string option_number_to_text(T value) {
   char buffer[64];
   const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
   return std::string(buffer, result.ptr);

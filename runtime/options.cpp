@@ -9,8 +9,8 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -56,11 +56,10 @@ po::options_description config_options(bool show_defaults) {
 
 po::options_description action_options() {
   po::options_description desc("Actions", 100, 50);
-  desc.add_options()
-      ("config", po::value<std::string>()->value_name("FILE"),
-       "read `key = value` lines (syntax below); command line > file > preset")
-      ("print-config", po::bool_switch(), "print the resolved configuration and exit")
-      ("help", po::bool_switch(), "print this help and exit");
+  desc.add_options()("config", po::value<std::string>()->value_name("FILE"),
+                     "read `key = value` lines (syntax below); command line > file > preset")(
+      "print-config", po::bool_switch(), "print the resolved configuration and exit")(
+      "help", po::bool_switch(), "print this help and exit");
   return desc;
 }
 
@@ -94,7 +93,6 @@ po::variables_map parse_command_line(int argc, const char* const* argv) {
   return values;
 }
 
-
 // The file's values over the preset (whose name it may have given), each error naming the line.
 void apply_file_values(RunConfig& cfg, const std::vector<ConfigEntry>& entries) {
   for (const ConfigEntry& entry : entries) {
@@ -117,7 +115,8 @@ void require_nonnegative(double value, const char* option) {
   }
 }
 
-// ---- resuming ------------------------------------------------------------------------------------
+// ---- resuming
+// ------------------------------------------------------------------------------------
 
 // What --resume does with an option (docs/checkpoints.md, "Options on resume").
 enum class OnResume {
@@ -128,13 +127,13 @@ enum class OnResume {
 
 OnResume on_resume(std::string_view name) {
   // --batch-per-rank is continued as the global batch: run_config_fit_world.
-  for (std::string_view n : {"steps", "checkpoint-every", "keep-checkpoints", "trace-every",
-                             "check-bias", "batch-per-rank", "val-data", "eval-every",
-                             "eval-batches"}) {
+  for (std::string_view n :
+       {"steps", "checkpoint-every", "keep-checkpoints", "trace-every", "check-bias",
+        "batch-per-rank", "val-data", "eval-every", "eval-batches"}) {
     if (name == n) return OnResume::kContinued;
   }
-  for (std::string_view n : {"stats", "overwrite", "ep", "ranks-per-host", "threads", "checkpoint-dir",
-                             "resume"}) {
+  for (std::string_view n :
+       {"stats", "overwrite", "ep", "ranks-per-host", "threads", "checkpoint-dir", "resume"}) {
     if (name == n) return OnResume::kOwn;
   }
   return OnResume::kFromCheckpoint;
@@ -179,10 +178,11 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
       case OnResume::kFromCheckpoint:
         if (given(name) && f.get(requested) != f.get(cfg)) {
           throw ConfigError("--" + name + "=" + text_excerpt(f.get(requested)) +
-                            " conflicts with checkpoint '" + path + "', which has " + name +
-                            " = " + text_excerpt(f.get(cfg)) +
+                            " conflicts with checkpoint '" + path + "', which has " + name + " = " +
+                            text_excerpt(f.get(cfg)) +
                             ": a resumed run takes the options that change its arithmetic from "
-                            "the checkpoint (drop --" + name + ", or start a new run)");
+                            "the checkpoint (drop --" +
+                            name + ", or start a new run)");
         }
         break;
       case OnResume::kContinued:
@@ -194,8 +194,8 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
     }
   }
   cfg.config_path = requested.config_path;
-  cfg.resume_point = {path, h.step, h.global_batch, h.stats_path, h.data_description,
-                      given("batch-per-rank")};
+  cfg.resume_point = {
+      path, h.step, h.global_batch, h.stats_path, h.data_description, given("batch-per-rank")};
   if (cfg.steps <= h.step + 1) {
     throw ConfigError("--steps=" + std::to_string(cfg.steps) + ": checkpoint '" + path +
                       "' has already run " + std::to_string(h.step + 1) +
@@ -224,10 +224,10 @@ void run_config_fit_world(RunConfig& cfg, int world_size) {
     return;
   }
   if (r.global_batch % W != 0) {
-    throw ConfigError("checkpoint '" + r.checkpoint + "' trains " +
-                      std::to_string(r.global_batch) + " sequences per step, which " +
-                      std::to_string(W) + " ranks cannot share evenly: resume on a rank count " +
-                      "that divides " + std::to_string(r.global_batch));
+    throw ConfigError("checkpoint '" + r.checkpoint + "' trains " + std::to_string(r.global_batch) +
+                      " sequences per step, which " + std::to_string(W) +
+                      " ranks cannot share evenly: resume on a rank count " + "that divides " +
+                      std::to_string(r.global_batch));
   }
   cfg.model.batch_per_rank = static_cast<int>(r.global_batch / W);
 }
@@ -277,8 +277,7 @@ std::string options_help_text() {
       << "Every rank must be given the same configuration (--threads may differ).\n\n"
       << config_options(true) << "\n"
       << action_options() << "\n"
-      << config_file_syntax_help()
-      << "\nPresets (--model):\n";
+      << config_file_syntax_help() << "\nPresets (--model):\n";
   for (const ModelPreset& p : preset_table()) out << "  " << p.name << ": " << p.summary << "\n";
   return out.str();
 }
@@ -313,10 +312,10 @@ void run_config_validate(const RunConfig& cfg) {
     const int per_group = m.experts / cfg.routing_groups;
     if (cfg.group_topk < 1 || cfg.group_topk > cfg.routing_groups ||
         m.top_k % cfg.group_topk != 0 || m.top_k / cfg.group_topk > per_group) {
-      throw ConfigError("--group-topk=" + std::to_string(cfg.group_topk) +
-                        " must be in [1, --routing-groups], divide --top-k=" +
-                        std::to_string(m.top_k) + ", and leave K/M <= experts per group (" +
-                        std::to_string(per_group) + ")");
+      throw ConfigError(
+          "--group-topk=" + std::to_string(cfg.group_topk) +
+          " must be in [1, --routing-groups], divide --top-k=" + std::to_string(m.top_k) +
+          ", and leave K/M <= experts per group (" + std::to_string(per_group) + ")");
     }
   }
   if (!cfg.hash_table_path.empty() && m.hash_layers == 0) {
@@ -341,8 +340,9 @@ void run_config_validate(const RunConfig& cfg) {
   }
   if (cfg.checkpoint_every > 0 && cfg.stats_path == kNoStats && cfg.checkpoint_dir.empty() &&
       !cfg.resume_point.active()) {
-    throw ConfigError("--checkpoint-every needs --checkpoint-dir when --stats is none (the "
-                      "default folder is named after the statistics file)");
+    throw ConfigError(
+        "--checkpoint-every needs --checkpoint-dir when --stats is none (the "
+        "default folder is named after the statistics file)");
   }
   if (cfg.ep < 0) {
     throw ConfigError("--ep must be >= 0 (0 = default), got " + std::to_string(cfg.ep));

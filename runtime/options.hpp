@@ -14,54 +14,54 @@
 namespace moe {
 
 inline constexpr const char* kDefaultModelName = "deepseek4-tiny";
-inline constexpr const char* kNoStats = "none";  // --stats none: write no statistics file
+inline constexpr const char* kNoStats = "none";    // --stats none: write no statistics file
 inline constexpr const char* kNoValData = "none";  // --val-data none: no validation
-inline constexpr int kMaxThreads = 1024;  // --threads above this is refused
+inline constexpr int kMaxThreads = 1024;           // --threads above this is refused
 
 // Where a resumed run continues from (options_parse fills it from the checkpoint's header).
 struct ResumePoint {
-  std::string checkpoint;     // the checkpoint file (a --resume directory resolved to its newest)
-  int64_t step = -1;          // the checkpoint's last completed step; the run starts at step + 1
-  int64_t global_batch = 0;   // sequences per step over all ranks
-  std::string stats_path;     // the statistics file of the run that wrote it, "" for none
+  std::string checkpoint;    // the checkpoint file (a --resume directory resolved to its newest)
+  int64_t step = -1;         // the checkpoint's last completed step; the run starts at step + 1
+  int64_t global_batch = 0;  // sequences per step over all ranks
+  std::string stats_path;    // the statistics file of the run that wrote it, "" for none
   std::string data_description;  // the data it trained on, as TokenSource::describe() said
-  bool batch_given = false;   // --batch-per-rank was given for the resumed run
+  bool batch_given = false;      // --batch-per-rank was given for the resumed run
   bool active() const { return step >= 0; }
 };
 
 struct RunConfig {
-  ModelConfig model;                             // the preset, then any overrides
-  std::string model_name = kDefaultModelName;    // --model
-  int steps = 200;                               // --steps: ~1.5 min at 8 ranks on 2 cores
-  uint64_t seed = 1234;                          // --seed: weights, hash tables, synthetic data
-  std::string data = "synthetic";                // --data: synthetic, tokens:PATH, text:PATH
-  std::string val_data = kNoValData;             // --val-data: validation source, or none
-  int eval_every = 0;                            // --eval-every: steps, 0 = after the last only
-  int eval_batches = 4;                          // --eval-batches: global batches per evaluation
-  std::string stats_path;                        // --stats: "" = runs/<model>-<time>.h5
-  double lr = 3e-3;                              // --lr: AdamW learning rate after warmup
-  int warmup_steps = 10;                         // --warmup-steps: linear warmup to --lr
-  int lr_decay_steps = 0;                        // --lr-decay-steps: cosine horizon, 0 = --steps
-  double weight_decay = 0.1;                     // --weight-decay: AdamW's decoupled decay
-  double grad_clip = 1.0;                        // --grad-clip: global L2 norm, 0 = off
-  double bias_update_rate = 0.01;                // --bias-update-rate: γ, 0 = off (DeepSeek: 0.001)
-  double seq_aux_loss_weight = 0.0001;           // --seq-aux-loss-weight: α, 0 = off
-  bool bias_update_center = false;               // --bias-update-center: mean-centre the update
-  std::string balance_loss_form = "deepseek";    // --balance-loss-form: deepseek or maxtext
-  std::string force_balance = "none";            // --force-balance: none, round-robin, random
-  int routing_groups = 1;                        // --routing-groups: G, 1 = no group limit
-  int group_topk = 1;                            // --group-topk: M groups kept per token
-  std::string hash_table_path;                   // --hash-table: "" = seeded tables
-  bool check_bias = false;                       // --check-bias: verify bias equal on all ranks
-  bool overwrite = false;                        // --overwrite: replace an existing --stats file
-  int trace_every = 0;                           // --trace-every: routing traces, 0 = off
-  int checkpoint_every = 0;                      // --checkpoint-every: steps, 0 = off
-  std::string checkpoint_dir;                    // --checkpoint-dir: "" = beside the stats file
-  int keep_checkpoints = 2;                      // --keep-checkpoints: the newest K are kept
-  std::string resume;                            // --resume: a checkpoint or its directory
-  int ep = 0;                                    // --ep: P, 0 = default_ep_size(W, E)
-  int ranks_per_host = 0;                        // --ranks-per-host: N, 0 = auto (the launcher)
-  int threads = 0;                               // --threads: per rank, 0 = cores / ranks
+  ModelConfig model;                           // the preset, then any overrides
+  std::string model_name = kDefaultModelName;  // --model
+  int steps = 200;                             // --steps: ~1.5 min at 8 ranks on 2 cores
+  uint64_t seed = 1234;                        // --seed: weights, hash tables, synthetic data
+  std::string data = "synthetic";              // --data: synthetic, tokens:PATH, text:PATH
+  std::string val_data = kNoValData;           // --val-data: validation source, or none
+  int eval_every = 0;                          // --eval-every: steps, 0 = after the last only
+  int eval_batches = 4;                        // --eval-batches: global batches per evaluation
+  std::string stats_path;                      // --stats: "" = runs/<model>-<time>.h5
+  double lr = 3e-3;                            // --lr: AdamW learning rate after warmup
+  int warmup_steps = 10;                       // --warmup-steps: linear warmup to --lr
+  int lr_decay_steps = 0;                      // --lr-decay-steps: cosine horizon, 0 = --steps
+  double weight_decay = 0.1;                   // --weight-decay: AdamW's decoupled decay
+  double grad_clip = 1.0;                      // --grad-clip: global L2 norm, 0 = off
+  double bias_update_rate = 0.01;              // --bias-update-rate: γ, 0 = off (DeepSeek: 0.001)
+  double seq_aux_loss_weight = 0.0001;         // --seq-aux-loss-weight: α, 0 = off
+  bool bias_update_center = false;             // --bias-update-center: mean-centre the update
+  std::string balance_loss_form = "deepseek";  // --balance-loss-form: deepseek or maxtext
+  std::string force_balance = "none";          // --force-balance: none, round-robin, random
+  int routing_groups = 1;                      // --routing-groups: G, 1 = no group limit
+  int group_topk = 1;                          // --group-topk: M groups kept per token
+  std::string hash_table_path;                 // --hash-table: "" = seeded tables
+  bool check_bias = false;                     // --check-bias: verify bias equal on all ranks
+  bool overwrite = false;                      // --overwrite: replace an existing --stats file
+  int trace_every = 0;                         // --trace-every: routing traces, 0 = off
+  int checkpoint_every = 0;                    // --checkpoint-every: steps, 0 = off
+  std::string checkpoint_dir;                  // --checkpoint-dir: "" = beside the stats file
+  int keep_checkpoints = 2;                    // --keep-checkpoints: the newest K are kept
+  std::string resume;                          // --resume: a checkpoint or its directory
+  int ep = 0;                                  // --ep: P, 0 = default_ep_size(W, E)
+  int ranks_per_host = 0;                      // --ranks-per-host: N, 0 = auto (the launcher)
+  int threads = 0;                             // --threads: per rank, 0 = cores / ranks
 
   // Actions and provenance; not configuration, so not part of run_config_to_text.
   bool help = false;          // --help: the caller prints options_help_text() and exits
@@ -71,7 +71,9 @@ struct RunConfig {
 };
 
 // Whether the run evaluates a validation loss (--val-data is not none).
-inline bool has_val_data(const RunConfig& cfg) { return cfg.val_data != kNoValData; }
+inline bool has_val_data(const RunConfig& cfg) {
+  return cfg.val_data != kNoValData;
+}
 
 // The EP group size P of a run on `world_size` ranks: --ep, else default_ep_size(W, E).
 inline int run_ep_size(const RunConfig& cfg, int world_size) {
@@ -113,6 +115,5 @@ struct RunConfigValue {
 };
 // Every configuration option, in --help order.
 std::vector<RunConfigValue> run_config_values(const RunConfig& cfg);
-
 
 }  // namespace moe

@@ -17,13 +17,13 @@ namespace moe {
 // What a step measured, globally reduced: the step line, the statistics file and tests read it.
 struct StepRecord {
   int64_t step = 0;
-  double loss = 0.0;            // LM cross-entropy, global mean
-  double balance_loss = 0.0;    // total sequence-wise balance loss added
-  double grad_norm = 0.0;       // before clipping
+  double loss = 0.0;          // LM cross-entropy, global mean
+  double balance_loss = 0.0;  // total sequence-wise balance loss added
+  double grad_norm = 0.0;     // before clipping
   double lr = 0.0;
-  double step_time_s = 0.0;     // the slowest rank's step time
+  double step_time_s = 0.0;  // the slowest rank's step time
   double tokens_per_s = 0.0;
-  double worst_violation = 0.0; // worst max_violation over top-k (or forced) layers
+  double worst_violation = 0.0;            // worst max_violation over top-k (or forced) layers
   std::vector<int64_t> expert_load;        // [L, E] global counts of the step
   std::vector<int64_t> rank_load;          // [L, W] assignments received by each rank
   std::vector<int64_t> dispatch_rows;      // [L] assignments dispatched, all ranks (T·K)
@@ -40,14 +40,14 @@ struct StepRecord {
 // A validation loss after a step (--val-data): forward only, over --eval-batches global batches
 // of validation sequences, the same ones at every evaluation. Globally reduced.
 struct EvalRecord {
-  int64_t step = 0;             // the training step it followed
-  double loss = 0.0;            // LM cross-entropy, mean over the validation tokens
-  int64_t tokens = 0;           // validation tokens (targets) evaluated
-  double time_s = 0.0;          // wall time of the evaluation (not part of any step's time)
-  double worst_violation = 0.0; // worst max_violation over top-k (or forced) layers
-  std::vector<int64_t> expert_load;    // [L, E] assignments over all validation tokens
-  std::vector<double> load_variance;   // [L] population variance of expert_load
-  std::vector<double> max_violation;   // [L] (max − mean)/mean
+  int64_t step = 0;                   // the training step it followed
+  double loss = 0.0;                  // LM cross-entropy, mean over the validation tokens
+  int64_t tokens = 0;                 // validation tokens (targets) evaluated
+  double time_s = 0.0;                // wall time of the evaluation (not part of any step's time)
+  double worst_violation = 0.0;       // worst max_violation over top-k (or forced) layers
+  std::vector<int64_t> expert_load;   // [L, E] assignments over all validation tokens
+  std::vector<double> load_variance;  // [L] population variance of expert_load
+  std::vector<double> max_violation;  // [L] (max − mean)/mean
 };
 
 // Where the time of the steps after the first went, per phase (model/phase_timer.hpp).
@@ -68,15 +68,15 @@ enum class RunEnd {
 struct TrainSummary {
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;  // --val-data: in step order
-  std::string stats_path;       // the statistics file written, empty for --stats none
-  bool stats_removed = false;   // the statistics file was removed (or replaced) during the run
+  std::string stats_path;         // the statistics file written, empty for --stats none
+  bool stats_removed = false;     // the statistics file was removed (or replaced) during the run
   PhaseSummary phases;
-  double model_gflops = 0;      // training FLOPs per second: 3 · forward FLOPs/token · tokens/s
-  double peak_gflops = 0;       // measured sgemm rate of one core × cores in use (0: not measured)
+  double model_gflops = 0;  // training FLOPs per second: 3 · forward FLOPs/token · tokens/s
+  double peak_gflops = 0;   // measured sgemm rate of one core × cores in use (0: not measured)
   int peak_cores = 0;
   double entropy_floor = -1.0;  // nats; < 0 when the data has no known floor
   std::string data_description;
-  std::string val_data_description;  // "" without --val-data
+  std::string val_data_description;      // "" without --val-data
   std::vector<RoutingMode> layer_modes;  // [L] how each layer routes
   int num_hosts = 1;                     // hosts the ranks lie on (comm/host_layout.hpp)
   int top_k = 1;                         // K

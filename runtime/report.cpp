@@ -14,16 +14,16 @@ namespace moe {
 
 void report_config(const RunConfig& cfg, const RunShape& s) {
   std::printf("moe_rt: %s on %d ranks (EP group %d, %d replicas), %d thread(s) per rank\n",
-              cfg.model_name.c_str(), s.world_size, s.ep_size, s.world_size / s.ep_size,
-              s.threads);
+              cfg.model_name.c_str(), s.world_size, s.ep_size, s.world_size / s.ep_size, s.threads);
   std::printf("  ranks: %s\n", s.layout.c_str());
   std::printf("  %s\n", blas_info().c_str());
   std::printf("  parameters: %zu replicated + %zu in experts\n", s.dense_params, s.expert_params);
-  std::printf("  memory per rank: about %.0f MiB (parameters, gradients, AdamW %.0f; activations "
-              "%.0f; data %.1f)\n",
-              (s.memory.total() + static_cast<double>(s.data_private_bytes)) / 1048576.0,
-              s.memory.param_bytes / 1048576.0, s.memory.act_bytes / 1048576.0,
-              static_cast<double>(s.data_private_bytes) / 1048576.0);
+  std::printf(
+      "  memory per rank: about %.0f MiB (parameters, gradients, AdamW %.0f; activations "
+      "%.0f; data %.1f)\n",
+      (s.memory.total() + static_cast<double>(s.data_private_bytes)) / 1048576.0,
+      s.memory.param_bytes / 1048576.0, s.memory.act_bytes / 1048576.0,
+      static_cast<double>(s.data_private_bytes) / 1048576.0);
   if (s.data_mapped_bytes > 0) {
     // Page cache: one copy per node, filled as the ranks read, and reclaimable (see README, Data).
     std::printf("  data file: %.0f MiB mapped read-only, shared page cache (not per rank)\n",
@@ -31,11 +31,11 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
   }
   std::printf("  data: %s\n", s.data.c_str());
   if (!s.val_data.empty()) {
-    const std::string when = cfg.eval_every > 0 ? "every " + std::to_string(cfg.eval_every) +
-                                                      " steps and after the last"
-                                                : "after the last step";
-    std::printf("  validation: %s; %d global batch(es), %s\n", s.val_data.c_str(),
-                cfg.eval_batches, when.c_str());
+    const std::string when =
+        cfg.eval_every > 0 ? "every " + std::to_string(cfg.eval_every) + " steps and after the last"
+                           : "after the last step";
+    std::printf("  validation: %s; %d global batch(es), %s\n", s.val_data.c_str(), cfg.eval_batches,
+                when.c_str());
   }
   std::printf("  statistics: %s\n", s.stats_path.empty() ? "(none)" : s.stats_path.c_str());
   std::printf("  ------------------------------------------------------------\n");
@@ -52,8 +52,8 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
     start = end + 1;
   }
   std::printf("  ------------------------------------------------------------\n");
-  std::printf("%6s %9s %10s %9s %9s %8s %9s %8s%s\n", "step", "loss", "bal_loss", "grad_norm",
-              "lr", "ms", "tok/s", "max_viol", s.val_data.empty() ? "" : "  val_loss val_viol");
+  std::printf("%6s %9s %10s %9s %9s %8s %9s %8s%s\n", "step", "loss", "bal_loss", "grad_norm", "lr",
+              "ms", "tok/s", "max_viol", s.val_data.empty() ? "" : "  val_loss val_viol");
   std::fflush(stdout);
 }
 
@@ -82,12 +82,13 @@ void report_phases(const PhaseSummary& p) {
   for (int i = 0; i < kNumPhases; ++i) {
     if (i == checkpoint) continue;  // between steps, outside the step's time: below
     accounted += p.mean_ms[i];
-    std::printf("  %-14s %9.2f %11.2f %6.1f%% %10.2f\n", kPhaseNames[i], p.mean_ms[i],
-                p.max_ms[i], 100.0 * p.mean_ms[i] / p.step_ms,
+    std::printf("  %-14s %9.2f %11.2f %6.1f%% %10.2f\n", kPhaseNames[i], p.mean_ms[i], p.max_ms[i],
+                100.0 * p.mean_ms[i] / p.step_ms,
                 p.mean_ms[i] > 0 ? p.max_ms[i] / p.mean_ms[i] : 1.0);
   }
   std::printf("  %-14s %9.2f %11s %6.1f%%   (waiting: collectives, slower ranks, CPU sharing)\n",
-              "unaccounted", p.step_ms - accounted, "", 100.0 * (p.step_ms - accounted) / p.step_ms);
+              "unaccounted", p.step_ms - accounted, "",
+              100.0 * (p.step_ms - accounted) / p.step_ms);
   std::printf("  %-14s %9.2f\n", "step", p.step_ms);
   if (p.mean_ms[checkpoint] > 0) {
     std::printf("  %-14s %9.2f %11.2f   per step, written between steps\n", "checkpoint",
@@ -143,10 +144,11 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   std::printf("\nsummary: %zu steps in %.1f s, median %.0f tokens/s\n", s.steps.size(), seconds,
               tps[tps.size() / 2]);
   if (s.peak_gflops > 0) {
-    std::printf("  model %.1f GFLOP/s = %.1f%% MFU of the measured sgemm peak (%.1f GFLOP/s on %d "
-                "core%s)\n",
-                s.model_gflops, 100.0 * s.model_gflops / s.peak_gflops, s.peak_gflops,
-                s.peak_cores, s.peak_cores == 1 ? "" : "s");
+    std::printf(
+        "  model %.1f GFLOP/s = %.1f%% MFU of the measured sgemm peak (%.1f GFLOP/s on %d "
+        "core%s)\n",
+        s.model_gflops, 100.0 * s.model_gflops / s.peak_gflops, s.peak_gflops, s.peak_cores,
+        s.peak_cores == 1 ? "" : "s");
   }
   std::printf("  loss %.4f -> %.4f", first.loss, last.loss);
   if (s.entropy_floor >= 0) {
@@ -184,9 +186,10 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   }
   if (s.num_hosts > 1) report_cross_host(s);
   if (s.stats_removed) {
-    std::printf("  statistics file %s was removed (or replaced) during the run: this run's "
-                "statistics were not kept\n",
-                stats_path.c_str());
+    std::printf(
+        "  statistics file %s was removed (or replaced) during the run: this run's "
+        "statistics were not kept\n",
+        stats_path.c_str());
   } else if (!stats_path.empty()) {
     std::printf("  statistics written to %s\n", stats_path.c_str());
   }

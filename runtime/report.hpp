@@ -16,7 +16,7 @@ struct RunShape {
   int world_size = 1, ep_size = 1, threads = 1;
   size_t dense_params = 0, expert_params = 0;  // expert_params: every expert once
   ModelMemory memory;                          // one rank's, model_memory_estimate
-  std::string data, val_data, stats_path;     // val_data: "" without --val-data
+  std::string data, val_data, stats_path;      // val_data: "" without --val-data
   int64_t data_private_bytes = 0;              // TokenSource::private_bytes, counted per rank
   int64_t data_mapped_bytes = 0;               // TokenSource::mapped_bytes, page cache
   std::string layout;                          // host_layout_describe: ranks, hosts, EP groups

@@ -49,9 +49,15 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
                    const HostLayout& hosts, const RoutingState& routing,
                    const std::string& data_description, const std::string& val_data_description,
                    double entropy_floor)
-    : rank_(rank), world_size_(world_size), layers_(cfg.model.layers), top_k_(cfg.model.top_k),
-      trace_every_(cfg.trace_every), experts_(cfg.model.experts), groups_(routing.groups),
-      group_topk_(routing.group_topk), modes_(routing.modes) {
+    : rank_(rank),
+      world_size_(world_size),
+      layers_(cfg.model.layers),
+      top_k_(cfg.model.top_k),
+      trace_every_(cfg.trace_every),
+      experts_(cfg.model.experts),
+      groups_(routing.groups),
+      group_topk_(routing.group_topk),
+      modes_(routing.modes) {
   if (rank != 0) return;
   const ModelConfig& m = cfg.model;
   bool overwrite = cfg.overwrite;

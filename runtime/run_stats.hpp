@@ -57,17 +57,17 @@ class RunStats {
  private:
   int rank_ = 0, world_size_ = 1, layers_ = 0, top_k_ = 0, trace_every_ = 0;
   int experts_ = 0, groups_ = 1, group_topk_ = 1;  // for the traces' unbiased top-k
-  std::vector<RoutingMode> modes_;                   // [L]
+  std::vector<RoutingMode> modes_;                 // [L]
   std::string path_;
-  bool reserved_ = false;                      // path_ is a name stats_default_path reserved
-  bool published_ = false;                     // publish() succeeded
-  std::unique_ptr<StatsWriter> writer_;        // rank 0 only
-  std::vector<double> phase_all_;              // [W, phases] on rank 0
+  bool reserved_ = false;                         // path_ is a name stats_default_path reserved
+  bool published_ = false;                        // publish() succeeded
+  std::unique_ptr<StatsWriter> writer_;           // rank 0 only
+  std::vector<double> phase_all_;                 // [W, phases] on rank 0
   std::vector<int32_t> trace_local_, trace_all_;  // [2·N + 2·L·N·K] per rank, gathered [W, ...]
   std::vector<float> weights_local_, weights_all_;
   std::vector<int32_t> t_ids_, t_pos_, t_rank_, t_experts_;  // rank 0: [T], [T], [T], [L, T, K]
-  std::vector<int32_t> t_unbiased_;                         // rank 0: [L, T, K]
-  std::vector<float> t_weights_;                            // rank 0: [L, T, K]
+  std::vector<int32_t> t_unbiased_;                          // rank 0: [L, T, K]
+  std::vector<float> t_weights_;                             // rank 0: [L, T, K]
 };
 
 }  // namespace moe

@@ -59,17 +59,25 @@ void stop_signal_install() {
   }
 }
 
-int stop_signal_pending() { return g_pending.load(std::memory_order_relaxed); }
+int stop_signal_pending() {
+  return g_pending.load(std::memory_order_relaxed);
+}
 
 const char* stop_signal_name(int signal_number) {
   switch (signal_number) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGUSR1: return "SIGUSR1";
-    default: return "a signal";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return "a signal";
   }
 }
 
-void stop_signal_reset() { g_pending.store(0); }
+void stop_signal_reset() {
+  g_pending.store(0);
+}
 
 }  // namespace moe

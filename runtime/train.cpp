@@ -55,8 +55,9 @@ std::string gib_text(double bytes) {
 // The physical memory is the node's: a cgroup limit (a container, a Slurm allocation) lower than
 // it is not seen, and a run over that limit is still killed by the system.
 void memory_check(const ModelMemory& m, int node_ranks, double data_bytes = 0) {
-  const char* options = "--vocab, --d-model, --layers, --experts, --ffn-dim, --seq-len or "
-                        "--batch-per-rank";
+  const char* options =
+      "--vocab, --d-model, --layers, --experts, --ffn-dim, --seq-len or "
+      "--batch-per-rank";
   if (m.max_tensor >= 2147483648.0) {
     char count[32];
     std::snprintf(count, sizeof count, "%.3g", m.max_tensor);
@@ -172,7 +173,8 @@ std::unique_ptr<TokenSource> val_source_open(const RunConfig& cfg, int W, TokenC
     throw DataError("--val-data: " + source->describe() + " is too short for --eval-batches " +
                     std::to_string(cfg.eval_batches) + ": " + std::to_string(sequences) +
                     " sequences of " + std::to_string(mc.seq_len) + " tokens need " +
-                    std::to_string(needed) + " tokens; lower --eval-batches or give more "
+                    std::to_string(needed) +
+                    " tokens; lower --eval-batches or give more "
                     "validation text");
   }
   return source;
@@ -181,7 +183,7 @@ std::unique_ptr<TokenSource> val_source_open(const RunConfig& cfg, int W, TokenC
 RoutingState make_routing(const RunConfig& cfg) {
   const ModelConfig& mc = cfg.model;
   const ForcedRouting forced = forced_routing_from_name(cfg.force_balance);
-  const RoutingMode mode = !forced.forced ? RoutingMode::kTopK  // natural routing
+  const RoutingMode mode = !forced.forced       ? RoutingMode::kTopK  // natural routing
                            : forced.round_robin ? RoutingMode::kRoundRobin
                                                 : RoutingMode::kRandom;
   RoutingState r = routing_state_make(mc, mode, cfg.seed);
@@ -330,15 +332,14 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     routing = make_routing(cfg);
     summary.layer_modes = routing.modes;
     if (cfg.stats_path != kNoStats) {
-      stats = std::make_unique<RunStats>(cfg, rank, W, P, hosts, routing,
-                                         summary.data_description, summary.val_data_description,
-                                         summary.entropy_floor);
+      stats = std::make_unique<RunStats>(cfg, rank, W, P, hosts, routing, summary.data_description,
+                                         summary.val_data_description, summary.entropy_floor);
       summary.stats_path = stats->path();
     }
     if (rank == 0) {
       summary.checkpoint_dir = checkpoint_dir_prepare(cfg, summary.stats_path);
-      checkpoint_template = checkpoint_header(cfg, W, P, summary.stats_path,
-                                              summary.data_description);
+      checkpoint_template =
+          checkpoint_header(cfg, W, P, summary.stats_path, summary.data_description);
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -366,8 +367,8 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
                                         std::move(routing), stats.get());
     if (resume) checkpoint_load(*resume, trainer->state());
   } catch (const std::bad_alloc&) {
-    error = "out of memory allocating the model (estimated " + gib_text(memory.total()) +
-            " per rank)";
+    error =
+        "out of memory allocating the model (estimated " + gib_text(memory.total()) + " per rank)";
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -382,13 +383,12 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   }
   agree(error);
   if (rank == 0 && !quiet) {
-    report_config(cfg, RunShape{W, P, threads, trainer->num_dense_params(),
-                                static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model *
-                                    mc.ffn_dim,
-                                memory, summary.data_description,
-                                summary.val_data_description, summary.stats_path,
-                                data_private_bytes, data_mapped_bytes,
-                                host_layout_describe(hosts, P)});
+    report_config(
+        cfg,
+        RunShape{W, P, threads, trainer->num_dense_params(),
+                 static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model * mc.ffn_dim, memory,
+                 summary.data_description, summary.val_data_description, summary.stats_path,
+                 data_private_bytes, data_mapped_bytes, host_layout_describe(hosts, P)});
   }
   const int first_step = static_cast<int>(cfg.resume_point.step + 1);  // 0 unless resuming
   summary.steps.reserve(cfg.steps - first_step);
@@ -427,8 +427,8 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     }
   }
   summarize_phases(summary, world, phase_sum);
-  summary.model_gflops = 3.0 * model_forward_flops_per_token(mc) * median_tokens_per_s(summary) *
-                         1e-9;
+  summary.model_gflops =
+      3.0 * model_forward_flops_per_token(mc) * median_tokens_per_s(summary) * 1e-9;
   // A stopped run ends at once: mpirun may kill it a second after its signal.
   if (measure_peak && summary.end == RunEnd::kCompleted) {
     measure_sgemm_peak(summary, cfg, world, node_ranks, threads);

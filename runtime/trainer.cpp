@@ -31,13 +31,13 @@ void fill_metrics(StepRecord& rec, const RoutingState& routing, int L, int E, in
   rec.rank_overload.resize(L);
   rec.worst_violation = 0.0;
   for (int l = 0; l < L; ++l) {
-    const BalanceMetrics m = balance_metrics(
-        std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E));
+    const BalanceMetrics m =
+        balance_metrics(std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E));
     rec.load_variance[l] = m.variance;
     rec.max_violation[l] = m.max_violation;
     rec.load_cv[l] = m.cv;
-    rec.rank_overload[l] = overload_factor(
-        std::span<const int64_t>(&rec.rank_load[static_cast<size_t>(l) * W], W));
+    rec.rank_overload[l] =
+        overload_factor(std::span<const int64_t>(&rec.rank_load[static_cast<size_t>(l) * W], W));
     if (routing.modes[l] != RoutingMode::kHash) {
       rec.worst_violation = std::max(rec.worst_violation, m.max_violation);
     }
@@ -63,12 +63,18 @@ void check_bias_consistent(const Comm& world, const std::vector<float>& bias, in
 Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& hosts, int ep_size,
                  std::unique_ptr<TokenSource> data, std::unique_ptr<TokenSource> val_data,
                  RoutingState routing, RunStats* stats)
-    : cfg_(cfg), mc_(cfg.model), world_(world), data_(std::move(data)),
+    : cfg_(cfg),
+      mc_(cfg.model),
+      world_(world),
+      data_(std::move(data)),
       val_data_(std::move(val_data)),
-      routing_(std::move(routing)), stats_(stats),
+      routing_(std::move(routing)),
+      stats_(stats),
       P_(ep_size),
-      groups_(parallel_groups_make(world, P_, hosts)), placement_{mc_.experts, P_},
-      layout_(model_layout(mc_, placement_, groups_.ep.rank())), ex_(groups_.ep),
+      groups_(parallel_groups_make(world, P_, hosts)),
+      placement_{mc_.experts, P_},
+      layout_(model_layout(mc_, placement_, groups_.ep.rank())),
+      ex_(groups_.ep),
       adam_{0.9f, 0.95f, 1e-8f, static_cast<float>(cfg.weight_decay)} {
   const int W = world.size(), L = mc_.layers, S = mc_.seq_len, B = mc_.batch_per_rank;
   const int N = B * S;
@@ -117,11 +123,11 @@ StepRecord Trainer::step(int step) {
     parallel_blocks(static_cast<int64_t>(grads->size()), int64_t{1} << 16,
                     [g](int64_t b, int64_t e) { std::fill(g + b, g + e, 0.0f); });
   }
-  sums_[0] = model_forward(acts_, dense_.data(), experts_.data(), layout_, routing_, batch_,
-                           mc_, placement_, ex_);
+  sums_[0] = model_forward(acts_, dense_.data(), experts_.data(), layout_, routing_, batch_, mc_,
+                           placement_, ex_);
   std::copy(acts_.layer_balance_loss.begin(), acts_.layer_balance_loss.end(), sums_.begin() + 1);
-  model_backward(d_dense_.data(), d_experts_.data(), acts_, dense_.data(), experts_.data(),
-                 layout_, batch_, mc_, ex_);
+  model_backward(d_dense_.data(), d_experts_.data(), acts_, dense_.data(), experts_.data(), layout_,
+                 batch_, mc_, ex_);
   reduce(rec);
   optimize(rec, step);
   {
@@ -196,8 +202,8 @@ EvalRecord Trainer::evaluate(int step) {
   rec.load_variance.resize(L);
   rec.max_violation.resize(L);
   for (int l = 0; l < L; ++l) {
-    const BalanceMetrics m = balance_metrics(
-        std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E));
+    const BalanceMetrics m =
+        balance_metrics(std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E));
     rec.load_variance[l] = m.variance;
     rec.max_violation[l] = m.max_violation;
     if (routing_.modes[l] != RoutingMode::kHash) {

@@ -20,8 +20,8 @@
 #include "model/phase_timer.hpp"
 #include "runtime/checkpoint.hpp"
 #include "runtime/options.hpp"
-#include "runtime/run_stats.hpp"
 #include "runtime/records.hpp"
+#include "runtime/run_stats.hpp"
 
 namespace moe {
 
@@ -91,16 +91,16 @@ class Trainer {
   ModelActs<float> acts_;
   ModelBatch batch_;
   PhaseTimes times_;
-  int64_t T_ = 0;                                  // tokens per step, all ranks
+  int64_t T_ = 0;                                   // tokens per step, all ranks
   std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
-  std::vector<double> sums_;                       // [CE sum, balance loss of each layer]
-  std::vector<int64_t> recv_local_, recv_all_;     // [L], [W, L]
-  std::vector<int64_t> load_sums_;  // [L·E expert loads, L cross-host rows, L cross-host tokens]
-  std::vector<float> dense_scratch_;                // [dense elements] for the tree all-reduce
-  std::vector<double> sums_scratch_;                // [1 + L]
-  std::vector<double> expert_sq_, expert_sq_all_;   // [L, max local], [P, L, max local]
-  double expert_norm_sq_ = 0.0;                      // Σ over every expert, in a fixed order
-  std::vector<double> slowest_ = {0.0, 0.0};  // [step seconds, stop signal], max over ranks
+  std::vector<double> sums_;                        // [CE sum, balance loss of each layer]
+  std::vector<int64_t> recv_local_, recv_all_;      // [L], [W, L]
+  std::vector<int64_t> load_sums_;    // [L·E expert loads, L cross-host rows, L cross-host tokens]
+  std::vector<float> dense_scratch_;  // [dense elements] for the tree all-reduce
+  std::vector<double> sums_scratch_;  // [1 + L]
+  std::vector<double> expert_sq_, expert_sq_all_;  // [L, max local], [P, L, max local]
+  double expert_norm_sq_ = 0.0;                    // Σ over every expert, in a fixed order
+  std::vector<double> slowest_ = {0.0, 0.0};       // [step seconds, stop signal], max over ranks
   double stats_seconds_ = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
   double checkpoint_seconds_ = 0.0;  // a checkpoint after the previous step
   int stop_signal_ = 0;

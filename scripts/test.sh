@@ -6,6 +6,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 bash scripts/setup.sh
+# The C++ layout (.clang-format): a file that differs fails before anything is built.
+bash scripts/format.sh --check
 
 build=${MOE_RT_BUILD_DIR:-$root/build}
 jobs=$(nproc)

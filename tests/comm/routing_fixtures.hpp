@@ -30,7 +30,9 @@ inline std::vector<int32_t> make_routing(uint32_t seed, int rank, int T, int K, 
 }
 
 // Token count of source `rank`: varies with the rank so the exchange is uneven.
-inline int tokens_of_rank(int rank) { return 5 + 3 * (rank % 4); }
+inline int tokens_of_rank(int rank) {
+  return 5 + 3 * (rank % 4);
+}
 
 // An identity-coded row of width D >= 4: [source, token, slot, expert, token+0.5 ...].
 constexpr int kCodeWidth = 6;

@@ -149,11 +149,21 @@ void check_simulated_exchange(int E, int P, int K) {
   }
 }
 
-TEST(DispatchPlan, SimulatedExchangeEvenSplit) { check_simulated_exchange(8, 4, 3); }
-TEST(DispatchPlan, SimulatedExchangeUnevenSplit) { check_simulated_exchange(8, 3, 3); }
-TEST(DispatchPlan, SimulatedExchangeOneRank) { check_simulated_exchange(8, 1, 3); }
-TEST(DispatchPlan, SimulatedExchangeOneExpertPerRank) { check_simulated_exchange(8, 8, 2); }
-TEST(DispatchPlan, SimulatedExchangeManyExperts) { check_simulated_exchange(13, 5, 4); }
+TEST(DispatchPlan, SimulatedExchangeEvenSplit) {
+  check_simulated_exchange(8, 4, 3);
+}
+TEST(DispatchPlan, SimulatedExchangeUnevenSplit) {
+  check_simulated_exchange(8, 3, 3);
+}
+TEST(DispatchPlan, SimulatedExchangeOneRank) {
+  check_simulated_exchange(8, 1, 3);
+}
+TEST(DispatchPlan, SimulatedExchangeOneExpertPerRank) {
+  check_simulated_exchange(8, 8, 2);
+}
+TEST(DispatchPlan, SimulatedExchangeManyExperts) {
+  check_simulated_exchange(13, 5, 4);
+}
 
 }  // namespace
 }  // namespace moe

@@ -25,9 +25,8 @@ void check_exchange(int P, int K) {
   // Routing of every member of my EP group, recomputable anywhere (keyed on the world rank).
   std::vector<std::vector<int32_t>> routing(P);
   for (int s = 0; s < P; ++s) {
-    routing[s] = testing_fixtures::make_routing(5, group_base + s,
-                                                testing_fixtures::tokens_of_rank(group_base + s),
-                                                K, kExperts);
+    routing[s] = testing_fixtures::make_routing(
+        5, group_base + s, testing_fixtures::tokens_of_rank(group_base + s), K, kExperts);
   }
   const int T = testing_fixtures::tokens_of_rank(me);
   DispatchPlan plan;

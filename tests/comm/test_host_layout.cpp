@@ -55,10 +55,10 @@ TEST(HostLayout, DescribesHowTheGroupsFollowTheHosts) {
             "across hosts");
   EXPECT_EQ(host_layout_describe(host_layout_from_keys(std::vector<int>{0, 0, 0, 0}), 2),
             "4 on 1 host (from the launcher); EP groups of 2, 2 replicas on one host");
-  EXPECT_EQ(host_layout_describe(host_layout_from_keys(std::vector<int>{0, 0, 0, 3, 3, 3, 3, 3}),
-                                 4),
-            "8 on 2 hosts (3, 5 ranks) (from the launcher); EP groups of 4 spanning parts of up "
-            "to 2 hosts, 2 replicas across hosts");
+  EXPECT_EQ(
+      host_layout_describe(host_layout_from_keys(std::vector<int>{0, 0, 0, 3, 3, 3, 3, 3}), 4),
+      "8 on 2 hosts (3, 5 ranks) (from the launcher); EP groups of 4 spanning parts of up "
+      "to 2 hosts, 2 replicas across hosts");
 }
 
 TEST(DispatchPlan, CrossHostRowsCountTheSendsToOtherHosts) {
@@ -74,15 +74,14 @@ TEST(DispatchPlan, CrossHostRowsCountTheSendsToOtherHosts) {
   // One host: nothing crosses. Every EP rank on its own host: every row but those to itself.
   EXPECT_EQ(dispatch_plan_cross_host_rows(plan, std::vector<int>{0, 0, 0, 0}), 0);
   EXPECT_EQ(dispatch_plan_cross_host_rows(plan, std::vector<int>{0, 1, 2, 3}), 4);
-  EXPECT_THROW(dispatch_plan_cross_host_rows(plan, std::vector<int>{0, 1}),
-               std::invalid_argument);
+  EXPECT_THROW(dispatch_plan_cross_host_rows(plan, std::vector<int>{0, 1}), std::invalid_argument);
 }
 
 TEST(DispatchPlan, CrossHostTokensCountEachOtherHostOncePerToken) {
   // E = 8 on P = 4, EP ranks 0, 1 on host 0 (experts 0-3) and 2, 3 on host 1 (experts 4-7);
   // K = 3. From EP rank 0 (host 0): token 0 stays on host 0, token 1 reaches host 1 by two slots
   // (one copy), token 2 by all three (one copy), token 3 by one.
-  const std::vector<int32_t> idx = {0, 1, 3,  4, 6, 2,  5, 7, 4,  0, 2, 7};
+  const std::vector<int32_t> idx = {0, 1, 3, 4, 6, 2, 5, 7, 4, 0, 2, 7};
   const ExpertPlacement placement{8, 4};
   const std::vector<int> hosts = {0, 0, 1, 1};
   EXPECT_EQ(dispatch_cross_host_tokens(idx, 3, placement, 0, hosts), 3);

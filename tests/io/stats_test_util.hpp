@@ -43,16 +43,14 @@ inline std::vector<hsize_t> dataset_dims(hid_t dset) {
 }
 
 // HDF5 types of a C++ value type: the native memory type and the little-endian file type.
-template <typename T>
-hid_t mem_type() {
+template <typename T> hid_t mem_type() {
   if constexpr (std::is_same_v<T, int32_t>) return H5T_NATIVE_INT32;
   if constexpr (std::is_same_v<T, int64_t>) return H5T_NATIVE_INT64;
   if constexpr (std::is_same_v<T, uint64_t>) return H5T_NATIVE_UINT64;
   if constexpr (std::is_same_v<T, float>) return H5T_NATIVE_FLOAT;
   return H5T_NATIVE_DOUBLE;
 }
-template <typename T>
-hid_t file_type() {
+template <typename T> hid_t file_type() {
   if constexpr (std::is_same_v<T, int32_t>) return H5T_STD_I32LE;
   if constexpr (std::is_same_v<T, int64_t>) return H5T_STD_I64LE;
   if constexpr (std::is_same_v<T, uint64_t>) return H5T_STD_U64LE;
@@ -74,8 +72,7 @@ inline std::vector<std::string> read_strings(hid_t file, const std::string& name
   return out;
 }
 
-template <typename T>
-T read_attr(hid_t file, const char* name) {
+template <typename T> T read_attr(hid_t file, const char* name) {
   H5Id attr(MOE_H5_CHECK(H5Aopen(file, name, H5P_DEFAULT)), H5Aclose);
   H5Id type(MOE_H5_CHECK(H5Aget_type(attr.get())), H5Tclose);
   EXPECT_GT(H5Tequal(type.get(), file_type<T>()), 0) << "attribute " << name << ": wrong dtype";
@@ -124,8 +121,7 @@ std::vector<T> read_rows(hid_t file, const std::string& name, size_t n,
   return values;
 }
 
-template <typename T>
-std::vector<T> concat(std::vector<T> a, std::span<const T> b) {
+template <typename T> std::vector<T> concat(std::vector<T> a, std::span<const T> b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }

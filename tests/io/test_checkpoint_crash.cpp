@@ -23,8 +23,8 @@
 
 #include "checkpoint_test_data.hpp"
 #include "checkpoint_test_util.hpp"
-#include "io/checkpoint_file.hpp"
 #include "child_process.hpp"
+#include "io/checkpoint_file.hpp"
 #include "test_tempdir.hpp"
 
 namespace moe {
@@ -169,9 +169,10 @@ TEST(CheckpointCrash, SigkillAtRandomMomentsAlwaysLeavesACompleteCheckpoint) {
     for (char c : writer.kill_and_drain()) expected.add(c);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("checkpoint crash test: %d kills (seed %u, %.0f ms a checkpoint, %.1f s): %d while "
-              "a checkpoint was being written, %d left a .tmp file; up to %d complete checkpoints\n",
-              kKills, seed, 1000 * seconds_per_checkpoint, seconds, in_write, with_tmp, max_found);
+  std::printf(
+      "checkpoint crash test: %d kills (seed %u, %.0f ms a checkpoint, %.1f s): %d while "
+      "a checkpoint was being written, %d left a .tmp file; up to %d complete checkpoints\n",
+      kKills, seed, 1000 * seconds_per_checkpoint, seconds, in_write, with_tmp, max_found);
   // Without kills inside writes this test would show nothing; a random delay of up to 1.25
   // writes puts most of them there.
   EXPECT_GE(in_write, kKills / 4);

@@ -34,8 +34,7 @@ namespace fs = std::filesystem;
 using testing_util::TempDir;
 
 // The message of the CheckpointError that `f` throws; a failure when it throws none.
-template <class F>
-std::string error_of(F&& f) {
+template <class F> std::string error_of(F&& f) {
   try {
     f();
   } catch (const CheckpointError& e) {
@@ -53,8 +52,7 @@ void expect_mentions(const std::string& message, std::initializer_list<std::stri
 
 // The index of the first element whose bits differ, -1 when all agree: NaN payloads and -0.0
 // count, and a mismatch prints one index instead of a million values.
-template <class T>
-int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+template <class T> int64_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
   if (a.size() != b.size()) return static_cast<int64_t>(std::min(a.size(), b.size()));
   for (size_t i = 0; i < a.size(); ++i) {
     if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return static_cast<int64_t>(i);
@@ -82,7 +80,6 @@ CheckpointHeader odd_header() {
   return h;
 }
 
-
 CheckpointHeader small_header(int64_t step = 3) {
   CheckpointHeader h;
   h.step = step;
@@ -102,10 +99,14 @@ std::vector<float> random_bits(size_t n, uint32_t seed) {
 }
 
 std::vector<float> special_floats() {
-  std::vector<float> v = {-0.0f, 0.0f, std::numeric_limits<float>::infinity(),
+  std::vector<float> v = {-0.0f,
+                          0.0f,
+                          std::numeric_limits<float>::infinity(),
                           -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest(),
-                          std::numeric_limits<float>::denorm_min(), 1.0f / 3.0f};
+                          std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::lowest(),
+                          std::numeric_limits<float>::denorm_min(),
+                          1.0f / 3.0f};
   for (uint32_t nan : {0x7FC00000u, 0x7FC12345u, 0xFFC00001u, 0x7F800001u, 0xFFBFFFFFu}) {
     v.push_back(std::bit_cast<float>(nan));  // quiet and signalling, both signs, payloads
   }
@@ -207,8 +208,8 @@ TEST(CheckpointFile, EveryTensorIsChunkedUnderAFletcher32Checksum) {
     ASSERT_EQ(H5Pget_layout(dcpl.get()), H5D_CHUNKED);
     unsigned flags = 0;
     size_t num_values = 0;
-    EXPECT_GE(H5Pget_filter_by_id2(dcpl.get(), H5Z_FILTER_FLETCHER32, &flags, &num_values,
-                                   nullptr, 0, nullptr, nullptr),
+    EXPECT_GE(H5Pget_filter_by_id2(dcpl.get(), H5Z_FILTER_FLETCHER32, &flags, &num_values, nullptr,
+                                   0, nullptr, nullptr),
               0)
         << "no Fletcher-32 filter";
     H5Id space(MOE_H5_CHECK(H5Dget_space(d.get())), H5Sclose);
@@ -272,7 +273,9 @@ TEST(CheckpointFile, WriterRefusesValuesThatDoNotFillTheShape) {
   TempDir dir;
   const std::string path = dir.file("ck.h5");
   CheckpointWriter w(path, small_header());
-  expect_mentions(error_of([&] { w.write_ints("routing/t", {2, 3}, std::vector<int32_t>(5)); }),
+  expect_mentions(error_of([&] {
+                    w.write_ints("routing/t", {2, 3}, std::vector<int32_t>(5));
+                  }),
                   {path, "'routing/t'", "5 values", "2 x 3"});
   expect_mentions(error_of([&] { w.write_ints("routing/t", {}, std::vector<int32_t>(1)); }),
                   {path, "'routing/t'"});
@@ -322,8 +325,7 @@ TEST(CheckpointReaderErrors, Hdf5FileOfAnotherKind) {
     h5_write_int_attr(f.get(), "format_version", 1);
   }
   for (const std::string& path : {bare, stats}) {
-    expect_mentions(error_of([&] { CheckpointReader r(path); }),
-                    {path, "not a moe_rt checkpoint"});
+    expect_mentions(error_of([&] { CheckpointReader r(path); }), {path, "not a moe_rt checkpoint"});
   }
 }
 
@@ -422,8 +424,9 @@ TEST(CheckpointDirectory, ResolveFileDirectoryAndMissing) {
   EXPECT_EQ(checkpoint_resolve(dir.file("anything.h5")), dir.file("anything.h5"));
   // Step 10 is the newest by step number; step 2 is the newest by time.
   for (int s : {10, 9, 2}) touch(dir.file(checkpoint_file_name(s)));
-  fs::last_write_time(dir.file(checkpoint_file_name(10)),
-                      fs::last_write_time(dir.file(checkpoint_file_name(2))) - std::chrono::hours(1));
+  fs::last_write_time(
+      dir.file(checkpoint_file_name(10)),
+      fs::last_write_time(dir.file(checkpoint_file_name(2))) - std::chrono::hours(1));
   // Not complete checkpoints: temporary, other spellings, not a regular file.
   touch(dir.file(checkpoint_file_name(11) + ".tmp"));
   touch(dir.file("step-12.h5"));
@@ -431,7 +434,8 @@ TEST(CheckpointDirectory, ResolveFileDirectoryAndMissing) {
   touch(dir.file("step-000000014.h5"));
   fs::create_directory(dir.file(checkpoint_file_name(15)));
   EXPECT_EQ(checkpoint_resolve(folder), dir.file(checkpoint_file_name(10)));
-  EXPECT_EQ(checkpoint_resolve(folder + "/"), (dir.path() / "" / checkpoint_file_name(10)).string());
+  EXPECT_EQ(checkpoint_resolve(folder + "/"),
+            (dir.path() / "" / checkpoint_file_name(10)).string());
   const auto list = checkpoint_list(folder);
   ASSERT_EQ(list.size(), 3u);
   EXPECT_EQ(list[0], std::make_pair(int64_t{2}, dir.file(checkpoint_file_name(2))));
@@ -461,8 +465,9 @@ TEST(CheckpointDirectory, PruneKeepsTheNewestAndRemovesStaleTemporaries) {
   for (int s : {1, 2, 3, 5, 8}) touch(dir.file(checkpoint_file_name(s)));
   const std::vector<std::string> stale = {checkpoint_file_name(9) + ".tmp",
                                           checkpoint_file_name(1) + ".tmp"};
-  const std::vector<std::string> unrelated = {"notes.txt", "step-1.h5", "other.tmp", "x.h5.tmp",
-                                              checkpoint_file_name(3) + ".bak", "step-1.h5.tmp"};
+  const std::vector<std::string> unrelated = {
+      "notes.txt",    "step-1.h5", "other.tmp", "x.h5.tmp", checkpoint_file_name(3) + ".bak",
+      "step-1.h5.tmp"};
   for (const std::string& name : stale) touch(dir.file(name));
   for (const std::string& name : unrelated) touch(dir.file(name));
   EXPECT_TRUE(checkpoint_prune(folder, 2).empty());

@@ -34,8 +34,7 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 }
 
 // The StatsPathError message of `call`; "" if it throws none.
-template <typename Call>
-std::string path_error_of(Call call) {
+template <typename Call> std::string path_error_of(Call call) {
   try {
     call();
   } catch (const StatsPathError& e) {

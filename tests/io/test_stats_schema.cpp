@@ -1,7 +1,7 @@
 // The statistics file describes itself (format version 2, io/stats_schema.hpp): every dataset has
 // "units" and "description", every axis a label, the step, layer, expert, rank, phase, slot,
-// token, traced-step and eval-step axes their dimension scale, in the live file (SWMR) and after close()
-// compacted it; the configuration is also a group of typed attributes.
+// token, traced-step and eval-step axes their dimension scale, in the live file (SWMR) and after
+// close() compacted it; the configuration is also a group of typed attributes.
 #include <gtest/gtest.h>
 #include <hdf5_hl.h>
 
@@ -25,19 +25,31 @@ struct Attachment {
   const char* scale;
 };
 const Attachment kAttachments[] = {
-    {"/steps/loss", 0, "/steps/step"},         {"/steps/step_time_s", 0, "/steps/step"},
-    {"/routing/expert_load", 0, "/steps/step"}, {"/routing/expert_load", 1, "/dims/layer"},
-    {"/routing/expert_load", 2, "/dims/expert"}, {"/routing/rank_load", 2, "/dims/rank"},
-    {"/routing/bias", 2, "/dims/expert"},      {"/routing/load_cv", 1, "/dims/layer"},
-    {"/perf/phase_time", 1, "/dims/rank"},     {"/perf/phase_time", 2, "/perf/phases"},
-    {"/layers/routing", 0, "/dims/layer"},     {"/layers/hash_table", 2, "/dims/slot"},
-    {"/trace/experts", 0, "/trace/step"},      {"/trace/experts", 2, "/dims/token"},
-    {"/trace/experts", 3, "/dims/slot"},       {"/trace/token_id", 1, "/dims/token"},
+    {"/steps/loss", 0, "/steps/step"},
+    {"/steps/step_time_s", 0, "/steps/step"},
+    {"/routing/expert_load", 0, "/steps/step"},
+    {"/routing/expert_load", 1, "/dims/layer"},
+    {"/routing/expert_load", 2, "/dims/expert"},
+    {"/routing/rank_load", 2, "/dims/rank"},
+    {"/routing/bias", 2, "/dims/expert"},
+    {"/routing/load_cv", 1, "/dims/layer"},
+    {"/perf/phase_time", 1, "/dims/rank"},
+    {"/perf/phase_time", 2, "/perf/phases"},
+    {"/layers/routing", 0, "/dims/layer"},
+    {"/layers/hash_table", 2, "/dims/slot"},
+    {"/trace/experts", 0, "/trace/step"},
+    {"/trace/experts", 2, "/dims/token"},
+    {"/trace/experts", 3, "/dims/slot"},
+    {"/trace/token_id", 1, "/dims/token"},
     {"/trace/experts_unbiased", 3, "/dims/slot"},
-    {"/eval/loss", 0, "/eval/step"},           {"/eval/expert_load", 0, "/eval/step"},
-    {"/eval/expert_load", 2, "/dims/expert"},  {"/eval/max_violation", 1, "/dims/layer"},
-    {"/routing/cross_host_rows", 0, "/steps/step"}, {"/routing/cross_host_rows", 1, "/dims/layer"},
-    {"/routing/dispatch_rows", 1, "/dims/layer"},  {"/hosts/rank_host", 0, "/dims/rank"},
+    {"/eval/loss", 0, "/eval/step"},
+    {"/eval/expert_load", 0, "/eval/step"},
+    {"/eval/expert_load", 2, "/dims/expert"},
+    {"/eval/max_violation", 1, "/dims/layer"},
+    {"/routing/cross_host_rows", 0, "/steps/step"},
+    {"/routing/cross_host_rows", 1, "/dims/layer"},
+    {"/routing/dispatch_rows", 1, "/dims/layer"},
+    {"/hosts/rank_host", 0, "/dims/rank"},
     {"/routing/cross_host_tokens", 1, "/dims/layer"},
 };
 
@@ -67,8 +79,8 @@ void expect_described(const std::string& path, bool live) {
   const hid_t f = file.get();
   EXPECT_EQ(read_attr<int32_t>(f, "format_version"), 2);
   std::vector<std::string> datasets;
-  MOE_H5_CHECK(H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &datasets,
-                         H5O_INFO_BASIC));
+  MOE_H5_CHECK(
+      H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &datasets, H5O_INFO_BASIC));
   EXPECT_EQ(datasets.size(), 42u);  // 19 per-step, 4 fixed, 5 axes, 7 trace, 7 eval
   for (const std::string& name : datasets) {
     const H5Id d = open_dset(f, name.c_str());

@@ -62,8 +62,7 @@ TEST(StatsWriter, RoundTripsEveryDatasetAndAttribute) {
   for (const auto& [name, value] : ints) EXPECT_EQ(read_attr<int32_t>(f, name), value) << name;
   // No host map in the header: every rank on host 0.
   EXPECT_EQ(read_attr<int32_t>(f, "num_hosts"), 1);
-  EXPECT_EQ(read_rows<int32_t>(f, "/hosts/rank_host", kW, {}, true),
-            std::vector<int32_t>(kW, 0));
+  EXPECT_EQ(read_rows<int32_t>(f, "/hosts/rank_host", kW, {}, true), std::vector<int32_t>(kW, 0));
   EXPECT_EQ(read_strings(f, "/layers/routing"), h.layer_routing);
   EXPECT_EQ(read_strings(f, "/perf/phases"), h.phase_names);
   EXPECT_EQ(read_rows<int32_t>(f, "/layers/hash_table", kLh, {kV, kK}, true), h.hash_tables);
@@ -126,8 +125,8 @@ TEST(StatsWriter, ValidationRowsRoundTripUnderEvalAndAreRefusedWithoutIt) {
     write_rows(w, 0, 2);
     for (int64_t q = 0; q < 2; ++q) {
       const auto [load, variance, violation] = row_data(q);
-      w.append_eval(EvalRow{5 * q + 4, 3.0 - q, 0.125 * (q + 1), 96 * (q + 1), load, variance,
-                            violation});
+      w.append_eval(
+          EvalRow{5 * q + 4, 3.0 - q, 0.125 * (q + 1), 96 * (q + 1), load, variance, violation});
     }
     const auto [load, variance, violation] = row_data(2);
     EvalRow bad{14, 1.0, 0.1, 96, std::span<const int64_t>(load).first(kE), variance, violation};
@@ -139,8 +138,7 @@ TEST(StatsWriter, ValidationRowsRoundTripUnderEvalAndAreRefusedWithoutIt) {
   EXPECT_EQ(read_string_attr(f, "val_data"), h.val_data_description);
   EXPECT_EQ(read_rows<int64_t>(f, "/eval/step", 2, {}, true), (std::vector<int64_t>{4, 9}));
   EXPECT_EQ(read_rows<double>(f, "/eval/loss", 2, {}, true), (std::vector<double>{3.0, 2.0}));
-  EXPECT_EQ(read_rows<double>(f, "/eval/time_s", 2, {}, true),
-            (std::vector<double>{0.125, 0.25}));
+  EXPECT_EQ(read_rows<double>(f, "/eval/time_s", 2, {}, true), (std::vector<double>{0.125, 0.25}));
   EXPECT_EQ(read_rows<int64_t>(f, "/eval/tokens", 2, {}, true), (std::vector<int64_t>{96, 192}));
   std::vector<int64_t> load;
   std::vector<double> variance, violation;

@@ -133,10 +133,10 @@ TEST(SyntheticData, FloorIsPositiveAndBelowContextFreeEntropy) {
 // Pinned: every run's data is a function of these values, so a change to the generator must be
 // deliberate (and changes the reproducibility baseline of statistics files).
 TEST(SyntheticData, FloorOfPresetShapesIsPinned) {
-  EXPECT_NEAR(SyntheticSource(kTiny.vocab, kTiny.seq_len, kSeed).entropy_floor_nats(),
-              1.828793, 1e-6);
-  EXPECT_NEAR(SyntheticSource(kMicro.vocab, kMicro.seq_len, kSeed).entropy_floor_nats(),
-              1.631605, 1e-6);
+  EXPECT_NEAR(SyntheticSource(kTiny.vocab, kTiny.seq_len, kSeed).entropy_floor_nats(), 1.828793,
+              1e-6);
+  EXPECT_NEAR(SyntheticSource(kMicro.vocab, kMicro.seq_len, kSeed).entropy_floor_nats(), 1.631605,
+              1e-6);
 }
 
 // The mean NLL of generated data under the true chain estimates the floor. Per-target NLL has a

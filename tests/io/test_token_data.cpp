@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "data_error_check.hpp"
 #include "io/synthetic_data.hpp"
 #include "io/token_data.hpp"
-#include "data_error_check.hpp"
 #include "test_tempdir.hpp"
 
 namespace moe {
@@ -21,8 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using testing_util::TempDir;
 using testing_util::expect_data_error;
+using testing_util::TempDir;
 
 // A shard with an arbitrary header and payload, for the malformed cases.
 void write_raw_shard(const std::string& path, int32_t magic, int32_t version, int32_t count,

@@ -15,15 +15,15 @@
 #include <string>
 #include <vector>
 
-#include "io/token_data.hpp"
 #include "data_error_check.hpp"
+#include "io/token_data.hpp"
 #include "test_tempdir.hpp"
 
 namespace moe {
 namespace {
 
-using testing_util::TempDir;
 using testing_util::expect_data_error;
+using testing_util::TempDir;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kGiB = int64_t{1} << 30;
@@ -40,14 +40,18 @@ int64_t proc_self_field(const std::string& file, const std::string& field) {
 }
 
 // Bytes this process has read with read-like calls (pread included, page faults not), or -1.
-int64_t bytes_read() { return proc_self_field("io", "rchar"); }
+int64_t bytes_read() {
+  return proc_self_field("io", "rchar");
+}
 
 // The peak resident size since the last reset_resident_peak(), in bytes, or -1.
 int64_t resident_peak() {
   const int64_t kib = proc_self_field("status", "VmHWM");
   return kib < 0 ? -1 : kib * 1024;
 }
-int64_t resident_now() { return proc_self_field("status", "VmRSS") * 1024; }
+int64_t resident_now() {
+  return proc_self_field("status", "VmRSS") * 1024;
+}
 
 // Sets the peak resident size back to the current one (Linux: "5" into clear_refs).
 bool reset_resident_peak() {
@@ -173,7 +177,8 @@ TEST(TokenMapping, CheckPartsTogetherCoverEveryToken) {
         } catch (const DataError& e) {
           ++failures;
           EXPECT_NE(std::string(e.what()).find("offset " + std::to_string(bad_idx)),
-                    std::string::npos) << e.what();
+                    std::string::npos)
+              << e.what();
         }
       }
       EXPECT_EQ(failures, 1) << "bad token " << bad_idx << ", " << num_parts << " parts";
@@ -185,8 +190,11 @@ TEST(TokenMapping, CheckPartsTogetherCoverEveryToken) {
                std::invalid_argument);
   // The header checks are every part's: a bad header fails whatever the part.
   std::ofstream(path, std::ios::binary | std::ios::in).write("\1\2\3\4", 4);
-  expect_data_error([&] { FileTokenSource::open_shard(path, 65, 16, TokenCheckPart{1, 3}); },
-                    path, "magic");
+  expect_data_error(
+      [&] {
+        FileTokenSource::open_shard(path, 65, 16, TokenCheckPart{1, 3});
+      },
+      path, "magic");
 }
 
 // The check touches every page of a 256 MiB shard, yet the process's peak resident size grows by

@@ -20,8 +20,8 @@ template <class T> struct MoeHarness {
   ParamLayout dense, experts;
   MoeOffsets off;
   std::vector<T> dense_params, expert_params, dense_grads, expert_grads;
-  std::vector<float> bias;         // [E]
-  std::vector<int32_t> hash_table; // [V, K]
+  std::vector<float> bias;          // [E]
+  std::vector<int32_t> hash_table;  // [V, K]
   int vocab = 0;
   MoeSaved<T> saved;
 
@@ -42,8 +42,12 @@ template <class T> struct MoeHarness {
     moe_saved_reserve(saved, num_tokens, dims, ep_size, placement.max_local());
   }
 
-  MoeWeights<T> weights() { return moe_weights_at(dense_params.data(), expert_params.data(), off, dims); }
-  MoeWeights<T> grads() { return moe_weights_at(dense_grads.data(), expert_grads.data(), off, dims); }
+  MoeWeights<T> weights() {
+    return moe_weights_at(dense_params.data(), expert_params.data(), off, dims);
+  }
+  MoeWeights<T> grads() {
+    return moe_weights_at(dense_grads.data(), expert_grads.data(), off, dims);
+  }
 
   MoeRouting routing(RoutingMode mode, const int32_t* token_ids, int64_t first_token) const {
     MoeRouting r;

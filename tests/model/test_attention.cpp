@@ -36,7 +36,9 @@ Vec random_normal(size_t n, uint64_t seed, double scale = 1.0) {
   return fd_check::normal_vector("tests.model.attention", n, seed, scale);
 }
 
-template <class T> std::vector<T> cast(const Vec& v) { return std::vector<T>(v.begin(), v.end()); }
+template <class T> std::vector<T> cast(const Vec& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
 
 // A layer's weights, its RoPE table and saved activations, in precision T, from double values.
 template <class T> struct Layer {
@@ -46,8 +48,12 @@ template <class T> struct Layer {
   AttnSaved<T> saved;
 
   Layer(const AttnDims& d, int max_B, const Vec& q, const Vec& k, const Vec& v, const Vec& o)
-      : dims(d), rope(rope_table_make(d.S, d.hd, d.rope_theta)), wq(cast<T>(q)), wk(cast<T>(k)),
-        wv(cast<T>(v)), wo(cast<T>(o)) {
+      : dims(d),
+        rope(rope_table_make(d.S, d.hd, d.rope_theta)),
+        wq(cast<T>(q)),
+        wk(cast<T>(k)),
+        wv(cast<T>(v)),
+        wo(cast<T>(o)) {
     attn_saved_reserve(saved, max_B, dims);
   }
   AttnWeights<T> weights() { return {wq.data(), wk.data(), wv.data(), wo.data()}; }
@@ -147,7 +153,9 @@ const Shape kShapes[] = {
     {"window_lt_S", 1, {6, 2, 2, 4, 7, 3, 100.0f}},
     {"gqa", 1, {6, 4, 2, 4, 5, 0, 10000.0f}},
     {"two_seqs_gqa_window", 2, {6, 4, 1, 4, 6, 2, 100.0f}},
-    {"rows_over_16_keys", 1, {4, 2, 1, 4, 20, 18, 100.0f}},  // windows crossing 16-key and 32-query blocks
+    {"rows_over_16_keys",
+     1,
+     {4, 2, 1, 4, 20, 18, 100.0f}},  // windows crossing 16-key and 32-query blocks
 };
 
 // ---- gradients ---------------------------------------------------------------------------------
@@ -357,9 +365,9 @@ TEST(AttentionShapes, RefusesImpossibleShapes) {
   Layer<double> layer(d, 1, w.wq, w.wk, w.wv, w.wo);
   const Vec in = random_normal(2 * size_t(d.S) * d.D, 101);
   Vec out(in.size());
-  EXPECT_THROW(attention_forward(out.data(), layer.saved, in.data(), layer.weights(), d,
-                                 layer.rope, 2),
-               std::invalid_argument);  // B above the reserved 1
+  EXPECT_THROW(
+      attention_forward(out.data(), layer.saved, in.data(), layer.weights(), d, layer.rope, 2),
+      std::invalid_argument);  // B above the reserved 1
   const RopeTable other = rope_table_make(d.S + 1, d.hd, d.rope_theta);
   EXPECT_THROW(attention_forward(out.data(), layer.saved, in.data(), layer.weights(), d, other, 1),
                std::invalid_argument);

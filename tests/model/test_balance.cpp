@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "model/balance.hpp"
-#include "model/router.hpp"
 #include "model/config.hpp"
 #include "model/rng.hpp"
+#include "model/router.hpp"
 
 namespace moe {
 namespace {
@@ -23,9 +23,9 @@ TEST(BalanceLoss, DeepSeekFormHandValue) {
   const std::vector<float> bias = {0, 0, 0};
   std::vector<double> d(6), scratch;
   std::vector<int32_t> topk(2);
-  const double loss = balance_loss_forward_backward(d.data(), topk.data(), scratch, s.data(),
-                                                    sel.data(), bias.data(), 1, 2, 3, 1, 0.1,
-                                                    BalanceLossForm::kDeepSeek);
+  const double loss =
+      balance_loss_forward_backward(d.data(), topk.data(), scratch, s.data(), sel.data(),
+                                    bias.data(), 1, 2, 3, 1, 0.1, BalanceLossForm::kDeepSeek);
   EXPECT_NEAR(loss, 0.1 * 1.125, 1e-15);
 }
 
@@ -36,12 +36,12 @@ TEST(BalanceLoss, DeepSeekFormIgnoresBiasAndSelection) {
   const std::vector<float> bias_a = {0, 0, 0}, bias_b = {0, 5, 0};
   std::vector<double> d(6), scratch;
   std::vector<int32_t> topk(2);
-  const double a = balance_loss_forward_backward(d.data(), topk.data(), scratch, s.data(),
-                                                 sel_a.data(), bias_a.data(), 1, 2, 3, 1, 1.0,
-                                                 BalanceLossForm::kDeepSeek);
-  const double b = balance_loss_forward_backward(d.data(), topk.data(), scratch, s.data(),
-                                                 sel_b.data(), bias_b.data(), 1, 2, 3, 1, 1.0,
-                                                 BalanceLossForm::kDeepSeek);
+  const double a =
+      balance_loss_forward_backward(d.data(), topk.data(), scratch, s.data(), sel_a.data(),
+                                    bias_a.data(), 1, 2, 3, 1, 1.0, BalanceLossForm::kDeepSeek);
+  const double b =
+      balance_loss_forward_backward(d.data(), topk.data(), scratch, s.data(), sel_b.data(),
+                                    bias_b.data(), 1, 2, 3, 1, 1.0, BalanceLossForm::kDeepSeek);
   EXPECT_EQ(a, b);
 }
 
@@ -62,9 +62,9 @@ TEST(BalanceLoss, MaxTextFormMatchesItsDefinition) {
   for (int e = 0; e < E; ++e) expect += 0.01 * E * d[e] * p[e];
   std::vector<double> grad(S * E), scratch;
   std::vector<int32_t> topk(S * K);
-  const double got = balance_loss_forward_backward(grad.data(), topk.data(), scratch, s.data(),
-                                                   sel.data(), bias.data(), 1, S, E, K, 0.01,
-                                                   BalanceLossForm::kMaxText);
+  const double got =
+      balance_loss_forward_backward(grad.data(), topk.data(), scratch, s.data(), sel.data(),
+                                    bias.data(), 1, S, E, K, 0.01, BalanceLossForm::kMaxText);
   EXPECT_NEAR(got, expect, 1e-15);
 }
 
@@ -84,13 +84,13 @@ TEST(BalanceLoss, GradientMatchesFiniteDifferences) {
     for (size_t i = 0; i < s.size(); ++i) {
       const double keep = s[i];
       s[i] = keep + 1e-6;
-      const double lp = balance_loss_forward_backward(unused.data(), topk.data(), scratch,
-                                                      s.data(), sel.data(), bias.data(), B, S, E,
-                                                      K, 0.3, form);
+      const double lp =
+          balance_loss_forward_backward(unused.data(), topk.data(), scratch, s.data(), sel.data(),
+                                        bias.data(), B, S, E, K, 0.3, form);
       s[i] = keep - 1e-6;
-      const double lm = balance_loss_forward_backward(unused.data(), topk.data(), scratch,
-                                                      s.data(), sel.data(), bias.data(), B, S, E,
-                                                      K, 0.3, form);
+      const double lm =
+          balance_loss_forward_backward(unused.data(), topk.data(), scratch, s.data(), sel.data(),
+                                        bias.data(), B, S, E, K, 0.3, form);
       s[i] = keep;
       EXPECT_NEAR(grad[i], (lp - lm) / 2e-6, 1e-8) << balance_loss_form_name(form) << " " << i;
     }

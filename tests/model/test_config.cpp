@@ -98,7 +98,7 @@ TEST(ParallelConfig, EpMustDivideRanksAndNotExceedExperts) {
   EXPECT_NO_THROW(parallel_config_validate(cfg, 8, 4));
   EXPECT_NO_THROW(parallel_config_validate(cfg, 6, 3));
   EXPECT_NO_THROW(parallel_config_validate(cfg, 1, 1));
-  expect_rejected([&] { parallel_config_validate(cfg, 8, 3); }, "--ep");   // P does not divide W
+  expect_rejected([&] { parallel_config_validate(cfg, 8, 3); }, "--ep");    // P does not divide W
   expect_rejected([&] { parallel_config_validate(cfg, 16, 16); }, "--ep");  // E < P
   expect_rejected([&] { parallel_config_validate(cfg, 8, 0); }, "--ep");
   ModelConfig few_experts;

@@ -78,7 +78,8 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
   // The trained objective: mean cross-entropy plus every layer's balance loss.
   auto loss = [&]() {
     double total = model_forward(acts, dense.data(), experts.data(), layout, routing, batch, c,
-                                 placement, ex) * batch.loss_scale;
+                                 placement, ex) *
+                   batch.loss_scale;
     for (double b : acts.layer_balance_loss) total += b;
     return total;
   };

@@ -45,8 +45,9 @@ TEST_P(MoeGradient, MatchesFiniteDifferences) {
   const Comm self = Comm::self();
   EpExchange ex(self);
   const int N = 7, V = 16;
-  const MoeDims dims{/*D=*/6, /*F=*/5, /*Fs=*/4, /*E=*/5, /*K=*/2, c.score, /*route_scale=*/1.5f,
-                     c.swiglu_limit};
+  const MoeDims dims{
+      /*D=*/6,       /*F=*/5, /*Fs=*/4, /*E=*/5, /*K=*/2, c.score, /*route_scale=*/1.5f,
+      c.swiglu_limit};
   MoeHarness<double> h(dims, 1, 0, /*seed=*/7, V, N);
   // Larger weights than the 0.02 init so every term (router included) matters at 1e-6.
   for (auto& x : h.dense_params) x *= 25.0;
@@ -85,7 +86,8 @@ TEST_P(MoeGradient, MatchesFiniteDifferences) {
   EXPECT_EQ(checked, static_cast<int>(in.size() + h.dense_params.size() + h.expert_params.size()));
   // The router must receive gradient (through the weights), or the check proves little.
   double router_norm = 0;
-  for (int i = 0; i < dims.D * dims.E; ++i) router_norm += std::abs(h.dense_grads[h.off.router + i]);
+  for (int i = 0; i < dims.D * dims.E; ++i)
+    router_norm += std::abs(h.dense_grads[h.off.router + i]);
   EXPECT_GT(router_norm, 1e-3);
 }
 
@@ -118,8 +120,8 @@ void check_invariance(RoutingMode mode, int P) {
   const Comm world = Comm::world();
   const int W = world.size(), rank = world.rank();
   const int G = 48, N = G / W, V = 64;  // 48 tokens split evenly over 1, 2, 3, 4 and 8 ranks
-  const MoeDims dims{/*D=*/16, /*F=*/12, /*Fs=*/12, /*E=*/8, /*K=*/3, ScoreFunc::kSqrtSoftplus,
-                     1.5f, 10.0f};
+  const MoeDims dims{
+      /*D=*/16, /*F=*/12, /*Fs=*/12, /*E=*/8, /*K=*/3, ScoreFunc::kSqrtSoftplus, 1.5f, 10.0f};
   const uint64_t seed = 1234;
   const std::vector<float> in = testing_moe::global_normal<float>("in", G * dims.D, 1.0);
   const std::vector<float> d_out = testing_moe::global_normal<float>("d_out", G * dims.D, 1.0);
@@ -148,7 +150,8 @@ void check_invariance(RoutingMode mode, int P) {
 
   // Routing and global loads: exact.
   for (int i = 0; i < N * dims.K; ++i) {
-    ASSERT_EQ(h.saved.expert_idx[i], ref.saved.expert_idx[first * dims.K + i]) << "assignment " << i;
+    ASSERT_EQ(h.saved.expert_idx[i], ref.saved.expert_idx[first * dims.K + i])
+        << "assignment " << i;
   }
   std::vector<int64_t> load = h.saved.plan.expert_counts;
   world.allreduce_sum(std::span<int64_t>(load));
@@ -183,7 +186,9 @@ TEST_P(MoeInvariance, SameAsOneRankForEveryEpSize) {
 INSTANTIATE_TEST_SUITE_P(AllRoutings, MoeInvariance,
                          ::testing::Values(RoutingMode::kTopK, RoutingMode::kHash,
                                            RoutingMode::kRoundRobin),
-                         [](const auto& info) { return std::string(routing_mode_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(routing_mode_name(info.param));
+                         });
 
 // Overlapping the shared expert with the dispatch all-to-all changes the order of work, not one
 // bit of the results (forward output, input gradient and every parameter gradient).
@@ -204,8 +209,8 @@ TEST(MoeOverlap, SharedExpertOverlapIsBitwiseNeutral) {
     std::vector<float> out(N * 16), d_in(N * 16, 0.0f);
     moe_forward(out.data(), h.saved, &in[first * 16], h.weights(),
                 h.routing(RoutingMode::kTopK, nullptr, 0), dims, h.placement, ex, N);
-    moe_backward(d_in.data(), h.grads(), &d_out[first * 16], h.saved, &in[first * 16],
-                 h.weights(), dims, ex);
+    moe_backward(d_in.data(), h.grads(), &d_out[first * 16], h.saved, &in[first * 16], h.weights(),
+                 dims, ex);
     std::vector<float> all = out;
     all.insert(all.end(), d_in.begin(), d_in.end());
     all.insert(all.end(), h.dense_grads.begin(), h.dense_grads.end());
@@ -248,23 +253,23 @@ TEST(MoeSequences, PartialSequencesAndUnreservedSequencesAreRefused) {
   MoeRouting routing = h.routing(RoutingMode::kRoundRobin, nullptr, 0);
   for (int seq_len : {-1, 5, 8, 24}) {
     routing.seq_len = seq_len;
-    EXPECT_THROW(moe_forward(out.data(), h.saved, in.data(), h.weights(), routing, dims,
-                             h.placement, ex, N),
-                 std::invalid_argument)
+    EXPECT_THROW(
+        moe_forward(out.data(), h.saved, in.data(), h.weights(), routing, dims, h.placement, ex, N),
+        std::invalid_argument)
         << "seq_len " << seq_len;
   }
   routing.seq_len = 4;  // three sequences, one reserved
-  EXPECT_THROW(moe_forward(out.data(), h.saved, in.data(), h.weights(), routing, dims, h.placement,
-                           ex, N),
-               std::invalid_argument);
+  EXPECT_THROW(
+      moe_forward(out.data(), h.saved, in.data(), h.weights(), routing, dims, h.placement, ex, N),
+      std::invalid_argument);
   moe_saved_reserve(h.saved, N, dims, 1, h.placement.max_local(), 3);
   for (int seq_len : {0, 4, 12}) {
     routing.seq_len = seq_len;
     std::vector<float> d_in(N * dims.D, 0.0f);
     EXPECT_NO_THROW(moe_forward(out.data(), h.saved, in.data(), h.weights(), routing, dims,
                                 h.placement, ex, N));
-    EXPECT_NO_THROW(moe_backward(d_in.data(), h.grads(), in.data(), h.saved, in.data(),
-                                 h.weights(), dims, ex));
+    EXPECT_NO_THROW(
+        moe_backward(d_in.data(), h.grads(), in.data(), h.saved, in.data(), h.weights(), dims, ex));
   }
 }
 

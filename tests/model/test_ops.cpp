@@ -43,15 +43,13 @@ Vec random_uniform(size_t n, uint64_t seed, double lo, double hi) {
 }
 
 // A copy of a test vector in the element type T.
-template <class T>
-std::vector<T> as(const Vec& v) {
+template <class T> std::vector<T> as(const Vec& v) {
   return std::vector<T>(v.begin(), v.end());
 }
 
 // Runs `forward`, a lambda templated on the element type T (called with a T value) that returns
 // the op's output as std::vector<T>, in double and in float, and compares the two.
-template <class Forward>
-void expect_float_agrees(const Forward& forward, const char* what) {
+template <class Forward> void expect_float_agrees(const Forward& forward, const char* what) {
   const Vec d = forward(double{});
   const std::vector<float> f = forward(float{});
   ASSERT_EQ(f.size(), d.size());
@@ -96,8 +94,8 @@ TEST(RmsNormGrad, MatchesFiniteDifferences) {
   const Vec prior_in = random_normal(N * D, 24), prior_w = random_normal(D, 25);
   Vec d_in = prior_in, d_weight = prior_w;
   loss();
-  rmsnorm_backward(d_in.data(), d_weight.data(), r.data(), in.data(), weight.data(), rstd.data(),
-                   N, D);
+  rmsnorm_backward(d_in.data(), d_weight.data(), r.data(), in.data(), weight.data(), rstd.data(), N,
+                   D);
   expect_grad_near(d_in, prior_in, numeric_grad(in, loss), "d_in");
   expect_grad_near(d_weight, prior_w, numeric_grad(weight, loss), "d_weight");
 }
@@ -161,8 +159,8 @@ TEST(SwigluGrad, ClampedEntriesHaveZeroGradient) {
   swiglu_backward(d_g, d_v, d_h, g, v, 3, 10.0f);
   const double silu_half = 0.5 / (1.0 + std::exp(-0.5));
   EXPECT_DOUBLE_EQ(h[0], 10.0 / (1.0 + std::exp(-10.0)) * 1.0);  // g clamped to 10
-  EXPECT_DOUBLE_EQ(h[1], silu_half * 10.0);                       // v clamped to 10
-  EXPECT_DOUBLE_EQ(h[2], silu_half * -10.0);                      // v clamped to -10
+  EXPECT_DOUBLE_EQ(h[1], silu_half * 10.0);                      // v clamped to 10
+  EXPECT_DOUBLE_EQ(h[2], silu_half * -10.0);                     // v clamped to -10
   // Zero exactly where a clamp is active, non-zero where the same element's other input passes.
   EXPECT_EQ(d_g[0], 0.0);
   EXPECT_EQ(d_v[1], 0.0);
@@ -248,44 +246,53 @@ TEST(FloatForward, AgreesWithDouble) {
   const Vec scores = random_uniform(N * E, 15, 0.01, 2.0);
   std::vector<int32_t> expert_idx(N * K);
   route_round_robin(expert_idx.data(), 0, N, E, K);
-  expect_float_agrees([&]<class T>(T) {
-    std::vector<T> out(N * O);
-    linear_forward(out.data(), as<T>(in).data(), as<T>(weight).data(), N, D, O);
-    return out;
-  }, "linear");
-  expect_float_agrees([&]<class T>(T) {
-    std::vector<T> out(N * D + N);  // out, then rstd
-    rmsnorm_forward(out.data(), out.data() + N * D, as<T>(in).data(), as<T>(gain).data(), N, D,
-                    1e-6f);
-    return out;
-  }, "rmsnorm out|rstd");
+  expect_float_agrees(
+      [&]<class T>(T) {
+        std::vector<T> out(N * O);
+        linear_forward(out.data(), as<T>(in).data(), as<T>(weight).data(), N, D, O);
+        return out;
+      },
+      "linear");
+  expect_float_agrees(
+      [&]<class T>(T) {
+        std::vector<T> out(N * D + N);  // out, then rstd
+        rmsnorm_forward(out.data(), out.data() + N * D, as<T>(in).data(), as<T>(gain).data(), N, D,
+                        1e-6f);
+        return out;
+      },
+      "rmsnorm out|rstd");
   for (float limit : {0.0f, 1.5f}) {
     Vec g, v;
     swiglu_inputs(g, v, n, limit);
-    expect_float_agrees([&]<class T>(T) {
-      std::vector<T> h(n);
-      swiglu_forward(h.data(), as<T>(g).data(), as<T>(v).data(), n, limit);
-      return h;
-    }, limit > 0 ? "swiglu clamped" : "swiglu");
+    expect_float_agrees(
+        [&]<class T>(T) {
+          std::vector<T> h(n);
+          swiglu_forward(h.data(), as<T>(g).data(), as<T>(v).data(), n, limit);
+          return h;
+        },
+        limit > 0 ? "swiglu clamped" : "swiglu");
   }
   for (ScoreFunc f : {ScoreFunc::kSqrtSoftplus, ScoreFunc::kSigmoid, ScoreFunc::kSoftmax}) {
-    expect_float_agrees([&]<class T>(T) {
-      std::vector<T> out(N * E);
-      score_forward(out.data(), as<T>(logits).data(), N, E, f);
-      return out;
-    }, score_func_name(f));
+    expect_float_agrees(
+        [&]<class T>(T) {
+          std::vector<T> out(N * E);
+          score_forward(out.data(), as<T>(logits).data(), N, E, f);
+          return out;
+        },
+        score_func_name(f));
   }
-  expect_float_agrees([&]<class T>(T) {
-    std::vector<T> w(N * K);
-    route_weights_forward(w.data(), as<T>(scores).data(), expert_idx.data(), N, E, K, 1.5f);
-    return w;
-  }, "route weights");
+  expect_float_agrees(
+      [&]<class T>(T) {
+        std::vector<T> w(N * K);
+        route_weights_forward(w.data(), as<T>(scores).data(), expert_idx.data(), N, E, K, 1.5f);
+        return w;
+      },
+      "route weights");
 }
 
 // ---- gemm --------------------------------------------------------------------------------------
 
-template <class T>
-void check_gemm_against_naive(int M, int N, int K, double tol) {
+template <class T> void check_gemm_against_naive(int M, int N, int K, double tol) {
   const double alpha = 0.7, beta = 0.3;
   for (bool trans_a : {false, true}) {
     for (bool trans_b : {false, true}) {

@@ -161,8 +161,8 @@ template <class T> void expect_rmsnorm_matches_plain() {
     std::vector<double> abs_sum(kD, 0.0);
     for (int n = 0; n < N; ++n) {
       for (int d = 0; d < kD; ++d) {
-        abs_sum[d] += std::abs(double(c.d_out[size_t(n) * kD + d]) * c.in[size_t(n) * kD + d] *
-                               c.rstd[n]);
+        abs_sum[d] +=
+            std::abs(double(c.d_out[size_t(n) * kD + d]) * c.in[size_t(n) * kD + d] * c.rstd[n]);
       }
     }
     SCOPED_TRACE("B = " + std::to_string(B));
@@ -173,8 +173,12 @@ template <class T> void expect_rmsnorm_matches_plain() {
   }
 }
 
-TEST(PerSequence, RmsnormBackwardMatchesPlainFloat) { expect_rmsnorm_matches_plain<float>(); }
-TEST(PerSequence, RmsnormBackwardMatchesPlainDouble) { expect_rmsnorm_matches_plain<double>(); }
+TEST(PerSequence, RmsnormBackwardMatchesPlainFloat) {
+  expect_rmsnorm_matches_plain<float>();
+}
+TEST(PerSequence, RmsnormBackwardMatchesPlainDouble) {
+  expect_rmsnorm_matches_plain<double>();
+}
 
 TEST(PerSequence, RmsnormBackwardSplitsIntoHalvesBitForBit) {
   for (int B : {2, 4, 8}) {
@@ -226,8 +230,12 @@ template <class T> void expect_embedding_matches_plain() {
   }
 }
 
-TEST(PerSequence, EmbeddingBackwardMatchesPlainFloat) { expect_embedding_matches_plain<float>(); }
-TEST(PerSequence, EmbeddingBackwardMatchesPlainDouble) { expect_embedding_matches_plain<double>(); }
+TEST(PerSequence, EmbeddingBackwardMatchesPlainFloat) {
+  expect_embedding_matches_plain<float>();
+}
+TEST(PerSequence, EmbeddingBackwardMatchesPlainDouble) {
+  expect_embedding_matches_plain<double>();
+}
 
 TEST(PerSequence, EmbeddingBackwardSplitsIntoHalvesBitForBit) {
   for (int B : {2, 4, 8}) {

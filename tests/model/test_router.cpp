@@ -56,9 +56,9 @@ TEST(ScoreForward, SqrtSoftplusValues) {
   const double x[5] = {0.0, 1.0, -100.0, 100.0, -1000.0};
   double s[5];
   score_forward(s, x, 1, 5, ScoreFunc::kSqrtSoftplus);
-  EXPECT_DOUBLE_EQ(s[0], std::sqrt(std::log(2.0)));              // 0.8325546111576977
+  EXPECT_DOUBLE_EQ(s[0], std::sqrt(std::log(2.0)));                  // 0.8325546111576977
   EXPECT_DOUBLE_EQ(s[1], std::sqrt(std::log(1.0 + std::exp(1.0))));  // 1.1409...
-  EXPECT_NEAR(s[2], std::exp(-50.0), 1e-12 * std::exp(-50.0));  // sqrt(e^-100), not 0
+  EXPECT_NEAR(s[2], std::exp(-50.0), 1e-12 * std::exp(-50.0));       // sqrt(e^-100), not 0
   EXPECT_DOUBLE_EQ(s[3], 10.0);
   EXPECT_EQ(s[4], 0.0);  // softplus underflows to exactly 0 in double
 
@@ -196,11 +196,11 @@ TEST(RouteHash, LooksUpTheTokenRow) {
   route_hash(idx.data(), tokens, table, 3, K, V);
   EXPECT_EQ(idx, (Idx{3, 0, 0, 1, 1, 2}));
   const int32_t bad[2] = {1, 4};
-  expect_throw_naming<std::out_of_range>(
-      [&] { route_hash(idx.data(), bad, table, 2, K, V); }, {"token id 4", "V=4"});
+  expect_throw_naming<std::out_of_range>([&] { route_hash(idx.data(), bad, table, 2, K, V); },
+                                         {"token id 4", "V=4"});
   const int32_t negative[1] = {-1};
-  expect_throw_naming<std::out_of_range>(
-      [&] { route_hash(idx.data(), negative, table, 1, K, V); }, {"token id -1"});
+  expect_throw_naming<std::out_of_range>([&] { route_hash(idx.data(), negative, table, 1, K, V); },
+                                         {"token id -1"});
 }
 
 TEST(RouteRoundRobin, ExactIdsForSmallCase) {
@@ -276,15 +276,15 @@ TEST(HashTable, ValidateNamesTheBadRow) {
   Idx table = {0, 1, 2, 3, 1, 0};
   EXPECT_NO_THROW(hash_table_validate(table.data(), V, E, K));
   table[3] = 4;
-  expect_throw_naming<std::invalid_argument>(
-      [&] { hash_table_validate(table.data(), V, E, K); }, {"row 1", "expert 4"});
+  expect_throw_naming<std::invalid_argument>([&] { hash_table_validate(table.data(), V, E, K); },
+                                             {"row 1", "expert 4"});
   table[3] = 3;
   table[5] = -1;
-  expect_throw_naming<std::invalid_argument>(
-      [&] { hash_table_validate(table.data(), V, E, K); }, {"row 2", "expert -1"});
+  expect_throw_naming<std::invalid_argument>([&] { hash_table_validate(table.data(), V, E, K); },
+                                             {"row 2", "expert -1"});
   table[5] = 1;
-  expect_throw_naming<std::invalid_argument>(
-      [&] { hash_table_validate(table.data(), V, E, K); }, {"row 2", "twice"});
+  expect_throw_naming<std::invalid_argument>([&] { hash_table_validate(table.data(), V, E, K); },
+                                             {"row 2", "twice"});
 }
 
 }  // namespace

@@ -29,7 +29,9 @@ class SimdLevels : public ::testing::TestWithParam<SimdLevel> {
   void TearDown() override { simd_level_reset(); }
 };
 
-uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
+uint32_t bits(float x) {
+  return std::bit_cast<uint32_t>(x);
+}
 
 // Normal, large and tiny inputs, with and without the clamp.
 TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
@@ -77,8 +79,8 @@ TEST_P(SimdLevels, SoftmaxRowsMatchTheScalarFormulaBitwise) {
         softmax_row_backward(d_row.data(), row.data(), n);
         softmax_row_backward_impl(d_want.data(), want.data(), n);
         for (int c = 0; c < n; ++c) {
-          ASSERT_EQ(bits(row[c]), bits(want[c])) << "n " << n << " [" << first << ", " << last
-                                                 << "] column " << c;
+          ASSERT_EQ(bits(row[c]), bits(want[c]))
+              << "n " << n << " [" << first << ", " << last << "] column " << c;
           ASSERT_EQ(bits(d_row[c]), bits(d_want[c])) << "backward, column " << c;
         }
       }

@@ -76,8 +76,8 @@ StepResult train_step(int threads) {
   model_acts_reserve(acts, c, c.batch_per_rank, 1, placement.max_local());
 
   StepResult r;
-  r.loss = model_forward(acts, dense.data(), experts.data(), layout, routing, batch, c, placement,
-                         ex);
+  r.loss =
+      model_forward(acts, dense.data(), experts.data(), layout, routing, batch, c, placement, ex);
   for (const auto& m : acts.moe) r.selection.push_back(m.expert_idx);
   r.d_dense.assign(dense.size(), 0.0f);
   r.d_experts.assign(experts.size(), 0.0f);

@@ -105,7 +105,9 @@ template <class T> void expect_tree_sum_matches_definition() {
   EXPECT_GT(differs_from_sequential, kMaxLeaves / 2);
 }
 
-TEST(TreeSum, FloatEqualsTheSplitRuleTreeBitForBit) { expect_tree_sum_matches_definition<float>(); }
+TEST(TreeSum, FloatEqualsTheSplitRuleTreeBitForBit) {
+  expect_tree_sum_matches_definition<float>();
+}
 
 TEST(TreeSum, DoubleEqualsTheSplitRuleTreeBitForBit) {
   expect_tree_sum_matches_definition<double>();

@@ -1,9 +1,9 @@
 // The experiment of MaxText pull request #4190 (loss-free and sequence-wise load balancing for
 // DeepSeek-V4) on deepseek4-tiny, run at 8 ranks by CTest, in that pull request's regime: MaxText's
 // learning rate (--lr 3e-5 --warmup-steps 2), 21 steps. Run A has no balancing
-// (--bias-update-rate 0 --seq-aux-loss-weight 0); run B has the pull request's values (0.001, 1e-4).
-// Hash layers must route identically in A and B at every step; the summed top-k load variance
-// at step 20 must be at least 30% lower in B (the pull request reports 47.9% on MaxText's
+// (--bias-update-rate 0 --seq-aux-loss-weight 0); run B has the pull request's values (0.001,
+// 1e-4). Hash layers must route identically in A and B at every step; the summed top-k load
+// variance at step 20 must be at least 30% lower in B (the pull request reports 47.9% on MaxText's
 // 43-layer model; docs/load-balancing.md has our table).
 #include <gtest/gtest.h>
 

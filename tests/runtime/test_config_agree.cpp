@@ -59,8 +59,7 @@ TEST(ConfigAgree, FirstDisagreementOnSimulatedRanks) {
   EXPECT_EQ(first_difference({base}), "");
   EXPECT_EQ(first_difference({base, base, base}), "");
   EXPECT_EQ(first_difference({base, parse({"--model", "micro", "--threads", "3"})}), "");
-  EXPECT_EQ(first_difference({base, base, parse({"--model", "micro", "--steps", "6"})}),
-            "--steps");
+  EXPECT_EQ(first_difference({base, base, parse({"--model", "micro", "--steps", "6"})}), "--steps");
   EXPECT_EQ(first_difference({parse({"--model", "micro", "--seed", "1"}), base}), "--seed");
   EXPECT_EQ(first_difference({base, parse({"--model", "micro", "--lr", "0.0030000000000000001"}),
                               parse({"--model", "micro", "--lr", "0.004", "--seed", "2"})}),
@@ -77,8 +76,7 @@ TEST(ConfigAgree, FirstDisagreementOnSimulatedRanks) {
 // Over the real ranks: every rank throws the same SetupError, reported by rank 0 only.
 TEST(ConfigAgree, RanksThatDifferAllStopWithOneMessage) {
   const Comm world = Comm::world();
-  const RunConfig same = parse({"--model", "micro", "--threads",
-                                std::to_string(1 + world.rank())});
+  const RunConfig same = parse({"--model", "micro", "--threads", std::to_string(1 + world.rank())});
   EXPECT_NO_THROW(config_agree(world, same));
   if (world.size() < 2) return;
   const std::string steps = world.rank() == 1 ? "6" : "5";
@@ -93,8 +91,8 @@ TEST(ConfigAgree, RanksThatDifferAllStopWithOneMessage) {
               "(give every rank the same options and config file contents)");
   }
   try {
-    config_agree(world, parse({"--model", "micro", "--stats",
-                               world.rank() == 0 ? "a.h5" : long_stats}));
+    config_agree(world,
+                 parse({"--model", "micro", "--stats", world.rank() == 0 ? "a.h5" : long_stats}));
     ADD_FAILURE() << "no SetupError";
   } catch (const SetupError& e) {
     const std::string message = e.what();

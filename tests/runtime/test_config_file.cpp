@@ -14,7 +14,9 @@
 namespace moe {
 namespace {
 
-bool any_key(std::string_view) { return true; }
+bool any_key(std::string_view) {
+  return true;
+}
 
 std::vector<ConfigEntry> parse(std::string_view text) {
   return config_text_parse(text, "test.cfg", any_key);
@@ -35,17 +37,16 @@ void expect_error(std::string_view text, std::initializer_list<std::string> word
   } catch (const ConfigError& e) {
     const std::string message = e.what();
     for (const std::string& word : words) {
-      EXPECT_NE(message.find(word), std::string::npos)
-          << "'" << word << "' not in: " << message;
+      EXPECT_NE(message.find(word), std::string::npos) << "'" << word << "' not in: " << message;
     }
     EXPECT_LT(message.size(), 400u) << message;
   }
 }
 
 TEST(ConfigFile, KeysValuesAndComments) {
-  const std::vector<ConfigEntry> entries =
-      parse("# comment\n\n  steps=5\nlr = 0.01   # trailing comment\n\tdata = text:a b.txt \r\n"
-            "   # indented comment\nstats =\n");
+  const std::vector<ConfigEntry> entries = parse(
+      "# comment\n\n  steps=5\nlr = 0.01   # trailing comment\n\tdata = text:a b.txt \r\n"
+      "   # indented comment\nstats =\n");
   ASSERT_EQ(entries.size(), 4u);
   EXPECT_EQ(entries[0].key, "steps");
   EXPECT_EQ(entries[0].value, "5");
@@ -102,9 +103,31 @@ TEST(ConfigFile, BadLinesNameTheLine) {
 // parse(print(value)) == value for values a command line can give.
 TEST(ConfigFile, ValuesReadBackUnchanged) {
   const std::vector<std::string> values = {
-      "", "plain", "run#1.h5", "#", "#start", "a # b", "a\t#b", "\"", "\"quoted\"", "x\"y",
-      "back\\slash", "trailing\\", "\\\"", "\\x41", " lead", "trail ", "  ", "\t", "a=b = c",
-      "é€😀 ünïcödé", "\xFF\xFE not UTF-8", "line\nbreak", "cr\r", "\x01\x1f\x7f", "# \" \\ #",
+      "",
+      "plain",
+      "run#1.h5",
+      "#",
+      "#start",
+      "a # b",
+      "a\t#b",
+      "\"",
+      "\"quoted\"",
+      "x\"y",
+      "back\\slash",
+      "trailing\\",
+      "\\\"",
+      "\\x41",
+      " lead",
+      "trail ",
+      "  ",
+      "\t",
+      "a=b = c",
+      "é€😀 ünïcödé",
+      "\xFF\xFE not UTF-8",
+      "line\nbreak",
+      "cr\r",
+      "\x01\x1f\x7f",
+      "# \" \\ #",
       std::string(100000, 'v') + "#" + std::string(100000, ' ') + "\"",
   };
   for (const std::string& value : values) {
@@ -122,7 +145,7 @@ TEST(TextExcerpt, BoundedAndEscaped) {
   EXPECT_EQ(text_excerpt(""), "");
   EXPECT_EQ(text_excerpt(std::string_view("a\0b", 3)), "a\\x00b");  // not cut at the NUL
   EXPECT_EQ(text_excerpt("tab\tnl\ndel\x7f\\"), "tab\\x09nl\\x0Adel\\x7F\\\\");
-  EXPECT_EQ(text_excerpt("é€😀"), "é€😀");  // well-formed UTF-8 is printable
+  EXPECT_EQ(text_excerpt("é€😀"), "é€😀");                          // well-formed UTF-8 is printable
   EXPECT_EQ(text_excerpt("\xC2\x85|\xC3|\xED\xA0\x80|\xC0\xAF"),  // C1, cut, surrogate, overlong
             "\\xC2\\x85|\\xC3|\\xED\\xA0\\x80|\\xC0\\xAF");
   const std::string huge(10 * 1000 * 1000, 'x');

@@ -159,9 +159,9 @@ TEST(Options, FlagsAloneMeanTrueAndTakeExplicitValues) {
   EXPECT_TRUE(parse({"--bias-update-center"}).bias_update_center);
   EXPECT_TRUE(parse({"--check-bias", "--steps", "3"}).check_bias);
   EXPECT_FALSE(parse({"--overwrite=false"}).overwrite);
-  const RunConfig cfg = parse({"--balance-loss-form", "maxtext", "--routing-groups", "2",
-                               "--group-topk", "1", "--force-balance", "random",
-                               "--trace-every", "5"});
+  const RunConfig cfg =
+      parse({"--balance-loss-form", "maxtext", "--routing-groups", "2", "--group-topk", "1",
+             "--force-balance", "random", "--trace-every", "5"});
   EXPECT_EQ(cfg.balance_loss_form, "maxtext");
   EXPECT_EQ(cfg.routing_groups, 2);
   EXPECT_EQ(cfg.force_balance, "random");
@@ -176,12 +176,12 @@ TEST(Options, CommandLineOverridesFileOverridesPreset) {
   const RunConfig cfg = parse({"--config", path, "--layers", "4"});
   EXPECT_EQ(cfg.config_path, path);
   EXPECT_EQ(cfg.model_name, "micro");
-  EXPECT_EQ(cfg.model.layers, 4);    // command line
-  EXPECT_EQ(cfg.model.top_k, 1);     // file
-  EXPECT_EQ(cfg.lr, 0.01);           // file
+  EXPECT_EQ(cfg.model.layers, 4);  // command line
+  EXPECT_EQ(cfg.model.top_k, 1);   // file
+  EXPECT_EQ(cfg.lr, 0.01);         // file
   EXPECT_EQ(cfg.data, "text:corpus.txt");
   EXPECT_EQ(cfg.model.d_model, 16);  // the file's preset
-  EXPECT_EQ(cfg.steps, 200);          // default
+  EXPECT_EQ(cfg.steps, 200);         // default
   // --model on the command line picks the preset under the file's other values.
   const RunConfig tiny = parse({"--model", "deepseek4-tiny", "--config", path});
   EXPECT_EQ(tiny.model_name, "deepseek4-tiny");
@@ -306,14 +306,42 @@ TEST(Options, HelpIsFlaggedAndListsEveryOption) {
   EXPECT_TRUE(parse({"--layers", "4", "--help"}).help);
   EXPECT_TRUE(parse({"--print-config"}).print_config);
   const std::string help = options_help_text();
-  for (const char* option :
-       {"--model", "--steps", "--seed", "--batch-per-rank", "--seq-len", "--layers",
-        "--hash-layers", "--experts", "--top-k", "--shared-experts", "--d-model", "--ffn-dim",
-        "--heads", "--kv-heads", "--head-dim", "--vocab", "--score-func", "--route-scale",
-        "--swiglu-limit", "--sliding-window", "--bias-update-rate", "--seq-aux-loss-weight",
-        "--force-balance", "--data", "--stats", "--lr", "--warmup-steps", "--weight-decay",
-        "--grad-clip", "--ep", "--threads", "--config", "--help", "--print-config",
-        "--rope-theta", "--norm-eps"}) {
+  for (const char* option : {"--model",
+                             "--steps",
+                             "--seed",
+                             "--batch-per-rank",
+                             "--seq-len",
+                             "--layers",
+                             "--hash-layers",
+                             "--experts",
+                             "--top-k",
+                             "--shared-experts",
+                             "--d-model",
+                             "--ffn-dim",
+                             "--heads",
+                             "--kv-heads",
+                             "--head-dim",
+                             "--vocab",
+                             "--score-func",
+                             "--route-scale",
+                             "--swiglu-limit",
+                             "--sliding-window",
+                             "--bias-update-rate",
+                             "--seq-aux-loss-weight",
+                             "--force-balance",
+                             "--data",
+                             "--stats",
+                             "--lr",
+                             "--warmup-steps",
+                             "--weight-decay",
+                             "--grad-clip",
+                             "--ep",
+                             "--threads",
+                             "--config",
+                             "--help",
+                             "--print-config",
+                             "--rope-theta",
+                             "--norm-eps"}) {
     EXPECT_NE(help.find(option), std::string::npos) << option;
   }
   EXPECT_NE(help.find("(=200)"), std::string::npos) << help;  // defaults are shown
@@ -322,17 +350,72 @@ TEST(Options, HelpIsFlaggedAndListsEveryOption) {
 }
 
 TEST(Options, TextRoundTripsThroughConfigFile) {
-  const RunConfig changed = parse(
-      {"--model", "micro", "--steps", "21", "--seed", "987654321987654321", "--batch-per-rank", "3",
-       "--seq-len", "40", "--layers", "6", "--hash-layers", "2", "--experts", "6", "--top-k", "3",
-       "--shared-experts", "2", "--d-model", "24", "--ffn-dim", "20", "--heads", "4",
-       "--kv-heads", "2", "--head-dim", "6", "--vocab", "300", "--score-func", "softmax",
-       "--route-scale", "0.1", "--swiglu-limit", "7.25", "--sliding-window", "0",
-       "--rope-theta", "500000", "--norm-eps", "1e-5", "--bias-update-rate", "0.3",
-       "--seq-aux-loss-weight", "3.3333333333333335e-05", "--force-balance", "round-robin",
-       "--data", "tokens:/data/fineweb_train_000001.bin", "--stats", "runs/a.h5", "--lr", "3e-5",
-       "--warmup-steps", "0", "--weight-decay", "0", "--grad-clip", "0.5", "--ep", "2",
-       "--threads", "3"});
+  const RunConfig changed = parse({"--model",
+                                   "micro",
+                                   "--steps",
+                                   "21",
+                                   "--seed",
+                                   "987654321987654321",
+                                   "--batch-per-rank",
+                                   "3",
+                                   "--seq-len",
+                                   "40",
+                                   "--layers",
+                                   "6",
+                                   "--hash-layers",
+                                   "2",
+                                   "--experts",
+                                   "6",
+                                   "--top-k",
+                                   "3",
+                                   "--shared-experts",
+                                   "2",
+                                   "--d-model",
+                                   "24",
+                                   "--ffn-dim",
+                                   "20",
+                                   "--heads",
+                                   "4",
+                                   "--kv-heads",
+                                   "2",
+                                   "--head-dim",
+                                   "6",
+                                   "--vocab",
+                                   "300",
+                                   "--score-func",
+                                   "softmax",
+                                   "--route-scale",
+                                   "0.1",
+                                   "--swiglu-limit",
+                                   "7.25",
+                                   "--sliding-window",
+                                   "0",
+                                   "--rope-theta",
+                                   "500000",
+                                   "--norm-eps",
+                                   "1e-5",
+                                   "--bias-update-rate",
+                                   "0.3",
+                                   "--seq-aux-loss-weight",
+                                   "3.3333333333333335e-05",
+                                   "--force-balance",
+                                   "round-robin",
+                                   "--data",
+                                   "tokens:/data/fineweb_train_000001.bin",
+                                   "--stats",
+                                   "runs/a.h5",
+                                   "--lr",
+                                   "3e-5",
+                                   "--warmup-steps",
+                                   "0",
+                                   "--weight-decay",
+                                   "0",
+                                   "--grad-clip",
+                                   "0.5",
+                                   "--ep",
+                                   "2",
+                                   "--threads",
+                                   "3"});
   TempDir dir;
   for (const RunConfig& original : {changed, parse({})}) {
     const std::string text = run_config_to_text(original);
@@ -355,8 +438,24 @@ TEST(Options, TextRoundTripsThroughConfigFile) {
 // of the string options: each value is written quoted where the config-file syntax needs it.
 TEST(Options, AwkwardValuesRoundTripThroughConfigFile) {
   const std::vector<std::string> values = {
-      "run#1.h5", "#", "# x", "a #b", "\"", "say \"hi\"", "\\", "C:\\dir\\", "\\\"",
-      " lead", "trail ", "\t", "a=b", "= x =", "é€😀 ünïcödé", "", "new\nline", "\x01\x7f",
+      "run#1.h5",
+      "#",
+      "# x",
+      "a #b",
+      "\"",
+      "say \"hi\"",
+      "\\",
+      "C:\\dir\\",
+      "\\\"",
+      " lead",
+      "trail ",
+      "\t",
+      "a=b",
+      "= x =",
+      "é€😀 ünïcödé",
+      "",
+      "new\nline",
+      "\x01\x7f",
       std::string(5000, 'L') + " # " + std::string(5000, '"'),
   };
   TempDir dir;

@@ -16,8 +16,7 @@
 namespace moe {
 namespace {
 
-template <class T>
-std::vector<T> read_all(hid_t file, const char* name, hid_t mem_type) {
+template <class T> std::vector<T> read_all(hid_t file, const char* name, hid_t mem_type) {
   const hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
   EXPECT_GE(ds, 0) << name;
   const hid_t space = H5Dget_space(ds);
@@ -68,8 +67,7 @@ TEST(RunStats, FileHoldsExactlyWhatTheRunComputed) {
       EXPECT_EQ(grad[s], r.grad_norm);
       EXPECT_EQ(std::vector<int64_t>(load.begin() + s * LE, load.begin() + (s + 1) * LE),
                 r.expert_load);
-      EXPECT_EQ(std::vector<int64_t>(rank_load.begin() + s * LW,
-                                     rank_load.begin() + (s + 1) * LW),
+      EXPECT_EQ(std::vector<int64_t>(rank_load.begin() + s * LW, rank_load.begin() + (s + 1) * LW),
                 r.rank_load);
       EXPECT_EQ(std::vector<float>(bias.begin() + s * LE, bias.begin() + (s + 1) * LE), r.bias);
       EXPECT_EQ(std::vector<double>(variance.begin() + s * L, variance.begin() + (s + 1) * L),

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Formats every tracked C++ file with clang-format and the repository's .clang-format, or with
+# --check only says which files differ (exit 1), as scripts/test.sh does before building.
+# Usage: scripts/format.sh [--check]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+if ! command -v clang-format >/dev/null; then
+  echo "format.sh: clang-format not found (scripts/setup.sh installs it)" >&2
+  exit 1
+fi
+mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh')
+if [[ ${1:-} == --check ]]; then
+  bad=()
+  for f in "${files[@]}"; do
+    clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
+  done
+  if ((${#bad[@]})); then
+    echo "format.sh: ${#bad[@]} file(s) differ from .clang-format (run scripts/format.sh):" >&2
+    printf '  %s\n' "${bad[@]}" >&2
+    exit 1
+  fi
+  echo "format.sh: ${#files[@]} C++ files follow .clang-format ($(clang-format --version | head -1))"
+else
+  clang-format -i "${files[@]}"
+fi
