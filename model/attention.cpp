@@ -98,6 +98,22 @@ template <class T> void rope_backward(T* d_x, const RopeTable& rope, int num_hea
   rope_rotate(d_x, rope, num_heads, T(-1));
 }
 
+AttnSavedSizes attn_saved_sizes(int max_B, const AttnDims& d) {
+  const double B = max_B, S = d.S, H = d.H, HD = H * d.hd, KD = static_cast<double>(d.KVH) * d.hd;
+  const double Kt = attn_keys_per_tile(d);
+  AttnSavedSizes z;
+  z.q = B * S * HD;
+  z.kv = B * S * KD;
+  z.probs = B * H * S * Kt;
+  z.d_q = S * HD;  // d_k_heads, d_v_heads: [H, S, hd], as many
+  z.d_kv = S * KD;
+  z.d_probs = H * std::min(d.S, kQueryTile) * Kt;
+  z.tree_q = static_cast<double>(d.D) * HD;
+  z.tree_kv = static_cast<double>(d.D) * KD;
+  z.tree_depth = tree_sum_depth(max_B);
+  return z;
+}
+
 template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d) {
   if (max_B < 0 || d.D <= 0 || d.H <= 0 || d.KVH <= 0 || d.H % d.KVH != 0 || d.hd <= 0 ||
       d.hd % 2 != 0 || d.S <= 0 || d.window < 0) {
@@ -107,27 +123,22 @@ template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const
         " KVH=" + std::to_string(d.KVH) + " hd=" + std::to_string(d.hd) +
         " S=" + std::to_string(d.S) + " W=" + std::to_string(d.window));
   }
-  const size_t S = d.S, HD = size_t(d.H) * d.hd, KD = size_t(d.KVH) * d.hd;
-  const size_t Kt = attn_keys_per_tile(d), B = max_B;
+  const AttnSavedSizes z = attn_saved_sizes(max_B, d);
+  auto n = [](double elements) { return static_cast<size_t>(elements); };
   saved.max_B = max_B;
   saved.B = 0;
-  saved.q.assign(B * S * HD, T(0));
-  saved.k.assign(B * S * KD, T(0));
-  saved.v.assign(B * S * KD, T(0));
-  saved.probs.assign(B * d.H * S * Kt, T(0));
-  saved.concat.assign(B * S * HD, T(0));
-  saved.d_concat.assign(S * HD, T(0));
-  saved.d_q.assign(S * HD, T(0));
-  saved.d_k.assign(S * KD, T(0));
-  saved.d_v.assign(S * KD, T(0));
-  saved.d_probs.assign(size_t(d.H) * std::min(d.S, kQueryTile) * Kt, T(0));
-  saved.d_k_heads.assign(size_t(d.H) * S * d.hd, T(0));
-  saved.d_v_heads.assign(size_t(d.H) * S * d.hd, T(0));
-  const size_t D = d.D;
-  saved.tree_q.reserve(D * HD, max_B);
-  saved.tree_k.reserve(D * KD, max_B);
-  saved.tree_v.reserve(D * KD, max_B);
-  saved.tree_o.reserve(HD * D, max_B);
+  for (std::vector<T>* v : {&saved.q, &saved.concat}) v->assign(n(z.q), T(0));
+  for (std::vector<T>* v : {&saved.k, &saved.v}) v->assign(n(z.kv), T(0));
+  saved.probs.assign(n(z.probs), T(0));
+  for (std::vector<T>* v : {&saved.d_concat, &saved.d_q, &saved.d_k_heads, &saved.d_v_heads}) {
+    v->assign(n(z.d_q), T(0));
+  }
+  for (std::vector<T>* v : {&saved.d_k, &saved.d_v}) v->assign(n(z.d_kv), T(0));
+  saved.d_probs.assign(n(z.d_probs), T(0));
+  saved.tree_q.reserve(n(z.tree_q), max_B);
+  saved.tree_k.reserve(n(z.tree_kv), max_B);
+  saved.tree_v.reserve(n(z.tree_kv), max_B);
+  saved.tree_o.reserve(n(z.tree_q), max_B);
 }
 
 // The query rows [s0, s1) of tile t and the keys [lo, s1) they see between them; row s sees only

@@ -63,28 +63,26 @@ RoutingState routing_state_make(const ModelConfig& c, RoutingMode forced, uint64
 }
 
 ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
-  const double V = c.vocab, D = c.d_model, L = c.layers, E = c.experts, K = c.top_k, F = c.ffn_dim,
-               Fs = static_cast<double>(c.shared_experts) * c.ffn_dim, H = c.heads,
-               HD = H * c.head_dim, KD = static_cast<double>(c.kv_heads) * c.head_dim,
-               S = c.seq_len, N = static_cast<double>(c.batch_per_rank) * c.seq_len;
-  const double local = std::ceil(E / std::max(1, ep_size));
-  // Keys a query tile of 32 sees (attn_keys_per_tile, in doubles).
-  const double keys = c.sliding_window > 0 ? std::min<double>(S, c.sliding_window + 31.0) : S;
+  const double V = c.vocab, D = c.d_model, L = c.layers, E = c.experts, K = c.top_k,
+               F = c.ffn_dim, Fs = static_cast<double>(c.shared_experts) * c.ffn_dim,
+               H = c.heads, HD = H * c.head_dim, KD = static_cast<double>(c.kv_heads) * c.head_dim,
+               N = static_cast<double>(c.batch_per_rank) * c.seq_len;
+  const int P = std::max(1, ep_size), B = std::max(c.batch_per_rank, 0);
+  const int max_local = ExpertPlacement{c.experts, P}.max_local();
   const double dense = 2 * V * D + L * (2 * D + 2 * D * HD + 2 * D * KD + D * E + 3 * D * Fs) + D;
-  const double experts = L * local * 3 * D * F;
-  const double rows = ep_size * N * std::min(K, local);  // MoE rows received, worst case
-  // Per layer: attention's q, k, v, concat, probabilities and its backward scratch; the router's
-  // logits, scores and their gradients; the dispatched rows; the experts' and shared expert's
-  // inputs, hidden states and gradients. The MoE rows are reserved for the worst case, so that
-  // part is an upper bound.
-  const double attention = 2 * N * (HD + KD) + N * H * keys + S * (4 * HD + 2 * KD) + H * 32 * keys;
-  const double moe = 5 * N * E + 3 * N * K * D + 5 * rows * D + 6 * rows * F + 6 * N * Fs;
-  // The TreeSums of the weight gradients keep bit_width(B) buffers each (tree_sum.hpp): the LM
-  // head's and embedding's [V, D], per layer Wq, Wk, Wv, Wo, and the router's or shared expert's.
-  const double depth = std::bit_width(static_cast<unsigned>(std::max(c.batch_per_rank, 0)));
-  const double trees =
-      std::max(depth, 1.0) * (V * D + L * (2 * D * HD + 2 * D * KD + D * std::max(Fs, E)));
-  const double acts = L * (attention + moe) + (4 * L + 6) * N * D + 2 * N * V + trees;
+  const double experts = L * static_cast<double>(max_local) * 3 * D * F;
+  // What model_acts_reserve reserves, from the same size functions: per layer attention's and
+  // the MoE block's saved buffers and weight-gradient trees (the MoE rows at their worst case,
+  // so that part is an upper bound); the residual stream, norms and logits; the LM head's and
+  // embedding's tree.
+  const AttnSavedSizes attn = attn_saved_sizes(B, attn_dims_from(c));
+  const MoeSavedSizes moe =
+      moe_saved_sizes(N, moe_dims_from(c), P, max_local, B);
+  const ModelActSizes own = model_act_sizes(c, B);
+  const double trees = L * (attn.trees() + moe.trees()) + own.trees();
+  const double acts = L * (attn.activations() + moe.activations()) + own.activations() + trees;
+  const double keys = attn_keys_per_tile(attn_dims_from(c));
+  const double rows = moe.R;
   ModelMemory m;
   m.param_bytes = 4.0 * sizeof(float) * (dense + experts);
   m.act_bytes = sizeof(float) * acts;
@@ -107,21 +105,38 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
   return m;
 }
 
+ModelActSizes model_act_sizes(const ModelConfig& c, int B) {
+  const double N = static_cast<double>(B) * c.seq_len, D = c.d_model, L = c.layers;
+  ModelActSizes z;
+  z.resid = (2 * L + 1) * N * D;
+  z.normed = 2 * L * N * D;
+  z.rstd = (2 * L + 1) * N;
+  z.ND = N * D;
+  z.NV = N * c.vocab;
+  z.rows = N;
+  z.tree = static_cast<double>(c.vocab) * D;
+  z.tree_depth = tree_sum_depth(B);
+  return z;
+}
+
 template <class T>
-void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_size, int max_local) {
-  const size_t N = static_cast<size_t>(B) * c.seq_len, D = c.d_model, L = c.layers;
+void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_size,
+                        int max_local) {
+  const ModelActSizes z = model_act_sizes(c, B);
+  auto n = [](double elements) { return static_cast<size_t>(elements); };
+  const size_t N = static_cast<size_t>(B) * c.seq_len, L = c.layers;
   a.B = B;
-  a.resid.assign((2 * L + 1) * N * D, T(0));
-  a.normed.assign(2 * L * N * D, T(0));
-  a.rstd.assign((2 * L + 1) * N, T(0));
+  a.resid.assign(n(z.resid), T(0));
+  a.normed.assign(n(z.normed), T(0));
+  a.rstd.assign(n(z.rstd), T(0));
   for (auto* v : {&a.block_out, &a.final_normed, &a.d_resid, &a.d_normed, &a.d_final}) {
-    v->assign(N * D, T(0));
+    v->assign(n(z.ND), T(0));
   }
-  a.logits.assign(N * c.vocab, T(0));
+  a.logits.assign(n(z.NV), T(0));
   a.layer_balance_loss.assign(L, 0.0);
-  a.d_logits.assign(N * c.vocab, T(0));
-  a.row_loss.assign(N, 0.0);
-  a.grad_tree.reserve(static_cast<size_t>(c.vocab) * D, B);
+  a.d_logits.assign(n(z.NV), T(0));
+  a.row_loss.assign(n(z.rows), 0.0);
+  a.grad_tree.reserve(n(z.tree), B);
   a.rope = rope_table_make(c.seq_len, c.head_dim, c.rope_theta);
   const AttnDims ad = attn_dims_from(c);
   const MoeDims md = moe_dims_from(c);

@@ -57,6 +57,25 @@ struct RoutingState {
 // replaces every layer's routing; kTopK means natural routing.
 RoutingState routing_state_make(const ModelConfig& cfg, RoutingMode forced, uint64_t seed);
 
+// Routed-expert parameters of the whole model, every expert once: L·E·3·D·F.
+inline double model_expert_params(const ModelConfig& cfg) {
+  return static_cast<double>(cfg.layers) * cfg.experts * 3 * cfg.d_model * cfg.ffn_dim;
+}
+
+// Element counts of ModelActs' own buffers (those outside the layers' AttnSaved and MoeSaved) for
+// B sequences: the one source of both model_acts_reserve and model_memory_estimate.
+struct ModelActSizes {
+  double resid = 0, normed = 0, rstd = 0;  // [2L+1, N, D], [2L, N, D], [2L+1, N]
+  double ND = 0;    // block_out, final_normed, d_resid, d_normed, d_final [N, D]
+  double NV = 0;    // logits, d_logits [N, V]
+  double rows = 0;  // row_loss [N] (doubles: counted twice)
+  double tree = 0;  // the LM head's and embedding's weight-gradient tree width [V, D]
+  int tree_depth = 1;
+  double activations() const { return resid + normed + rstd + 5 * ND + 2 * NV + 2 * rows; }
+  double trees() const { return tree_depth * tree; }
+};
+ModelActSizes model_act_sizes(const ModelConfig& cfg, int B);
+
 // Bytes one rank holds for a model, counted from the configuration alone (nothing is allocated, so
 // it is safe on absurd sizes): parameters, gradients and AdamW's two moments of both arenas, and
 // the activations model_acts_reserve sizes for `batch_per_rank` sequences (the MoE rows at their

@@ -62,28 +62,41 @@ MoeWeights<T> moe_weights_at(T* dense, T* experts, const MoeOffsets& off, const 
                        experts + off.w2};
 }
 
+MoeSavedSizes moe_saved_sizes(double N, const MoeDims& d, int ep_size, int max_local,
+                              int max_sequences) {
+  const double n = N;  // tokens
+  MoeSavedSizes z;
+  z.NE = n * d.E;
+  z.NK = n * d.K;
+  z.R = static_cast<double>(ep_size) * n * std::min(d.K, max_local);
+  z.NKD = z.NK * d.D;
+  z.RD = z.R * d.D;
+  z.RF = z.R * d.F;
+  z.NFs = n * d.Fs;
+  z.tree = static_cast<double>(d.D) * std::max(d.Fs, d.E);
+  z.tree_depth = tree_sum_depth(max_sequences);
+  return z;
+}
+
 template <class T>
 void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int max_local,
                        int max_sequences) {
-  const size_t NE = static_cast<size_t>(N) * d.E, NK = static_cast<size_t>(N) * d.K;
-  const size_t R = static_cast<size_t>(ep_size) * N * std::min(d.K, max_local);
-  const size_t NFs = static_cast<size_t>(N) * d.Fs;
+  const MoeSavedSizes z = moe_saved_sizes(N, d, ep_size, max_local, max_sequences);
+  auto n = [](double elements) { return static_cast<size_t>(elements); };
   for (auto* v : {&s.logits, &s.scores, &s.d_scores, &s.d_logits, &s.d_scores_balance}) {
-    v->reserve(NE);
+    v->reserve(n(z.NE));
   }
-  s.expert_idx.reserve(NK);
-  s.topk_scratch.reserve(NK);
-  for (auto* v : {&s.weights, &s.d_weights}) v->reserve(NK);
-  for (auto* v : {&s.send_rows, &s.y_rows, &s.d_rows}) v->reserve(NK * d.D);
-  for (auto* v : {&s.x, &s.y, &s.staging, &s.d_y, &s.d_x}) v->reserve(R * d.D);
-  for (auto* v : {&s.g, &s.v, &s.h}) v->reserve(R * d.F);
-  for (auto* v : {&s.d_g, &s.d_v, &s.d_h}) v->reserve(R * d.F);
-  for (auto* v : {&s.sg, &s.sv, &s.sh, &s.sd_g, &s.sd_v, &s.sd_h}) v->reserve(NFs);
-  s.plan.send_assignment.reserve(NK);
-  s.plan.send_position.reserve(NK);
-  s.plan.recv_to_expert.reserve(R);
+  for (auto* v : {&s.expert_idx, &s.topk_scratch, &s.plan.send_assignment, &s.plan.send_position}) {
+    v->reserve(n(z.NK));
+  }
+  for (auto* v : {&s.weights, &s.d_weights}) v->reserve(n(z.NK));
+  for (auto* v : {&s.send_rows, &s.y_rows, &s.d_rows}) v->reserve(n(z.NKD));
+  for (auto* v : {&s.x, &s.y, &s.staging, &s.d_y, &s.d_x}) v->reserve(n(z.RD));
+  for (auto* v : {&s.g, &s.v, &s.h, &s.d_g, &s.d_v, &s.d_h}) v->reserve(n(z.RF));
+  for (auto* v : {&s.sg, &s.sv, &s.sh, &s.sd_g, &s.sd_v, &s.sd_h}) v->reserve(n(z.NFs));
+  s.plan.recv_to_expert.reserve(n(z.R));
   s.max_sequences = max_sequences;
-  s.grad_tree.reserve(static_cast<size_t>(d.D) * std::max(d.Fs, d.E), max_sequences);
+  s.grad_tree.reserve(n(z.tree), max_sequences);
 }
 
 namespace {

@@ -121,6 +121,27 @@ template <class T> struct MoeSaved {
   TreeSum<T> grad_tree;
 };
 
+// Element counts of MoeSaved's buffers for N tokens in max_sequences sequences, with up to
+// R = P·N·min(K, max_local) rows received (the worst case: every local expert receiving K rows per
+// token of every EP rank): the one source of both moe_saved_reserve and model_memory_estimate.
+// Doubles, so that sizes that are then refused are counted without overflow.
+struct MoeSavedSizes {
+  double NE = 0;          // logits, scores, d_scores, d_logits, d_scores_balance [N, E]
+  double NK = 0;          // expert_idx, topk_scratch, weights, d_weights, the plan's send arrays [N, K]
+  double R = 0;           // rows received; recv_to_expert [R]
+  double NKD = 0;         // send_rows, y_rows, d_rows [N·K, D]
+  double RD = 0, RF = 0;  // x, y, staging, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
+  double NFs = 0;         // the shared expert's sg, sv, sh, sd_g, sd_v, sd_h [N, Fs]
+  double tree = 0;        // the router's or shared expert's weight-gradient tree width
+  int tree_depth = 1;     // its buffers (tree_sum_depth(max_sequences))
+  double activations() const {
+    return 5 * NE + 6 * NK + R + 3 * NKD + 5 * RD + 6 * RF + 6 * NFs;
+  }
+  double trees() const { return tree_depth * tree; }
+};
+MoeSavedSizes moe_saved_sizes(double N, const MoeDims& dims, int ep_size, int max_local,
+                              int max_sequences);
+
 // Reserves room for N local tokens, in at most `max_sequences` sequences, on an EP group of
 // `ep_size` ranks owning at most `max_local` experts each: R <= ep_size · N · min(K, max_local).
 // The default suits routing without a sequence length (seq_len 0: all N tokens one sequence).

@@ -19,6 +19,14 @@
 
 namespace moe {
 
+// The partial sums a TreeSum of up to `max_leaves` leaves keeps at once (its buffers): the stack
+// holds at most floor(log2(max_leaves)) + 1 entries, the next leaf included; at least 1.
+inline int tree_sum_depth(int max_leaves) {
+  int depth = 1;
+  while (depth < 62 && (int64_t{1} << depth) <= max_leaves) ++depth;
+  return depth;
+}
+
 // Adds leaves pushed in order along the tree above: a binary counter that merges two partial
 // sums of equal size as soon as both exist, and at the end merges what is left from the right,
 // which is the same tree. Holds at most log2(leaves) + 1 partial sums of `count` values.
@@ -27,9 +35,7 @@ template <class T> class TreeSum {
   // Room for sums of up to `max_count` values over up to `max_leaves` leaves; allocates here,
   // never later.
   void reserve(size_t max_count, int max_leaves) {
-    // The stack holds at most floor(log2(max_leaves)) + 1 entries, the next leaf included.
-    size_t depth = 1;
-    while ((int64_t{1} << depth) <= max_leaves) ++depth;
+    const size_t depth = tree_sum_depth(max_leaves);
     buffers_.assign(depth, std::vector<T>(max_count));
     sizes_.reserve(depth + 1);
   }

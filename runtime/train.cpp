@@ -386,7 +386,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     report_config(
         cfg,
         RunShape{W, P, threads, trainer->num_dense_params(),
-                 static_cast<size_t>(mc.layers) * mc.experts * 3 * mc.d_model * mc.ffn_dim, memory,
+                 static_cast<size_t>(model_expert_params(mc)), memory,
                  summary.data_description, summary.val_data_description, summary.stats_path,
                  data_private_bytes, data_mapped_bytes, host_layout_describe(hosts, P)});
   }

@@ -170,6 +170,45 @@ TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
   }
 }
 
+// The activations the estimate counts are exactly what model_acts_reserve reserves (the sizes
+// come from the same functions): the capacity of every buffer of ModelActs, AttnSaved and MoeSaved,
+// the weight-gradient trees included, for P = 1 (every expert local).
+TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
+  ModelConfig c = micro_config();
+  for (int window : {0, 5}) {
+    c.sliding_window = window;
+    for (int shared : {0, 1}) {
+      c.shared_experts = shared;
+      for (int B : {1, 3, 4}) {
+        c.batch_per_rank = B;
+        ModelActs<float> acts;
+        model_acts_reserve(acts, c, B, 1, c.experts);
+        double values = static_cast<double>(acts.grad_tree.reserved_values());
+        auto add = [&](const auto&... v) { ((values += static_cast<double>(v.capacity())), ...); };
+        add(acts.resid, acts.normed, acts.rstd, acts.block_out, acts.final_normed, acts.logits,
+            acts.d_logits, acts.d_resid, acts.d_normed, acts.d_final);
+        values += 2.0 * static_cast<double>(acts.row_loss.capacity());  // doubles
+        for (const AttnSaved<float>& a : acts.attn) {
+          add(a.q, a.k, a.v, a.probs, a.concat, a.d_concat, a.d_q, a.d_k, a.d_v, a.d_probs,
+              a.d_k_heads, a.d_v_heads);
+          values += static_cast<double>(a.tree_q.reserved_values() + a.tree_k.reserved_values() +
+                                        a.tree_v.reserved_values() + a.tree_o.reserved_values());
+        }
+        for (const MoeSaved<float>& m : acts.moe) {
+          add(m.logits, m.scores, m.d_scores, m.d_logits, m.d_scores_balance, m.expert_idx,
+              m.topk_scratch, m.weights, m.d_weights, m.plan.send_assignment,
+              m.plan.send_position, m.plan.recv_to_expert, m.send_rows, m.y_rows, m.d_rows, m.x,
+              m.y, m.staging, m.d_y, m.d_x, m.g, m.v, m.h, m.d_g, m.d_v, m.d_h, m.sg, m.sv, m.sh,
+              m.sd_g, m.sd_v, m.sd_h);
+          values += static_cast<double>(m.grad_tree.reserved_values());
+        }
+        EXPECT_EQ(model_memory_estimate(c, 1).act_bytes, 4.0 * values)
+            << "B=" << B << " shared=" << shared << " window=" << window;
+      }
+    }
+  }
+}
+
 // Sizes far past any machine give a finite estimate at once, naming the tensor that breaks int
 // indexing, rather than overflowing or allocating.
 TEST(ModelMemory, AbsurdSizesAreCountedNotAllocated) {
