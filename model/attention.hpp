@@ -41,10 +41,14 @@ int attn_keys_per_tile(const AttnDims& dims);
 // attn_saved_reserve and model_memory_estimate. Doubles, so that sizes that are then refused are
 // counted without overflow.
 struct AttnSavedSizes {
-  double q = 0, kv = 0, probs = 0;            // q and concat [B, S, HD]; k, v [B, S, KD]; probs [B, H, S, Kt]
-  double d_q = 0, d_kv = 0, d_probs = 0;      // per sequence: d_q, d_concat, d_k_heads, d_v_heads [S, HD]; d_k, d_v [S, KD]; d_probs [H, min(S, tile), Kt]
-  double tree_q = 0, tree_kv = 0;             // weight-gradient tree widths: Wq and Wo [D, HD]; Wk and Wv [D, KD]
-  int tree_depth = 1;                         // buffers per tree (tree_sum_depth(max_B))
+  // q and concat [B, S, HD]; k, v [B, S, KD]; probs [B, H, S, Kt].
+  double q = 0, kv = 0, probs = 0;
+  // Backward scratch, one sequence: d_q, d_concat, d_k_heads, d_v_heads [S, HD]; d_k, d_v
+  // [S, KD]; d_probs [H, min(S, query tile), Kt].
+  double d_q = 0, d_kv = 0, d_probs = 0;
+  // Weight-gradient tree widths: Wq and Wo [D, HD]; Wk and Wv [D, KD]; buffers per tree.
+  double tree_q = 0, tree_kv = 0;
+  int tree_depth = 1;
   double activations() const { return 2 * q + 2 * kv + probs + 4 * d_q + 2 * d_kv + d_probs; }
   double trees() const { return tree_depth * (2 * tree_q + 2 * tree_kv); }
 };

@@ -63,9 +63,9 @@ RoutingState routing_state_make(const ModelConfig& c, RoutingMode forced, uint64
 }
 
 ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
-  const double V = c.vocab, D = c.d_model, L = c.layers, E = c.experts, K = c.top_k,
-               F = c.ffn_dim, Fs = static_cast<double>(c.shared_experts) * c.ffn_dim,
-               H = c.heads, HD = H * c.head_dim, KD = static_cast<double>(c.kv_heads) * c.head_dim,
+  const double V = c.vocab, D = c.d_model, L = c.layers, E = c.experts, K = c.top_k, F = c.ffn_dim,
+               Fs = static_cast<double>(c.shared_experts) * c.ffn_dim, H = c.heads,
+               HD = H * c.head_dim, KD = static_cast<double>(c.kv_heads) * c.head_dim,
                N = static_cast<double>(c.batch_per_rank) * c.seq_len;
   const int P = std::max(1, ep_size), B = std::max(c.batch_per_rank, 0);
   const int max_local = ExpertPlacement{c.experts, P}.max_local();
@@ -76,8 +76,7 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
   // so that part is an upper bound); the residual stream, norms and logits; the LM head's and
   // embedding's tree.
   const AttnSavedSizes attn = attn_saved_sizes(B, attn_dims_from(c));
-  const MoeSavedSizes moe =
-      moe_saved_sizes(N, moe_dims_from(c), P, max_local, B);
+  const MoeSavedSizes moe = moe_saved_sizes(N, moe_dims_from(c), P, max_local, B);
   const ModelActSizes own = model_act_sizes(c, B);
   const double trees = L * (attn.trees() + moe.trees()) + own.trees();
   const double acts = L * (attn.activations() + moe.activations()) + own.activations() + trees;
@@ -120,8 +119,7 @@ ModelActSizes model_act_sizes(const ModelConfig& c, int B) {
 }
 
 template <class T>
-void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_size,
-                        int max_local) {
+void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_size, int max_local) {
   const ModelActSizes z = model_act_sizes(c, B);
   auto n = [](double elements) { return static_cast<size_t>(elements); };
   const size_t N = static_cast<size_t>(B) * c.seq_len, L = c.layers;

@@ -384,11 +384,10 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   agree(error);
   if (rank == 0 && !quiet) {
     report_config(
-        cfg,
-        RunShape{W, P, threads, trainer->num_dense_params(),
-                 static_cast<size_t>(model_expert_params(mc)), memory,
-                 summary.data_description, summary.val_data_description, summary.stats_path,
-                 data_private_bytes, data_mapped_bytes, host_layout_describe(hosts, P)});
+        cfg, RunShape{W, P, threads, trainer->num_dense_params(),
+                      static_cast<size_t>(model_expert_params(mc)), memory,
+                      summary.data_description, summary.val_data_description, summary.stats_path,
+                      data_private_bytes, data_mapped_bytes, host_layout_describe(hosts, P)});
   }
   const int first_step = static_cast<int>(cfg.resume_point.step + 1);  // 0 unless resuming
   summary.steps.reserve(cfg.steps - first_step);
