@@ -10,6 +10,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.hpp"
@@ -351,6 +352,33 @@ ForcedRouting forced_routing_from_name(std::string_view spec) {
                       "' (valid: none, round-robin, random, zipf:ALPHA, hot:FRACTION)");
   }
   return f;
+}
+
+void routing_config_validate(const RoutingConfig& r, const ModelConfig& m) {
+  constexpr double kFloatMax = 3.4028234663852886e38;
+  for (const auto& [value, option] : {std::pair{r.bias_update_rate, "--bias-update-rate"},
+                                      std::pair{r.seq_aux_loss_weight, "--seq-aux-loss-weight"}}) {
+    if (!(value >= 0.0 && value <= kFloatMax)) {
+      char text[64];  // the shortest form that reads back, as the options print numbers
+      const auto end = std::to_chars(text, text + sizeof text, value).ptr;
+      throw ConfigError(std::string(option) + " must be >= 0 and within float range " +
+                        "(<= 3.4e38), got " + std::string(text, end));
+    }
+  }
+  if (r.groups < 1 || m.experts % r.groups != 0) {
+    throw ConfigError("--routing-groups=" + std::to_string(r.groups) +
+                      " must be >= 1 and divide --experts=" + std::to_string(m.experts));
+  }
+  if (r.groups > 1) {
+    const int per_group = m.experts / r.groups;
+    if (r.group_topk < 1 || r.group_topk > r.groups || m.top_k % r.group_topk != 0 ||
+        m.top_k / r.group_topk > per_group) {
+      throw ConfigError(
+          "--group-topk=" + std::to_string(r.group_topk) +
+          " must be in [1, --routing-groups], divide --top-k=" + std::to_string(m.top_k) +
+          ", and leave K/M <= experts per group (" + std::to_string(per_group) + ")");
+    }
+  }
 }
 
 #define MOE_ROUTER_INSTANTIATE(T)                                                                \

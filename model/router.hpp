@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "model/balance.hpp"
 #include "model/config.hpp"
 
 namespace moe {
@@ -101,6 +102,22 @@ struct ForcedRouting {
   RandomRouting skew;
 };
 ForcedRouting forced_routing_from_name(std::string_view spec);
+
+// The routing and balancing settings of a run, typed and validated, parsed once from the options
+// (--force-balance, --balance-loss-form, --routing-groups, --group-topk, --bias-update-rate,
+// --bias-update-center, --seq-aux-loss-weight) and used by everything downstream.
+struct RoutingConfig {
+  ForcedRouting forced;                                       // natural routing unless forced
+  BalanceLossForm balance_form = BalanceLossForm::kDeepSeek;  // of the sequence-wise loss
+  int groups = 1, group_topk = 1;                             // group-limited top-k when groups > 1
+  double bias_update_rate = 0.0;                              // γ of the loss-free bias, 0 = off
+  bool bias_update_center = false;                            // shift each bias update to mean zero
+  double seq_aux_loss_weight = 0.0;  // α of the sequence-wise balance loss, 0 = off
+};
+// Throws ConfigError naming the option whose value cannot run with `model`: γ or α negative or
+// past float range; G not dividing E; M not in [1, G], not dividing K, or leaving K/M above the
+// experts of a group.
+void routing_config_validate(const RoutingConfig& routing, const ModelConfig& model);
 
 // w_j = s[sel_j] / (Σ_j' s[sel_j'] + 1e-20) · route_scale, from the unbiased scores. Overwrites.
 template <class T>

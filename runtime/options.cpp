@@ -282,6 +282,23 @@ std::string options_help_text() {
   return out.str();
 }
 
+RoutingConfig run_routing_config(const RunConfig& cfg) {
+  RoutingConfig r;
+  // These name their option and its valid values.
+  with_value_excerpt(cfg.force_balance,
+                     [&r](const std::string& t) { r.forced = forced_routing_from_name(t); });
+  with_value_excerpt(cfg.balance_loss_form, [&r](const std::string& t) {
+    r.balance_form = balance_loss_form_from_name(t);
+  });
+  r.groups = cfg.routing_groups;
+  r.group_topk = cfg.group_topk;
+  r.bias_update_rate = cfg.bias_update_rate;
+  r.bias_update_center = cfg.bias_update_center;
+  r.seq_aux_loss_weight = cfg.seq_aux_loss_weight;
+  routing_config_validate(r, cfg.model);
+  return r;
+}
+
 void run_config_validate(const RunConfig& cfg) {
   preset_model(cfg.model_name);  // a known preset name, even when every field is overridden
   model_config_validate(cfg.model);
@@ -297,27 +314,8 @@ void run_config_validate(const RunConfig& cfg) {
   }
   require_nonnegative(cfg.weight_decay, "--weight-decay");
   require_nonnegative(cfg.grad_clip, "--grad-clip");
-  require_nonnegative(cfg.bias_update_rate, "--bias-update-rate");
-  require_nonnegative(cfg.seq_aux_loss_weight, "--seq-aux-loss-weight");
-  // These name their option and its valid values.
-  with_value_excerpt(cfg.force_balance, [](const std::string& t) { forced_routing_from_name(t); });
-  with_value_excerpt(cfg.balance_loss_form,
-                     [](const std::string& t) { balance_loss_form_from_name(t); });
+  run_routing_config(cfg);
   const ModelConfig& m = cfg.model;
-  if (cfg.routing_groups < 1 || m.experts % cfg.routing_groups != 0) {
-    throw ConfigError("--routing-groups=" + std::to_string(cfg.routing_groups) +
-                      " must be >= 1 and divide --experts=" + std::to_string(m.experts));
-  }
-  if (cfg.routing_groups > 1) {
-    const int per_group = m.experts / cfg.routing_groups;
-    if (cfg.group_topk < 1 || cfg.group_topk > cfg.routing_groups ||
-        m.top_k % cfg.group_topk != 0 || m.top_k / cfg.group_topk > per_group) {
-      throw ConfigError(
-          "--group-topk=" + std::to_string(cfg.group_topk) +
-          " must be in [1, --routing-groups], divide --top-k=" + std::to_string(m.top_k) +
-          ", and leave K/M <= experts per group (" + std::to_string(per_group) + ")");
-    }
-  }
   if (!cfg.hash_table_path.empty() && m.hash_layers == 0) {
     throw ConfigError("--hash-table '" + text_excerpt(cfg.hash_table_path, kPathExcerptBytes) +
                       "' given, but --hash-layers is 0: no layer would use it");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/router.hpp"
 
 namespace moe {
 
@@ -69,6 +70,11 @@ struct RunConfig {
   std::string config_path;    // --config FILE, "" if none
   ResumePoint resume_point;   // set by options_parse when --resume is given
 };
+
+// The run's typed routing and balancing settings (model/router.hpp), parsed from the option
+// strings and validated against the model: throws ConfigError naming the option, quoting an
+// excerpt of a bad value. run_config_validate checks it; the run builds its routing from it.
+RoutingConfig run_routing_config(const RunConfig& cfg);
 
 // Whether the run evaluates a validation loss (--val-data is not none).
 inline bool has_val_data(const RunConfig& cfg) {

@@ -182,7 +182,8 @@ std::unique_ptr<TokenSource> val_source_open(const RunConfig& cfg, int W, TokenC
 
 RoutingState make_routing(const RunConfig& cfg) {
   const ModelConfig& mc = cfg.model;
-  const ForcedRouting forced = forced_routing_from_name(cfg.force_balance);
+  const RoutingConfig routing = run_routing_config(cfg);
+  const ForcedRouting& forced = routing.forced;
   const RoutingMode mode = !forced.forced       ? RoutingMode::kTopK  // natural routing
                            : forced.round_robin ? RoutingMode::kRoundRobin
                                                 : RoutingMode::kRandom;
@@ -201,10 +202,10 @@ RoutingState make_routing(const RunConfig& cfg) {
       }
     }
   }
-  r.groups = cfg.routing_groups;
-  r.group_topk = cfg.group_topk;
-  r.balance_alpha = cfg.seq_aux_loss_weight;
-  r.balance_form = balance_loss_form_from_name(cfg.balance_loss_form);
+  r.groups = routing.groups;
+  r.group_topk = routing.group_topk;
+  r.balance_alpha = routing.seq_aux_loss_weight;
+  r.balance_form = routing.balance_form;
   return r;
 }
 
