@@ -147,6 +147,20 @@ void balance_loss_forward(MoeSaved<T>& s, const MoeRouting& routing, const MoeDi
       routing.balance_weight, routing.balance_form);
 }
 
+// One task per local expert that received rows, `expert(i, rows, first row)`; with `with_shared`,
+// `shared()` is one more task, the first (the largest: all N rows).
+template <class Shared, class Expert>
+void expert_tasks(const std::vector<int>& offsets, bool with_shared, Shared&& shared,
+                  Expert&& expert) {
+  const int first = with_shared ? 1 : 0;
+  parallel_tasks(static_cast<int64_t>(offsets.size()) - 1 + first, [&](int64_t task) {
+    if (task < first) return shared();
+    const int64_t i = task - first;
+    const int rows = offsets[i + 1] - offsets[i];
+    if (rows > 0) expert(i, rows, offsets[i]);
+  });
+}
+
 // The routed experts of this rank, each on its contiguous rows of x: g = x·W1, v = x·W3,
 // h = swiglu(g, v), y = h·W2. One task per expert; with `shared`, the shared expert is one more
 // task, the first (the largest: all N rows).
@@ -154,14 +168,8 @@ template <class T, class Shared>
 void local_experts_forward(MoeSaved<T>& s, const MoeWeights<T>& w, const MoeDims& d,
                            bool with_shared, Shared&& shared) {
   const size_t DF = static_cast<size_t>(d.D) * d.F;
-  const std::vector<int>& off = s.plan.expert_offsets;
-  const int first = with_shared ? 1 : 0;
-  parallel_tasks(static_cast<int64_t>(off.size()) - 1 + first, [&](int64_t task) {
-    if (task < first) return shared();
-    const int64_t i = task - first;
-    const int rows = off[i + 1] - off[i];
-    if (rows == 0) return;
-    const size_t rd = static_cast<size_t>(off[i]) * d.D, rf = static_cast<size_t>(off[i]) * d.F;
+  expert_tasks(s.plan.expert_offsets, with_shared, shared, [&](int64_t i, int rows, int row) {
+    const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.F;
     linear_forward(&s.g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D, d.F);
     linear_forward(&s.v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D, d.F);
     swiglu_forward(&s.h[rf], &s.g[rf], &s.v[rf], static_cast<int64_t>(rows) * d.F, d.swiglu_limit);
@@ -234,14 +242,8 @@ void local_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWe
   s.d_h.assign(static_cast<size_t>(R) * d.F, T(0));
   s.d_g.resize(s.d_h.size());
   s.d_v.resize(s.d_h.size());
-  const std::vector<int>& off = s.plan.expert_offsets;
-  const int first = with_shared ? 1 : 0;
-  parallel_tasks(static_cast<int64_t>(off.size()) - 1 + first, [&](int64_t task) {
-    if (task < first) return shared();
-    const int64_t i = task - first;
-    const int rows = off[i + 1] - off[i];
-    if (rows == 0) return;
-    const size_t rd = static_cast<size_t>(off[i]) * d.D, rf = static_cast<size_t>(off[i]) * d.F;
+  expert_tasks(s.plan.expert_offsets, with_shared, shared, [&](int64_t i, int rows, int row) {
+    const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.F;
     linear_backward(&s.d_h[rf], gr.w2 + i * DF, &s.d_y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F,
                     d.D);
     swiglu_backward(&s.d_g[rf], &s.d_v[rf], &s.d_h[rf], &s.g[rf], &s.v[rf],

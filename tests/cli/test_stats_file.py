@@ -11,21 +11,12 @@ import numpy as np
 import pytest
 
 from conftest import launcher, run_env
+from stats_read import complete_rows, open_stats  # tests/stats_read.py
 
 MICRO = ["--model", "micro"]
 TIMING_DATASETS = {"/steps/tokens_per_s", "/steps/step_time_s", "/perf/phase_time"}
 
 
-def open_stats(path):
-    return h5py.File(path, "r", libver="latest", swmr=True)
-
-
-def complete_rows(f):
-    steps = f["/steps/step"][...]
-    n = len(steps)
-    while n and steps[n - 1] < 0:
-        n -= 1
-    return n
 
 
 def step_lines(stdout):

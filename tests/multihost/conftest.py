@@ -10,13 +10,14 @@ import subprocess
 import sys
 import time
 
-import h5py
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 NETNS_HOSTS = os.path.join(ROOT, "scripts", "netns_hosts.sh")
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from stats_read import complete_rows, open_stats  # noqa: E402,F401  (tests/stats_read.py)
 
 
 class Hosts:
@@ -126,17 +127,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "hosts(n, slots): the simulated hosts a test needs")
 
 
-def open_stats(path):
-    """A statistics file, live or of a killed writer (docs/hdf5-schema.md, SWMR)."""
-    return h5py.File(path, "r", libver="latest", swmr=True)
-
-
-def complete_rows(f):
-    steps = f["/steps/step"][...]
-    n = len(steps)
-    while n and steps[n - 1] < 0:
-        n -= 1
-    return n
 
 
 def wait_for_rows(path, rows, job, limit=120):
