@@ -47,7 +47,8 @@ int attn_keys_per_row(const AttnDims& d) {
 }
 
 int attn_keys_per_tile(const AttnDims& d) {
-  return std::min(d.S, kQueryTile + attn_keys_per_row(d) - 1);
+  // In 64 bits: S near 2^31 is counted (and then refused) by model_memory_estimate.
+  return static_cast<int>(std::min<int64_t>(d.S, int64_t{kQueryTile} + attn_keys_per_row(d) - 1));
 }
 
 RopeTable rope_table_make(int S, int hd, float theta) {

@@ -92,6 +92,7 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
       {D * HD, "attention projection [D, H·hd] (--d-model, --heads, --head-dim)"},
       {D * E, "router [D, E] (--d-model, --experts)"},
       {D * F, "expert weight [D, F] (--d-model, --ffn-dim)"},
+      {D * Fs, "shared expert weight [D, shared·F] (--d-model, --shared-experts, --ffn-dim)"},
       {N * D, "hidden states [B·S, D] (--batch-per-rank, --seq-len, --d-model)"},
       {N * V, "logits [B·S, V] (--batch-per-rank, --seq-len, --vocab)"},
       {N * E, "router scores [B·S, E] (--batch-per-rank, --seq-len, --experts)"},

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -18,8 +19,11 @@
 namespace moe {
 
 MoeDims moe_dims_from(const ModelConfig& c) {
-  return MoeDims{c.d_model,     c.ffn_dim,     c.shared_experts * c.ffn_dim,
-                 c.experts,     c.top_k,       c.score_func,
+  // Saturated rather than overflowed: such a width is refused by model_memory_estimate's tensor
+  // check (the shared expert's weight), which sizes the model before anything is allocated.
+  const int Fs = static_cast<int>(
+      std::min<int64_t>(int64_t{c.shared_experts} * c.ffn_dim, std::numeric_limits<int>::max()));
+  return MoeDims{c.d_model,     c.ffn_dim,     Fs, c.experts, c.top_k, c.score_func,
                  c.route_scale, c.swiglu_limit};
 }
 
