@@ -56,8 +56,7 @@ std::string gib_text(double bytes) {
 // it is not seen, and a run over that limit is still killed by the system.
 void memory_check(const ModelMemory& m, int node_ranks, double data_bytes = 0) {
   const char* options =
-      "--vocab, --d-model, --layers, --experts, --ffn-dim, --seq-len or "
-      "--batch-per-rank";
+      "--vocab, --d-model, --layers, --experts, --ffn-dim, --seq-len or --batch-per-rank";
   if (m.max_tensor >= 2147483648.0) {
     char count[32];
     std::snprintf(count, sizeof count, "%.3g", m.max_tensor);
@@ -174,8 +173,7 @@ std::unique_ptr<TokenSource> val_source_open(const RunConfig& cfg, int W, TokenC
                     std::to_string(cfg.eval_batches) + ": " + std::to_string(sequences) +
                     " sequences of " + std::to_string(mc.seq_len) + " tokens need " +
                     std::to_string(needed) +
-                    " tokens; lower --eval-batches or give more "
-                    "validation text");
+                    " tokens; lower --eval-batches or give more validation text");
   }
   return source;
 }
