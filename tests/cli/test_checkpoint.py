@@ -160,8 +160,9 @@ def assert_closed_cleanly(path):
 
 def test_sigterm_stops_at_a_step_boundary_and_resume_is_identical(moe_rt_bin, tmp_path):
     stats, horizon = tmp_path / "s.h5", 10**6
+    # No periodic checkpoint however far the run gets before the signal: the stop's is the only.
     proc = start(moe_rt_bin, MICRO + ["--steps", horizon, "--stats", stats,
-                                      "--checkpoint-every", 1000], 2)
+                                      "--checkpoint-every", horizon], 2)
     wait_for_rows(stats, 10, proc)
     victim, _ = rank_process(proc.pid, 1)  # one rank only: the other learns of it in the step
     os.kill(victim, signal.SIGTERM)
