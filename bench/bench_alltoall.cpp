@@ -1,10 +1,11 @@
 // bench_alltoall: the expert-parallel token exchange against raw MPI_Alltoallv, nccl-tests style.
 //
 // For each size (tokens per rank T) and routing (Zipf-skewed, or exactly balanced round-robin):
-//   ep  = EpExchange round trip: count all-to-all + dispatch (rows to the experts' owners,
-//         permuted expert-major) + combine (back, in send order) — what one MoE layer does forward;
-//   raw = two MPI_Alltoallv calls with the same per-pair counts, there and back, no permutation,
-//         no count exchange: the same bytes moved by the bare collective.
+//   ep  = EpExchange round trip: count all-to-all + dispatch (rows to the experts' owners, each
+//         block landing at its expert-major place) + combine (back, in send order) — what one MoE
+//         layer does forward;
+//   raw = two MPI_Alltoallv calls with the same per-pair counts, there and back, rows left
+//         source-major, no count exchange: the same bytes moved by the bare collective.
 // Rows are identity-coded (source rank, token, slot, expert, then a pattern of small integers),
 // so after timing one checked round trip counts the wrong elements exactly, as the comm tests do:
 // the dispatched rows must arrive expert-major with the right provenance, and the combined rows
@@ -108,8 +109,7 @@ struct Result {
   long long ep_wrong = 0, raw_wrong = 0;
   double imbalance = 1.0;
   // --breakdown: medians (s, slowest rank) of each part on its own, barrier-separated.
-  double counts = 0, dispatch = 0, combine = 0, raw_one = 0, raw_nonblocking = 0, permute = 0;
-  double no_permute = 0;  // the ep round trip without its two row permutations (see below)
+  double counts = 0, dispatch = 0, combine = 0, raw_one = 0, raw_nonblocking = 0;
 };
 
 Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int warmup, int iters,
@@ -131,7 +131,7 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
   const int R = plan.num_recv, NK = plan.num_send();
   const size_t Dz = static_cast<size_t>(D);
 
-  std::vector<float> send(NK * Dz), back(NK * Dz), expert_rows(R * Dz), staging(R * Dz);
+  std::vector<float> send(NK * Dz), back(NK * Dz), expert_rows(R * Dz), raw_rows(R * Dz);
   for (int p = 0; p < NK; ++p) {
     const int a = plan.send_assignment[p];
     for (int c = 0; c < D; ++c) send[p * Dz + c] = code_at(me, a / K, a % K, routing[me][a], c);
@@ -146,15 +146,13 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
   }
   auto ep_round_trip = [&] {
     ex.exchange_counts(plan);
-    ex.dispatch(std::span<float>(expert_rows), std::span<float>(staging),
-                std::span<const float>(send), plan, D);
-    ex.combine(std::span<float>(back), std::span<float>(staging),
-               std::span<const float>(expert_rows), plan, D);
+    ex.dispatch(std::span<float>(expert_rows), std::span<const float>(send), plan, D);
+    ex.combine(std::span<float>(back), std::span<const float>(expert_rows), plan, D);
   };
   auto raw_round_trip = [&] {
-    MOE_MPI_CHECK(MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, staging.data(),
+    MOE_MPI_CHECK(MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, raw_rows.data(),
                                 rc.data(), rd.data(), MPI_FLOAT, world.raw()));
-    MOE_MPI_CHECK(MPI_Alltoallv(staging.data(), rc.data(), rd.data(), MPI_FLOAT, back.data(),
+    MOE_MPI_CHECK(MPI_Alltoallv(raw_rows.data(), rc.data(), rd.data(), MPI_FLOAT, back.data(),
                                 sc.data(), sd.data(), MPI_FLOAT, world.raw()));
   };
 
@@ -191,44 +189,19 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
       return spread_of(t).median;
     };
     res.counts = median_of([&] { ex.exchange_counts(plan); });
-    res.dispatch = median_of([&] {
-      ex.dispatch(std::span<float>(expert_rows), std::span<float>(staging),
-                  std::span<const float>(send), plan, D);
-    });
-    res.combine = median_of([&] {
-      ex.combine(std::span<float>(back), std::span<float>(staging),
-                 std::span<const float>(expert_rows), plan, D);
-    });
+    res.dispatch = median_of(
+        [&] { ex.dispatch(std::span<float>(expert_rows), std::span<const float>(send), plan, D); });
+    res.combine = median_of(
+        [&] { ex.combine(std::span<float>(back), std::span<const float>(expert_rows), plan, D); });
     res.raw_one = median_of([&] {
-      MOE_MPI_CHECK(MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, staging.data(),
+      MOE_MPI_CHECK(MPI_Alltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, raw_rows.data(),
                                   rc.data(), rd.data(), MPI_FLOAT, world.raw()));
     });
     res.raw_nonblocking = median_of([&] {
       MPI_Request req;
-      MOE_MPI_CHECK(MPI_Ialltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, staging.data(),
+      MOE_MPI_CHECK(MPI_Ialltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, raw_rows.data(),
                                    rc.data(), rd.data(), MPI_FLOAT, world.raw(), &req));
       MOE_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
-    });
-    // What the round trip would cost if rows landed in place: counts, MPI_Ialltoallv + MPI_Wait,
-    // MPI_Alltoallv, no permutation. A correct dispatch whenever each rank owns one expert
-    // (E_loc = 1, where the permutation is the identity), and the cost of a zero-copy layout
-    // (e.g. MPI_Alltoallw with per-source datatypes) otherwise.
-    res.no_permute = median_of([&] {
-      ex.exchange_counts(plan);
-      MPI_Request req;
-      MOE_MPI_CHECK(MPI_Ialltoallv(send.data(), sc.data(), sd.data(), MPI_FLOAT, expert_rows.data(),
-                                   rc.data(), rd.data(), MPI_FLOAT, world.raw(), &req));
-      MOE_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
-      MOE_MPI_CHECK(MPI_Alltoallv(expert_rows.data(), rc.data(), rd.data(), MPI_FLOAT, back.data(),
-                                  sc.data(), sd.data(), MPI_FLOAT, world.raw()));
-    });
-    res.permute = median_of([&] {  // the two row permutations of a round trip, no MPI
-      for (int r = 0; r < R; ++r) {
-        std::copy_n(&staging[r * Dz], D, &expert_rows[plan.recv_to_expert[r] * Dz]);
-      }
-      for (int r = 0; r < R; ++r) {
-        std::copy_n(&expert_rows[plan.recv_to_expert[r] * Dz], D, &staging[r * Dz]);
-      }
     });
   }
 
@@ -237,8 +210,7 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
   const int first = placement.first_expert(me), E_loc = placement.num_local(me);
   std::fill(expert_rows.begin(), expert_rows.end(), NAN);
   ex.exchange_counts(plan);
-  ex.dispatch(std::span<float>(expert_rows), std::span<float>(staging),
-              std::span<const float>(send), plan, D);
+  ex.dispatch(std::span<float>(expert_rows), std::span<const float>(send), plan, D);
   // Expert-major: local expert, then source rank, then the source's token order.
   size_t row = 0;
   for (int i = 0; i < E_loc; ++i) {
@@ -267,8 +239,7 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
     }
   }
   std::fill(back.begin(), back.end(), NAN);
-  ex.combine(std::span<float>(back), std::span<float>(staging), std::span<const float>(expert_rows),
-             plan, D);
+  ex.combine(std::span<float>(back), std::span<const float>(expert_rows), plan, D);
   for (int p = 0; p < NK; ++p) {
     const int a = plan.send_assignment[p], e = routing[me][a];
     for (int c = 0; c < D; ++c) {
@@ -276,7 +247,7 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
     }
   }
   // Raw: source-major on arrival (source, then its send order: expert, then token), then back.
-  std::fill(staging.begin(), staging.end(), NAN);
+  std::fill(raw_rows.begin(), raw_rows.end(), NAN);
   std::fill(back.begin(), back.end(), NAN);
   raw_round_trip();
   row = 0;
@@ -285,7 +256,7 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
       for (size_t a = 0; a < routing[s].size(); ++a) {
         if (routing[s][a] != e || row >= static_cast<size_t>(R)) continue;
         for (int c = 0; c < D; ++c) {
-          raw_wrong += staging[row * Dz + c] != code_at(s, a / K, a % K, e, c);
+          raw_wrong += raw_rows[row * Dz + c] != code_at(s, a / K, a % K, e, c);
         }
         ++row;
       }
@@ -322,21 +293,18 @@ void print_header(const Comm& world, int K, int E, int D, int warmup, int iters)
 void print_breakdown_header(const Comm& world) {
   if (world.rank() != 0) return;
   std::printf(
-      "#\n# breakdown, each part alone (median us, slowest rank): counts = "
-      "exchange_counts (MPI_Alltoall + plan receive side); dispatch = MPI_Ialltoallv + "
-      "MPI_Wait + permutation; combine = permutation + MPI_Alltoallv; permute = both "
-      "permutations, no MPI; raw = one MPI_Alltoallv; raw_nb = MPI_Ialltoallv + MPI_Wait; "
-      "no_perm = counts + raw_nb + raw, one round trip without the permutations, and "
-      "its ratio to the raw round trip of the first table\n");
-  std::printf("#%8s %6s %9s %9s %9s %9s %9s %9s %9s %7s\n", "routing", "tokens", "counts",
-              "dispatch", "combine", "permute", "raw", "raw_nb", "no_perm", "ratio");
+      "#\n# breakdown, each part alone (median us, slowest rank): counts = exchange_counts "
+      "(MPI_Alltoall + plan receive side); dispatch, combine = one direction's block messages "
+      "(MPI_Isend/MPI_Irecv, own blocks copied) + MPI_Waitall; raw = one MPI_Alltoallv; "
+      "raw_nb = MPI_Ialltoallv + MPI_Wait\n");
+  std::printf("#%8s %6s %9s %9s %9s %9s %9s\n", "routing", "tokens", "counts", "dispatch",
+              "combine", "raw", "raw_nb");
 }
 
 void print_breakdown_row(const Comm& world, Routing kind, int T, const Result& r) {
   if (world.rank() != 0) return;
-  std::printf(" %8s %6d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %7.3f\n", routing_name(kind), T,
-              r.counts * 1e6, r.dispatch * 1e6, r.combine * 1e6, r.permute * 1e6, r.raw_one * 1e6,
-              r.raw_nonblocking * 1e6, r.no_permute * 1e6, r.no_permute / r.raw.median);
+  std::printf(" %8s %6d %9.1f %9.1f %9.1f %9.1f %9.1f\n", routing_name(kind), T, r.counts * 1e6,
+              r.dispatch * 1e6, r.combine * 1e6, r.raw_one * 1e6, r.raw_nonblocking * 1e6);
   std::fflush(stdout);
 }
 

@@ -2,6 +2,7 @@
 #include "comm/communicator.hpp"
 
 #include <array>
+#include <climits>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -37,6 +38,12 @@ void mpi_abort_job(const char* message, int exit_code) {
 Comm::Comm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   MOE_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MOE_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  void* tag_ub = nullptr;
+  int found = 0;
+  // A property of the MPI library, attached to MPI_COMM_WORLD (split communicators copy no
+  // attributes).
+  MOE_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
+  if (found) tag_ub_ = *static_cast<int*>(tag_ub);
 }
 
 Comm Comm::world() {
@@ -50,7 +57,8 @@ Comm::Comm(Comm&& o) noexcept
     : comm_(std::exchange(o.comm_, MPI_COMM_NULL)),
       owned_(std::exchange(o.owned_, false)),
       rank_(o.rank_),
-      size_(o.size_) {}
+      size_(o.size_),
+      tag_ub_(o.tag_ub_) {}
 
 Comm& Comm::operator=(Comm&& o) noexcept {
   if (this != &o) {
@@ -59,6 +67,7 @@ Comm& Comm::operator=(Comm&& o) noexcept {
     owned_ = std::exchange(o.owned_, false);
     rank_ = o.rank_;
     size_ = o.size_;
+    tag_ub_ = o.tag_ub_;
   }
   return *this;
 }
@@ -155,6 +164,40 @@ void Comm::wait(MPI_Request& request) const {
   MOE_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
 }
 
+namespace {
+
+void check_point_to_point(const char* what, size_t count, int peer, int tag, int size, int tag_ub) {
+  if (count > static_cast<size_t>(INT_MAX) || peer < 0 || peer >= size || tag < 0 || tag > tag_ub) {
+    throw std::invalid_argument(std::string("Comm::") + what + ": " + std::to_string(count) +
+                                " elements, rank " + std::to_string(peer) + " of " +
+                                std::to_string(size) + ", tag " + std::to_string(tag) +
+                                " (at most " + std::to_string(tag_ub) + ")");
+  }
+}
+
+}  // namespace
+
+template <class T> MPI_Request Comm::isend(std::span<const T> data, int dest, int tag) const {
+  check_point_to_point("isend", data.size(), dest, tag, size_, tag_ub_);
+  MPI_Request request = MPI_REQUEST_NULL;
+  MOE_MPI_CHECK(MPI_Isend(data.data(), static_cast<int>(data.size()), mpi_type<T>(), dest, tag,
+                          comm_, &request));
+  return request;
+}
+
+template <class T> MPI_Request Comm::irecv(std::span<T> data, int source, int tag) const {
+  check_point_to_point("irecv", data.size(), source, tag, size_, tag_ub_);
+  MPI_Request request = MPI_REQUEST_NULL;
+  MOE_MPI_CHECK(MPI_Irecv(data.data(), static_cast<int>(data.size()), mpi_type<T>(), source, tag,
+                          comm_, &request));
+  return request;
+}
+
+void Comm::waitall(std::span<MPI_Request> requests) const {
+  MOE_MPI_CHECK(
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+}
+
 template <class T> void Comm::allgather(std::span<const T> send, std::span<T> recv) const {
   if (recv.size() != send.size() * size_) {
     throw std::invalid_argument("Comm::allgather: recv must hold size() times send");
@@ -246,6 +289,8 @@ void Comm::barrier() const {
   template MPI_Request Comm::ialltoallv<T>(std::span<const T>, std::span<const int>,               \
                                            std::span<const int>, std::span<T>,                     \
                                            std::span<const int>, std::span<const int>) const;      \
+  template MPI_Request Comm::isend<T>(std::span<const T>, int, int) const;                         \
+  template MPI_Request Comm::irecv<T>(std::span<T>, int, int) const;                               \
   template void Comm::allgather<T>(std::span<const T>, std::span<T>) const;                        \
   template void Comm::gather<T>(std::span<const T>, std::span<T>, int) const;                      \
   template void Comm::gatherv<T>(std::span<const T>, std::span<T>, std::span<const int>,           \

@@ -86,6 +86,14 @@ class Comm {
                          std::span<const int> send_displs, std::span<T> recv,
                          std::span<const int> recv_counts, std::span<const int> recv_displs) const;
   void wait(MPI_Request& request) const;
+  // Point-to-point, non-blocking: data.size() elements to or from one rank. The buffer must stay
+  // alive and untouched until the request completes (waitall).
+  template <class T> MPI_Request isend(std::span<const T> data, int dest, int tag) const;
+  template <class T> MPI_Request irecv(std::span<T> data, int source, int tag) const;
+  // Completes every request (MPI_Waitall); each is MPI_REQUEST_NULL afterwards.
+  void waitall(std::span<MPI_Request> requests) const;
+  // The largest tag point-to-point calls accept (MPI_TAG_UB; MPI guarantees at least 32767).
+  int tag_upper_bound() const { return tag_ub_; }
   // Gathers `send` (the same size on every rank) from every rank into recv, rank-major.
   template <class T> void allgather(std::span<const T> send, std::span<T> recv) const;
   // Gathers `send` (the same size on every rank) to `root`, rank-major; recv is used on root only.
@@ -104,6 +112,7 @@ class Comm {
   bool owned_ = false;
   int rank_ = 0;
   int size_ = 1;
+  int tag_ub_ = 32767;  // MPI_TAG_UB
 };
 
 // The communicators of expert parallelism over a world of W ranks with EP group size P:

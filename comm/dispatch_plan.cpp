@@ -73,11 +73,15 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
   plan.send_counts.assign(P, 0);
   plan.send_offsets.assign(P, 0);
   plan.count_message.assign(static_cast<size_t>(P) * max_local, 0);
+  plan.send_block_offsets.assign(plan.count_message.size(), 0);
+  int position = 0;
   for (int d = 0; d < P; ++d) {
     const int first = placement.first_expert(d);
     for (int i = 0; i < placement.num_local(d); ++i) {
       const int c = static_cast<int>(plan.expert_counts[first + i]);
       plan.count_message[static_cast<size_t>(d) * max_local + i] = c;
+      plan.send_block_offsets[static_cast<size_t>(d) * max_local + i] = position;
+      position += c;
       plan.send_counts[d] += c;
     }
     if (d > 0) plan.send_offsets[d] = plan.send_offsets[d - 1] + plan.send_counts[d - 1];
@@ -111,21 +115,16 @@ void dispatch_plan_set_recv(DispatchPlan& plan, std::span<const int> counts_from
   for (int i = 0; i < E_loc; ++i) plan.expert_offsets[i + 1] += plan.expert_offsets[i];
   plan.num_recv = plan.expert_offsets[E_loc];
 
-  // Source s's block holds its rows for local expert 0, then 1, ... in its token order; in the
-  // expert-major layout they go after the rows of expert i from sources 0..s-1.
-  plan.recv_to_expert.resize(plan.num_recv);
+  // Source s's block for local expert i goes after the rows of expert i from sources 0..s-1.
+  plan.recv_block_offsets.assign(static_cast<size_t>(P) * max_local, 0);
   std::vector<int>& cursor = plan.expert_cursor;  // next free expert-major row of each local expert
   cursor.assign(plan.expert_offsets.begin(), plan.expert_offsets.end() - 1);
-  int src_row = 0;
   for (int s = 0; s < P; ++s) {
     for (int i = 0; i < E_loc; ++i) {
-      const int c = counts_from_sources[static_cast<size_t>(s) * max_local + i];
-      for (int r = 0; r < c; ++r) plan.recv_to_expert[src_row++] = cursor[i]++;
+      const size_t block = static_cast<size_t>(s) * max_local + i;
+      plan.recv_block_offsets[block] = cursor[i];
+      cursor[i] += counts_from_sources[block];
     }
-  }
-  plan.recv_identity = true;
-  for (int r = 0; r < plan.num_recv && plan.recv_identity; ++r) {
-    plan.recv_identity = plan.recv_to_expert[r] == r;
   }
 }
 

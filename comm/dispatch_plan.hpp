@@ -9,7 +9,9 @@
 // Send order: assignments sorted by global expert id, ties by assignment index. Experts are owned
 // in contiguous blocks, so this is destination-major, then local expert, then token order.
 // Receive order (the "expert-major" layout handed to the experts): local expert, then source rank,
-// then the source's token order. MPI delivers rows source-major; the plan's permutation reorders.
+// then the source's token order. A "block" is the rows of one source for one expert: contiguous
+// in the source's send order and in the owner's expert-major order alike, so the exchange moves
+// each block straight from its send position to its expert-major position, with no permutation.
 #pragma once
 
 #include <cstdint>
@@ -43,15 +45,15 @@ struct DispatchPlan {
   std::vector<int> send_offsets;         // [P] first send position for each EP rank
   std::vector<int64_t> expert_counts;    // [E] local assignments per global expert (local load)
   std::vector<int> count_message;        // [P, max_local] per-(destination, its local expert)
+  std::vector<int> send_block_offsets;   // [P, max_local] first send position of each such block
 
   // ---- receive side: this rank as the owner of experts; set by dispatch_plan_set_recv ----
   std::vector<int> recv_counts_by_source;  // [P, max_local] rows from each source for each expert
   std::vector<int> recv_counts;            // [P] rows from each source
   std::vector<int> recv_offsets;           // [P] first row of each source, source-major
   std::vector<int> expert_offsets;         // [E_loc + 1] row ranges per local expert, expert-major
-  std::vector<int32_t> recv_to_expert;     // [R] source-major row -> expert-major row
+  std::vector<int> recv_block_offsets;     // [P, max_local] expert-major row of each source's block
   int num_recv = 0;                        // R
-  bool recv_identity = false;              // arrival order is already expert-major (E_loc = 1, …)
 
   std::vector<int> expert_cursor;  // scratch for the counting sorts, kept to avoid reallocation
 

@@ -1,4 +1,4 @@
-// EpExchange: count all-to-all, then row all-to-all-v plus the plan's local permutation.
+// EpExchange: the count all-to-all, then one point-to-point message per (peer, expert) block.
 #include "comm/ep_exchange.hpp"
 
 #include <algorithm>
@@ -9,7 +9,10 @@
 
 namespace moe {
 
-EpExchange::EpExchange(const Comm& ep) : ep_(ep) {}
+EpExchange::EpExchange(const Comm& ep, size_t whole_message_bytes)
+    : ep_(ep),
+      whole_message_bytes_(whole_message_bytes),
+      staging_(static_cast<size_t>(ep.size()) * whole_message_bytes) {}
 
 void EpExchange::exchange_counts(DispatchPlan& plan) {
   if (plan.placement.ep_size != ep_.size() || plan.ep_rank != ep_.rank()) {
@@ -22,25 +25,6 @@ void EpExchange::exchange_counts(DispatchPlan& plan) {
   ep_.alltoall(std::span<const int>(plan.count_message),
                std::span<int>(plan.recv_counts_by_source));
   dispatch_plan_set_recv(plan, plan.recv_counts_by_source);
-}
-
-void EpExchange::scale_counts(const DispatchPlan& plan, int D) {
-  const int P = ep_.size();
-  const long long max_rows = std::max(plan.num_send(), plan.num_recv);
-  if (max_rows * D > INT_MAX) {
-    throw std::overflow_error("EpExchange: " + std::to_string(max_rows) + " rows of width " +
-                              std::to_string(D) + " exceed MPI's int element counts");
-  }
-  send_elems_.resize(P);
-  send_displs_.resize(P);
-  recv_elems_.resize(P);
-  recv_displs_.resize(P);
-  for (int r = 0; r < P; ++r) {
-    send_elems_[r] = plan.send_counts[r] * D;
-    send_displs_[r] = plan.send_offsets[r] * D;
-    recv_elems_[r] = plan.recv_counts[r] * D;
-    recv_displs_[r] = plan.recv_offsets[r] * D;
-  }
 }
 
 namespace {
@@ -57,81 +41,180 @@ void check_rows(std::span<const T> rows, long long num_rows, int D, const char* 
 }  // namespace
 
 template <class T>
-void EpExchange::dispatch(std::span<T> expert_rows, std::span<T> staging,
-                          std::span<const T> send_rows, const DispatchPlan& plan, int D) {
-  dispatch_begin(expert_rows, staging, send_rows, plan, D);
-  dispatch_end(expert_rows, std::span<const T>(staging), plan, D);
+void EpExchange::post(Direction direction, std::span<const T> from, std::span<T> to,
+                      const DispatchPlan& plan, int D) {
+  const ExpertPlacement& pl = plan.placement;
+  const int P = ep_.size(), me = ep_.rank(), max_local = pl.max_local();
+  const size_t blocks = static_cast<size_t>(P) * max_local;
+  if (plan.recv_block_offsets.size() != blocks || plan.send_block_offsets.size() != blocks) {
+    throw std::logic_error("EpExchange: the plan's receive side is not set (exchange_counts)");
+  }
+  if (std::max(plan.num_send(), plan.num_recv) > INT_MAX / std::max(D, 1)) {
+    throw std::overflow_error(
+        "EpExchange: " + std::to_string(std::max(plan.num_send(), plan.num_recv)) +
+        " rows of width " + std::to_string(D) + " exceed MPI's int element counts");
+  }
+  // Tags: per direction, one for each of the owner's local experts (a block message) and one for
+  // a whole pair's message; combine's follow dispatch's, so that the two directions' messages
+  // between a pair never match each other's receives.
+  const int tag_base = direction == Direction::kToExperts ? 0 : max_local + 1;
+  const int whole_tag = tag_base + max_local;
+  if (2 * max_local + 1 > ep_.tag_upper_bound()) {
+    throw std::overflow_error("EpExchange: " + std::to_string(max_local) +
+                              " experts per rank need more message tags than MPI's " +
+                              std::to_string(ep_.tag_upper_bound()));
+  }
+  const bool to_experts = direction == Direction::kToExperts;
+  const size_t Dz = static_cast<size_t>(D), row_bytes = Dz * sizeof(T);
+  // The pair (this rank, peer) in this direction. On the source, its rows for the owner's experts
+  // are one contiguous range of the send order; on the owner they are one block per local expert.
+  // A pair whose rows are few (under whole_message_bytes_), or in one block, travels as one
+  // message: the owner sends it gathered from, or receives it into, its staging area and copies
+  // the blocks out or in. Otherwise each block is a message of its own, straight from its place to
+  // its place. Both ends decide alike: they hold the same counts.
+  struct Pair {
+    int source, owner;
+    long long rows = 0;
+    int blocks = 0;  // non-empty ones
+    bool whole = true;
+  };
+  auto pair_of = [&](int peer, bool i_am_owner) {
+    Pair pr{i_am_owner ? peer : me, i_am_owner ? me : peer};
+    const size_t base = static_cast<size_t>(i_am_owner ? peer : pr.owner) * max_local;
+    for (int i = 0; i < pl.num_local(pr.owner); ++i) {
+      const int rows =
+          i_am_owner ? plan.recv_counts_by_source[base + i] : plan.count_message[base + i];
+      pr.rows += rows;
+      pr.blocks += rows > 0;
+    }
+    pr.whole = pr.blocks <= 1 || static_cast<double>(pr.rows) * row_bytes < whole_message_bytes_;
+    return pr;
+  };
+  // Block i of the pair: its rows, and its element offset on this rank.
+  auto block = [&](const Pair& pr, bool i_am_owner, int i) {
+    if (i_am_owner) {
+      const size_t b = static_cast<size_t>(pr.source) * max_local + i;
+      return std::pair<int, size_t>(plan.recv_counts_by_source[b], Dz * plan.recv_block_offsets[b]);
+    }
+    const size_t b = static_cast<size_t>(pr.owner) * max_local + i;
+    return std::pair<int, size_t>(plan.count_message[b], Dz * plan.send_block_offsets[b]);
+  };
+  std::byte* staging = staging_.data();
+  size_t staged = 0;  // bytes of staging_ in use
+  auto exchange = [&](int peer, bool receive) {
+    const bool i_am_owner = to_experts == receive;
+    const Pair pr = pair_of(peer, i_am_owner);
+    if (pr.rows == 0) return;
+    const int experts = pl.num_local(pr.owner);
+    if (!pr.whole) {
+      for (int i = 0; i < experts; ++i) {
+        const auto [rows, at] = block(pr, i_am_owner, i);
+        if (rows == 0) continue;
+        const size_t n = Dz * rows;
+        pending_.push_back(receive ? ep_.irecv(to.subspan(at, n), peer, tag_base + i)
+                                   : ep_.isend(from.subspan(at, n), peer, tag_base + i));
+      }
+      return;
+    }
+    const size_t n = Dz * pr.rows;
+    if (!i_am_owner || pr.blocks == 1) {  // one contiguous range on this rank
+      size_t at = 0;
+      for (int i = 0; i < experts; ++i) {
+        const auto [rows, offset] = block(pr, i_am_owner, i);
+        if (rows > 0) {
+          at = offset;
+          break;
+        }
+      }
+      pending_.push_back(receive ? ep_.irecv(to.subspan(at, n), peer, whole_tag)
+                                 : ep_.isend(from.subspan(at, n), peer, whole_tag));
+      return;
+    }
+    // The owner's blocks through the staging area: gathered before the send, or copied out of it
+    // once the receive completes (wait_pending).
+    std::span<T> area(reinterpret_cast<T*>(staging + staged), n);
+    size_t offset = 0;
+    for (int i = 0; i < experts; ++i) {
+      const auto [rows, at] = block(pr, i_am_owner, i);
+      const size_t bytes = row_bytes * rows;
+      if (receive) {
+        scatters_.push_back({staged + offset, reinterpret_cast<std::byte*>(&to[at]), bytes});
+      } else {
+        std::memcpy(staging + staged + offset, &from[at], bytes);
+      }
+      offset += bytes;
+    }
+    staged += n * sizeof(T);
+    pending_.push_back(receive ? ep_.irecv(area, peer, whole_tag)
+                               : ep_.isend(std::span<const T>(area), peer, whole_tag));
+  };
+  // Receives first, so that rows arriving early land in place; peers in the order me ± 1, ± 2,
+  // ... so that no rank is every rank's first destination.
+  for (int k = 1; k < P; ++k) exchange((me - k + P) % P, true);
+  for (int k = 1; k < P; ++k) exchange((me + k) % P, false);
+  // This rank's own blocks, while the messages travel.
+  for (int i = 0; i < plan.num_local_experts(); ++i) {
+    const size_t b = static_cast<size_t>(me) * max_local + i;
+    const size_t send_at = Dz * plan.send_block_offsets[b],
+                 expert_at = Dz * plan.recv_block_offsets[b];
+    const size_t n = Dz * plan.count_message[b];
+    if (n == 0) continue;
+    std::memcpy(&to[to_experts ? expert_at : send_at], &from[to_experts ? send_at : expert_at],
+                n * sizeof(T));
+  }
 }
 
 template <class T>
-void EpExchange::dispatch_begin(std::span<T> expert_rows, std::span<T> staging,
-                                std::span<const T> send_rows, const DispatchPlan& plan, int D) {
-  if (pending_ != MPI_REQUEST_NULL) {
-    throw std::logic_error("EpExchange: dispatch_begin while another dispatch is open");
-  }
-  std::span<T> arrival = plan.recv_identity ? expert_rows : staging;
+void EpExchange::dispatch(std::span<T> expert_rows, std::span<const T> send_rows,
+                          const DispatchPlan& plan, int D) {
+  dispatch_begin(expert_rows, send_rows, plan, D);
+  dispatch_end();
+}
+
+template <class T>
+void EpExchange::dispatch_begin(std::span<T> expert_rows, std::span<const T> send_rows,
+                                const DispatchPlan& plan, int D) {
+  if (open_) throw std::logic_error("EpExchange: dispatch_begin while another dispatch is open");
   check_rows<T>(send_rows, plan.num_send(), D, "dispatch send_rows");
-  check_rows<T>(arrival, plan.num_recv, D, "dispatch receive buffer");
-  scale_counts(plan, D);
-  // Send rows are already destination-major (the plan's send order), so they go as they are.
-  pending_ = ep_.ialltoallv(send_rows, std::span<const int>(send_elems_),
-                            std::span<const int>(send_displs_), arrival,
-                            std::span<const int>(recv_elems_), std::span<const int>(recv_displs_));
-}
-
-template <class T>
-void EpExchange::dispatch_end(std::span<T> expert_rows, std::span<const T> staging,
-                              const DispatchPlan& plan, int D) {
-  if (pending_ == MPI_REQUEST_NULL) {
-    throw std::logic_error("EpExchange: dispatch_end without dispatch_begin");
-  }
-  ep_.wait(pending_);
-  if (plan.recv_identity) return;  // received in place
   check_rows<T>(expert_rows, plan.num_recv, D, "dispatch expert_rows");
-  const size_t row_bytes = sizeof(T) * D;
-  for (int r = 0; r < plan.num_recv; ++r) {
-    std::memcpy(&expert_rows[static_cast<size_t>(plan.recv_to_expert[r]) * D],
-                &staging[static_cast<size_t>(r) * D], row_bytes);
-  }
+  post(Direction::kToExperts, send_rows, expert_rows, plan, D);
+  open_ = true;
+}
+
+void EpExchange::dispatch_end() {
+  if (!open_) throw std::logic_error("EpExchange: dispatch_end without dispatch_begin");
+  open_ = false;
+  wait_pending();
+}
+
+void EpExchange::wait_pending() {
+  ep_.waitall(std::span<MPI_Request>(pending_));
+  pending_.clear();
+  for (const Scatter& c : scatters_) std::memcpy(c.to, staging_.data() + c.from, c.bytes);
+  scatters_.clear();
 }
 
 template <class T>
-void EpExchange::combine(std::span<T> send_rows, std::span<T> staging,
-                         std::span<const T> expert_rows, const DispatchPlan& plan, int D) {
+void EpExchange::combine(std::span<T> send_rows, std::span<const T> expert_rows,
+                         const DispatchPlan& plan, int D) {
+  if (open_) throw std::logic_error("EpExchange: combine while a dispatch is open");
   check_rows<T>(send_rows, plan.num_send(), D, "combine send_rows");
   check_rows<T>(expert_rows, plan.num_recv, D, "combine expert_rows");
-  scale_counts(plan, D);
-  // The inverse of dispatch: expert-major back to source-major (nothing to do when the orders
-  // coincide), then the reverse all-to-all-v.
-  std::span<const T> departure = expert_rows;
-  if (!plan.recv_identity) {
-    check_rows<T>(staging, plan.num_recv, D, "combine staging");
-    const size_t row_bytes = sizeof(T) * D;
-    for (int r = 0; r < plan.num_recv; ++r) {
-      std::memcpy(&staging[static_cast<size_t>(r) * D],
-                  &expert_rows[static_cast<size_t>(plan.recv_to_expert[r]) * D], row_bytes);
-    }
-    departure = staging;
-  }
-  ep_.alltoallv(departure, std::span<const int>(recv_elems_), std::span<const int>(recv_displs_),
-                send_rows, std::span<const int>(send_elems_), std::span<const int>(send_displs_));
+  post(Direction::kToSources, expert_rows, send_rows, plan, D);
+  wait_pending();
 }
 
-template void EpExchange::dispatch<float>(std::span<float>, std::span<float>,
-                                          std::span<const float>, const DispatchPlan&, int);
-template void EpExchange::dispatch<double>(std::span<double>, std::span<double>,
-                                           std::span<const double>, const DispatchPlan&, int);
-template void EpExchange::dispatch_begin<float>(std::span<float>, std::span<float>,
-                                                std::span<const float>, const DispatchPlan&, int);
-template void EpExchange::dispatch_begin<double>(std::span<double>, std::span<double>,
-                                                 std::span<const double>, const DispatchPlan&, int);
-template void EpExchange::dispatch_end<float>(std::span<float>, std::span<const float>,
-                                              const DispatchPlan&, int);
-template void EpExchange::dispatch_end<double>(std::span<double>, std::span<const double>,
-                                               const DispatchPlan&, int);
-template void EpExchange::combine<float>(std::span<float>, std::span<float>, std::span<const float>,
+template void EpExchange::dispatch<float>(std::span<float>, std::span<const float>,
+                                          const DispatchPlan&, int);
+template void EpExchange::dispatch<double>(std::span<double>, std::span<const double>,
+                                           const DispatchPlan&, int);
+template void EpExchange::dispatch_begin<float>(std::span<float>, std::span<const float>,
+                                                const DispatchPlan&, int);
+template void EpExchange::dispatch_begin<double>(std::span<double>, std::span<const double>,
+                                                 const DispatchPlan&, int);
+template void EpExchange::combine<float>(std::span<float>, std::span<const float>,
                                          const DispatchPlan&, int);
-template void EpExchange::combine<double>(std::span<double>, std::span<double>,
-                                          std::span<const double>, const DispatchPlan&, int);
+template void EpExchange::combine<double>(std::span<double>, std::span<const double>,
+                                          const DispatchPlan&, int);
 
 }  // namespace moe

@@ -2,9 +2,17 @@
 // dispatch plan says. Two directions only, used four times per MoE layer:
 //   dispatch (source -> expert owner): forward input rows, backward output-gradient rows;
 //   combine  (expert owner -> source): forward expert outputs, backward input-gradient rows.
+// Each block (one source's rows for one expert) is contiguous on both sides
+// (comm/dispatch_plan.hpp), so it travels as one point-to-point message from its send position
+// straight to its expert-major position and back, with no row permutation. A pair of ranks with
+// few rows between them (under whole_message_bytes) exchanges them as one message instead, which
+// the owner copies block by block out of or into a small staging area: at that size a copy costs
+// less than a message. A rank's blocks for its own experts are copied.
+//
 // Legend: D row width, T·K send rows in the plan's send order, R received rows expert-major.
 #pragma once
 
+#include <cstddef>
 #include <span>
 #include <vector>
 
@@ -15,42 +23,58 @@ namespace moe {
 
 class EpExchange {
  public:
-  explicit EpExchange(const Comm& ep);
+  // Pairs with fewer bytes than this go as one message (64 KiB: about where a copy costs as much
+  // as a message's overhead; docs/performance.md).
+  static constexpr size_t kWholeMessageBytes = 64 * 1024;
+
+  explicit EpExchange(const Comm& ep, size_t whole_message_bytes = kWholeMessageBytes);
 
   // All-to-all of the plan's per-(destination, expert) counts, then the plan's receive side.
   void exchange_counts(DispatchPlan& plan);
 
   // send_rows [T·K, D] in send order -> expert_rows [R, D] expert-major.
-  // staging [R, D] holds the rows source-major as MPI delivers them.
   template <class T>
-  void dispatch(std::span<T> expert_rows, std::span<T> staging, std::span<const T> send_rows,
-                const DispatchPlan& plan, int D);
+  void dispatch(std::span<T> expert_rows, std::span<const T> send_rows, const DispatchPlan& plan,
+                int D);
 
-  // dispatch in two halves, so that computation can overlap the all-to-all: begin posts it
-  // (send_rows, staging and expert_rows must stay untouched), end waits and permutes into
-  // expert_rows. When the arrival order already is expert-major (plan.recv_identity), rows are
-  // received straight into expert_rows and staging is not used.
+  // dispatch in two halves, so that computation can overlap the transfer: begin posts every
+  // block's receive and send and copies this rank's own blocks; end waits for the messages.
+  // send_rows and expert_rows must stay alive and untouched in between.
   template <class T>
-  void dispatch_begin(std::span<T> expert_rows, std::span<T> staging, std::span<const T> send_rows,
+  void dispatch_begin(std::span<T> expert_rows, std::span<const T> send_rows,
                       const DispatchPlan& plan, int D);
-  template <class T>
-  void dispatch_end(std::span<T> expert_rows, std::span<const T> staging, const DispatchPlan& plan,
-                    int D);
+  void dispatch_end();
 
   // expert_rows [R, D] expert-major -> send_rows [T·K, D] in send order, back on their source.
   template <class T>
-  void combine(std::span<T> send_rows, std::span<T> staging, std::span<const T> expert_rows,
-               const DispatchPlan& plan, int D);
+  void combine(std::span<T> send_rows, std::span<const T> expert_rows, const DispatchPlan& plan,
+               int D);
 
   const Comm& comm() const { return ep_; }
 
  private:
-  // Row counts and offsets scaled to elements of width D, checked against int overflow.
-  void scale_counts(const DispatchPlan& plan, int D);
+  enum class Direction { kToExperts, kToSources };
+
+  // Posts one direction's block messages into pending_ and copies the rank's own blocks.
+  template <class T>
+  void post(Direction direction, std::span<const T> from, std::span<T> to, const DispatchPlan& plan,
+            int D);
+
+  // Completes the posted messages.
+  void wait_pending();
+
+  struct Scatter {  // a block received into the staging area, to copy out after the wait
+    size_t from;    // byte offset in staging_
+    std::byte* to;
+    size_t bytes;
+  };
 
   const Comm& ep_;
-  MPI_Request pending_ = MPI_REQUEST_NULL;                                // an open dispatch_begin
-  std::vector<int> send_elems_, send_displs_, recv_elems_, recv_displs_;  // [P] each
+  size_t whole_message_bytes_;
+  std::vector<std::byte> staging_;    // [P · whole_message_bytes] bytes
+  std::vector<MPI_Request> pending_;  // posted messages not yet complete
+  std::vector<Scatter> scatters_;     // of the posted receives
+  bool open_ = false;                 // between dispatch_begin and dispatch_end
 };
 
 }  // namespace moe

@@ -95,10 +95,9 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
   }
   for (auto* v : {&s.weights, &s.d_weights}) v->reserve(n(z.NK));
   for (auto* v : {&s.send_rows, &s.y_rows, &s.d_rows}) v->reserve(n(z.NKD));
-  for (auto* v : {&s.x, &s.y, &s.staging, &s.d_y, &s.d_x}) v->reserve(n(z.RD));
+  for (auto* v : {&s.x, &s.y, &s.d_y, &s.d_x}) v->reserve(n(z.RD));
   for (auto* v : {&s.g, &s.v, &s.h, &s.d_g, &s.d_v, &s.d_h}) v->reserve(n(z.RF));
   for (auto* v : {&s.sg, &s.sv, &s.sh, &s.sd_g, &s.sd_v, &s.sd_h}) v->reserve(n(z.NFs));
-  s.plan.recv_to_expert.reserve(n(z.R));
   s.max_sequences = max_sequences;
   s.grad_tree.reserve(n(z.tree), max_sequences);
 }
@@ -398,12 +397,10 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     ScopedPhase timer(s.times, Phase::kDispatch);
     ex.exchange_counts(s.plan);
     gather_send_rows(s, in, d);
-    s.staging.resize(static_cast<size_t>(s.plan.num_recv) * D);
     s.x.resize(static_cast<size_t>(s.plan.num_recv) * D);
-    ex.dispatch_begin(std::span<T>(s.x), std::span<T>(s.staging), std::span<const T>(s.send_rows),
-                      s.plan, d.D);
+    ex.dispatch_begin(std::span<T>(s.x), std::span<const T>(s.send_rows), s.plan, d.D);
     if (!overlap) {
-      ex.dispatch_end(std::span<T>(s.x), std::span<const T>(s.staging), s.plan, d.D);
+      ex.dispatch_end();
     }
   }
   auto shared = [&] { shared_expert_forward(out, s, in, w, d, N); };
@@ -414,7 +411,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
       shared();
     }
     ScopedPhase timer(s.times, Phase::kDispatch);
-    ex.dispatch_end(std::span<T>(s.x), std::span<const T>(s.staging), s.plan, d.D);
+    ex.dispatch_end();
   }
   const int R = s.plan.num_recv;
   {
@@ -427,7 +424,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   }
   ScopedPhase timer(s.times, Phase::kCombine);
   s.y_rows.resize(NK * D);
-  ex.combine(std::span<T>(s.y_rows), std::span<T>(s.staging), std::span<const T>(s.y), s.plan, d.D);
+  ex.combine(std::span<T>(s.y_rows), std::span<const T>(s.y), s.plan, d.D);
   weighted_sum_forward(out, s, d);
 }
 
@@ -442,10 +439,9 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     ScopedPhase timer(s.times, Phase::kCombineBackward);
     weighted_sum_backward(s, d_out, d);
     s.d_y.resize(static_cast<size_t>(R) * d.D);
-    ex.dispatch_begin(std::span<T>(s.d_y), std::span<T>(s.staging), std::span<const T>(s.d_rows),
-                      s.plan, d.D);
+    ex.dispatch_begin(std::span<T>(s.d_y), std::span<const T>(s.d_rows), s.plan, d.D);
     if (!overlap) {
-      ex.dispatch_end(std::span<T>(s.d_y), std::span<const T>(s.staging), s.plan, d.D);
+      ex.dispatch_end();
     }
   }
   auto shared = [&] { shared_expert_backward(d_in, gr, d_out, s, in, w, d, s.N); };
@@ -456,7 +452,7 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
       shared();
     }
     ScopedPhase timer(s.times, Phase::kCombineBackward);
-    ex.dispatch_end(std::span<T>(s.d_y), std::span<const T>(s.staging), s.plan, d.D);
+    ex.dispatch_end();
   }
   {
     ScopedPhase timer(s.times, Phase::kExpertsBackward);
@@ -465,8 +461,7 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
   {
     // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.
     ScopedPhase timer(s.times, Phase::kDispatchBackward);
-    ex.combine(std::span<T>(s.d_rows), std::span<T>(s.staging), std::span<const T>(s.d_x), s.plan,
-               d.D);
+    ex.combine(std::span<T>(s.d_rows), std::span<const T>(s.d_x), s.plan, d.D);
     scatter_rows_backward(d_in, s, d);
   }
   ScopedPhase timer(s.times, Phase::kRouterBackward);

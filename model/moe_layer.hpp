@@ -100,7 +100,6 @@ template <class T> struct MoeSaved {
   std::vector<T> g, v, h;               // [R, F] expert pre-activations (unclamped) and activation
   std::vector<T> y;                     // [R, D] expert outputs, expert-major
   std::vector<T> y_rows;                // [N·K, D] expert outputs back in send order
-  std::vector<T> staging;               // [R, D] rows as MPI delivers them
   std::vector<T> sg, sv, sh;            // [N, Fs] shared expert
   std::vector<T> sd_g, sd_v, sd_h;      // [N, Fs] shared expert's backward
   double balance_loss = 0.0;            // this rank's share of the layer's balance loss
@@ -128,13 +127,13 @@ template <class T> struct MoeSaved {
 struct MoeSavedSizes {
   double NE = 0;   // logits, scores, d_scores, d_logits, d_scores_balance [N, E]
   double NK = 0;   // expert_idx, topk_scratch, weights, d_weights, the plan's send arrays [N, K]
-  double R = 0;    // rows received; recv_to_expert [R]
+  double R = 0;    // rows received
   double NKD = 0;  // send_rows, y_rows, d_rows [N·K, D]
-  double RD = 0, RF = 0;  // x, y, staging, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
+  double RD = 0, RF = 0;  // x, y, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
   double NFs = 0;         // the shared expert's sg, sv, sh, sd_g, sd_v, sd_h [N, Fs]
   double tree = 0;        // the router's or shared expert's weight-gradient tree width
   int tree_depth = 1;     // its buffers (tree_sum_depth(max_sequences))
-  double activations() const { return 5 * NE + 6 * NK + R + 3 * NKD + 5 * RD + 6 * RF + 6 * NFs; }
+  double activations() const { return 5 * NE + 6 * NK + 3 * NKD + 4 * RD + 6 * RF + 6 * NFs; }
   double trees() const { return tree_depth * tree; }
 };
 MoeSavedSizes moe_saved_sizes(double N, const MoeDims& dims, int ep_size, int max_local,

@@ -88,7 +88,7 @@ void check_simulated_exchange(int E, int P, int K) {
     }
     dispatch_plan_set_recv(plans[d], inbox);
   }
-  // Identity-coded send rows, then the row all-to-all-v and the receive permutation.
+  // Identity-coded send rows.
   std::vector<std::vector<float>> send(P);
   for (int s = 0; s < P; ++s) {
     const DispatchPlan& pl_s = plans[s];
@@ -98,20 +98,22 @@ void check_simulated_exchange(int E, int P, int K) {
       testing_fixtures::encode_row(&send[s][p * kCodeWidth], s, a / K, a % K, routing[s][a]);
     }
   }
+  // Each block (source s's rows for expert i of owner d) from its send position to its
+  // expert-major position, as the exchange moves it.
   std::vector<std::vector<float>> expert_rows(P);
   for (int d = 0; d < P; ++d) {
     const DispatchPlan& pd = plans[d];
-    std::vector<float> staging;
+    expert_rows[d].assign(static_cast<size_t>(pd.num_recv) * kCodeWidth, -1.0f);
     for (int s = 0; s < P; ++s) {
       EXPECT_EQ(pd.recv_counts[s], plans[s].send_counts[d]);
-      const float* b = &send[s][plans[s].send_offsets[d] * kCodeWidth];
-      staging.insert(staging.end(), b, b + plans[s].send_counts[d] * kCodeWidth);
-    }
-    ASSERT_EQ(static_cast<int>(staging.size()), pd.num_recv * kCodeWidth);
-    expert_rows[d].resize(staging.size());
-    for (int r = 0; r < pd.num_recv; ++r) {
-      std::copy_n(&staging[r * kCodeWidth], kCodeWidth,
-                  &expert_rows[d][pd.recv_to_expert[r] * kCodeWidth]);
+      for (int i = 0; i < pd.num_local_experts(); ++i) {
+        const int b_send = d * ml + i, b_recv = s * ml + i;
+        const int rows = plans[s].count_message[b_send];
+        ASSERT_EQ(pd.recv_counts_by_source[b_recv], rows);
+        ASSERT_LE(pd.recv_block_offsets[b_recv] + rows, pd.num_recv);
+        std::copy_n(&send[s][plans[s].send_block_offsets[b_send] * kCodeWidth], rows * kCodeWidth,
+                    &expert_rows[d][pd.recv_block_offsets[b_recv] * kCodeWidth]);
+      }
     }
     // Every row is for this rank's expert of its range, ordered by (expert, source, token, slot).
     for (int i = 0; i < pd.num_local_experts(); ++i) {
@@ -138,11 +140,11 @@ void check_simulated_exchange(int E, int P, int K) {
     std::vector<float> back(send[s].size(), -1.0f);
     for (int d = 0; d < P; ++d) {
       const DispatchPlan& pd = plans[d];
-      int src_offset = pd.recv_offsets[s];
-      for (int r = 0; r < pd.recv_counts[s]; ++r) {
-        const int row = pd.recv_to_expert[src_offset + r];
-        std::copy_n(&expert_rows[d][row * kCodeWidth], kCodeWidth,
-                    &back[(plans[s].send_offsets[d] + r) * kCodeWidth]);
+      for (int i = 0; i < pd.num_local_experts(); ++i) {
+        const int b_send = d * ml + i, b_recv = s * ml + i;
+        std::copy_n(&expert_rows[d][pd.recv_block_offsets[b_recv] * kCodeWidth],
+                    pd.recv_counts_by_source[b_recv] * kCodeWidth,
+                    &back[plans[s].send_block_offsets[b_send] * kCodeWidth]);
       }
     }
     EXPECT_EQ(back, send[s]) << "source " << s;

@@ -197,8 +197,8 @@ TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
         for (const MoeSaved<float>& m : acts.moe) {
           add(m.logits, m.scores, m.d_scores, m.d_logits, m.d_scores_balance, m.expert_idx,
               m.topk_scratch, m.weights, m.d_weights, m.plan.send_assignment, m.plan.send_position,
-              m.plan.recv_to_expert, m.send_rows, m.y_rows, m.d_rows, m.x, m.y, m.staging, m.d_y,
-              m.d_x, m.g, m.v, m.h, m.d_g, m.d_v, m.d_h, m.sg, m.sv, m.sh, m.sd_g, m.sd_v, m.sd_h);
+              m.send_rows, m.y_rows, m.d_rows, m.x, m.y, m.d_y, m.d_x, m.g, m.v, m.h, m.d_g, m.d_v,
+              m.d_h, m.sg, m.sv, m.sh, m.sd_g, m.sd_v, m.sd_h);
           values += static_cast<double>(m.grad_tree.reserved_values());
         }
         EXPECT_EQ(model_memory_estimate(c, 1).act_bytes, 4.0 * values)
