@@ -1,5 +1,6 @@
 // Routing math against hand-computed values: score functions at ordinary and extreme points,
-// top-k order and ties, bias, combine weights, hash lookup, forced round-robin and the hash tables.
+// top-k order and ties, bias, combine weights, hash lookup, forced round-robin and the hash tables,
+// grouped (node-limited) top-k, random routing and its skew, and the --force-balance names.
 // Legend: N rows/tokens, D model width, E experts, K top-k, V vocab.
 #include <gtest/gtest.h>
 
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/config.hpp"
 #include "model/router.hpp"
 
 namespace moe {
@@ -285,6 +287,80 @@ TEST(HashTable, ValidateNamesTheBadRow) {
   table[5] = 1;
   expect_throw_naming<std::invalid_argument>([&] { hash_table_validate(table.data(), V, E, K); },
                                              {"row 2", "twice"});
+}
+
+// ---- grouped, random and forced routing --------------------------------------------------------
+
+TEST(GroupedTopK, OnlyExpertsOfTheBestGroupsAreSelected) {
+  // E = 6 in G = 3 groups {0,1}, {2,3}, {4,5}; K = 2, M = 1 group, top K/M = 2 per group score.
+  // Group sums: (0.9 + 0.1), (0.6 + 0.6), (0.95 + 0.0): group 1 wins although expert 4 is best.
+  const std::vector<double> s = {0.9, 0.1, 0.6, 0.6, 0.95, 0.0};
+  std::vector<int32_t> idx(2);
+  route_topk_grouped(idx.data(), s.data(), nullptr, 1, 6, 2, 3, 1);
+  EXPECT_EQ(idx, (std::vector<int32_t>{2, 3}));
+  // With M = 2 groups of top-1 each: groups 2 (0.95) and 0 (0.9) -> experts 4, 0.
+  route_topk_grouped(idx.data(), s.data(), nullptr, 1, 6, 2, 3, 2);
+  EXPECT_EQ(idx, (std::vector<int32_t>{4, 0}));
+  // A bias moves the choice of groups.
+  const std::vector<float> bias = {0, 0, 0, 0, 0, 1.0f};
+  route_topk_grouped(idx.data(), s.data(), bias.data(), 1, 6, 2, 3, 1);
+  EXPECT_EQ(idx, (std::vector<int32_t>{5, 4}));
+  EXPECT_THROW(route_topk_grouped(idx.data(), s.data(), nullptr, 1, 6, 2, 4, 1),
+               std::invalid_argument);
+}
+
+std::vector<int64_t> random_loads(const RandomRouting& skew, int N, int E, int K) {
+  std::vector<int32_t> idx(static_cast<size_t>(N) * K);
+  route_random(idx.data(), 77, 0, N, E, K, skew);
+  std::vector<int64_t> load(E, 0);
+  for (int t = 0; t < N; ++t) {
+    for (int j = 0; j < K; ++j) {
+      for (int i = 0; i < j; ++i) EXPECT_NE(idx[t * K + i], idx[t * K + j]) << "token " << t;
+      ++load[idx[t * K + j]];
+    }
+  }
+  return load;
+}
+
+TEST(RandomRouting, DistinctDeterministicAndIndependentOfTheSplit) {
+  const int N = 40, E = 8, K = 3;
+  std::vector<int32_t> whole(N * K), halves(N * K);
+  route_random(whole.data(), 5, 100, N, E, K, {});
+  route_random(halves.data(), 5, 100, N / 2, E, K, {});
+  route_random(halves.data() + N / 2 * K, 5, 100 + N / 2, N / 2, E, K, {});
+  EXPECT_EQ(whole, halves);
+  const std::vector<int64_t> load = random_loads({}, 20000, E, K);
+  for (int64_t c : load) EXPECT_NEAR(c, 20000.0 * K / E, 20000.0 * K / E * 0.05);
+}
+
+TEST(RandomRouting, SkewIsControlled) {
+  const int N = 20000, E = 8, K = 3;
+  const std::vector<int64_t> zipf = random_loads({1.5, 0.0}, N, E, K);
+  EXPECT_GT(zipf[0], zipf[E - 1] * 2);
+  // hot:0.5 -> expert 0 is first for half the tokens, and drawn uniformly for the other half:
+  // expected load N·(0.5 + 0.5·K/E).
+  const std::vector<int64_t> hot = random_loads({0.0, 0.5}, N, E, K);
+  EXPECT_NEAR(hot[0], N * (0.5 + 0.5 * K / E), N * 0.02);
+  // The tokens that lose the hot coin draw their first slot uniformly, expert 0 included, so
+  // expert 0's share of first slots is h + (1 − h)/E (0.3875 at h = 0.3), not h.
+  std::vector<int32_t> idx(static_cast<size_t>(N) * K);
+  route_random(idx.data(), 77, 0, N, E, K, {0.0, 0.3});
+  int64_t first_slot_hot = 0;
+  for (int t = 0; t < N; ++t) first_slot_hot += idx[static_cast<size_t>(t) * K] == 0;
+  EXPECT_NEAR(static_cast<double>(first_slot_hot) / N, 0.3 + 0.7 / E, 0.015);
+}
+
+TEST(ForcedRouting, ParsesEveryMode) {
+  EXPECT_FALSE(forced_routing_from_name("none").forced);
+  EXPECT_TRUE(forced_routing_from_name("round-robin").round_robin);
+  const ForcedRouting r = forced_routing_from_name("random");
+  EXPECT_TRUE(r.forced);
+  EXPECT_FALSE(r.round_robin);
+  EXPECT_EQ(forced_routing_from_name("zipf:1.2").skew.zipf_alpha, 1.2);
+  EXPECT_EQ(forced_routing_from_name("hot:0.25").skew.hot_fraction, 0.25);
+  EXPECT_THROW(forced_routing_from_name("hot:2"), ConfigError);
+  EXPECT_THROW(forced_routing_from_name("zipf:"), ConfigError);
+  EXPECT_THROW(forced_routing_from_name("balanced"), ConfigError);
 }
 
 }  // namespace
