@@ -2,44 +2,62 @@
 # What the network costs: the token exchange (bench_alltoall) and whole training steps (moe_rt's
 # phase table) on one host, then across two hosts simulated by network namespaces
 # (scripts/netns_hosts.sh) over TCP, unshaped and shaped (rate and one-way delay on each host's
-# egress by netem; the rate alone by tbf where the kernel has no netem). docs/cluster.md, "What
-# the network costs", holds the figures of one run.
+# egress by netem; where the kernel has no netem, the hosts are joined by the delay switch,
+# bench/netdelay, which applies the delay, and tbf the rate). docs/cluster.md, "What the network
+# costs", holds the figures of one run.
 #
 # Usage (as root): bench/multihost.sh [OUTDIR]      (default: a new folder under /tmp)
 # Environment: STEPS (moe_rt steps per case, default 20), RANKS_PER_HOST (4), SHAPES (the shaped
-#   cases, "RATE/DELAY ...", default "25gbit/20us 1gbit/200us"), MOE_RT_BUILD_DIR (build/).
-# Each case's full output is kept in OUTDIR; a summary table is printed at the end.
-# Everything made (namespaces, qdiscs) is removed on exit, also on failure or Ctrl-C.
+#   cases, "RATE/DELAY ...", RATE off for the delay alone; default "25gbit/20us 1gbit/200us
+#   off/200us"), MOE_RT_BUILD_DIR (build/), MOE_NETNS_SWITCH (veth or delay; default veth where
+#   the kernel has netem, else delay).
+# Each case's full output is kept in OUTDIR; a summary table is printed at the end, and the delay
+# switch's counters (forwarded, dropped, how late) are in OUTDIR/down.txt.
+# Everything made (namespaces, qdiscs, the delay switch) is removed on exit, also on failure or
+# Ctrl-C.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MOE_RT_BUILD_DIR:-$root/build}
 steps=${STEPS:-20}
 per_host=${RANKS_PER_HOST:-4}
-shapes=${SHAPES:-25gbit/20us 1gbit/200us}
+shapes=${SHAPES:-25gbit/20us 1gbit/200us off/200us}
 out=${1:-$(mktemp -d /tmp/moe_multihost_bench.XXXXXX)}
 mkdir -p "$out"
-for bin in "$build/moe_rt" "$build/bench/bench_alltoall"; do
+hosts="$root/scripts/netns_hosts.sh"
+export MOE_NETNS_PREFIX=moebench$$ MOE_NETNS_DIR=$out/netns
+# Without netem the delays come from the delay switch (the unshaped two-host cases then cross it
+# too, at delay 0).
+if [[ -z ${MOE_NETNS_SWITCH:-} ]]; then
+  MOE_NETNS_SWITCH=$(bash "$hosts" netem-available >/dev/null && echo veth || echo delay)
+fi
+export MOE_NETNS_SWITCH MOE_NETDELAY_BIN=${MOE_NETDELAY_BIN:-$build/bench/netdelay}
+bins=("$build/moe_rt" "$build/bench/bench_alltoall")
+[[ $MOE_NETNS_SWITCH == delay ]] && bins+=("$MOE_NETDELAY_BIN")
+for bin in "${bins[@]}"; do
   if [[ ! -x $bin ]]; then
-    echo "multihost.sh: $bin missing; build the targets moe_rt and bench_alltoall" >&2
+    echo "multihost.sh: $bin missing; build the targets moe_rt, bench_alltoall and netdelay" >&2
     exit 1
   fi
 done
 
-export MOE_NETNS_PREFIX=moebench$$ MOE_NETNS_DIR=$out/netns
-hosts="$root/scripts/netns_hosts.sh"
 bash "$hosts" check >/dev/null
-trap 'bash "$hosts" down >/dev/null' EXIT
+trap 'bash "$hosts" down >"$out/down.txt"' EXIT
 trap 'exit 130' INT TERM
 bash "$hosts" up 2 "$per_host" >/dev/null
+if [[ $MOE_NETNS_SWITCH == delay ]]; then
+  echo "== hosts joined by the delay switch (no netem in this kernel): delays by the switch" >&2
+else
+  echo "== hosts joined by a bridge; shapes by netem where the kernel has it" >&2
+fi
 np=$((2 * per_host))
 # The simulated hosts share this machine's cores, while moe_rt's default gives each host's ranks
 # all of them: one thread per rank unless the cores go further.
 threads=$(($(nproc) / np > 1 ? $(nproc) / np : 1))
 h0="$MOE_NETNS_PREFIX-h0"
 
-# Bytes through host 1's link so far, both directions, counted at the switch end.
+# Bytes through host 1's link so far, both directions, counted at its eth0.
 link_bytes() {
-  ip -n "$MOE_NETNS_PREFIX-br" -s -j link show h1 | python3 -c '
+  ip -n "$MOE_NETNS_PREFIX-h1" -s -j link show eth0 | python3 -c '
 import json, sys
 s = json.load(sys.stdin)[0]["stats64"]
 print(s["rx"]["bytes"] + s["tx"]["bytes"])'
@@ -80,10 +98,12 @@ cases=(one-host two-hosts "two-hosts-ep$per_host")
 for shape in $shapes; do
   applied=$(bash "$hosts" shape "${shape%/*}" "${shape#*/}")
   echo "$applied" >&2
-  # Named by what was applied: without netem in the kernel, the rate alone.
+  # Named by what was applied: the rate (unless off) and the delay, if it was applied (netem or
+  # the delay switch; a bridge without netem applies the rate alone).
+  rate=${shape%/*} delay=${shape#*/}
   case $applied in
-    *netem*) name="two-hosts-${shape%/*}-${shape#*/}" ;;
-    *) name="two-hosts-${shape%/*}" ;;
+    *delay*) name="two-hosts$([[ $rate == off ]] || echo "-$rate")-$delay" ;;
+    *) name="two-hosts-$rate" ;;
   esac
   cases+=("$name")
   run_case "$name" 0

@@ -33,19 +33,34 @@
 #   - A lost host ends the job within seconds, not the OOB's default 8 minutes: keepalive on
 #     the daemons' OOB connections after 5 s idle, then 3 probes 2 s apart (a daemon that no
 #     longer answers is found lost about 11 s after its last packet; docs/cluster.md, "Faults").
+#   - The delay switch (MOE_NETNS_SWITCH=delay at `up`), for kernels without netem: instead of the
+#     bridge, bench/netdelay runs in PREFIX-br and makes one TUN device per host (t<i>), which
+#     `up` moves into host i's namespace as eth0 (same address, same /etc/hosts). netdelay forwards
+#     each IPv4 packet to the device of its destination address, DELAY after it read it, and drops
+#     anything else; its file descriptors keep working after the move, and the devices vanish
+#     when it exits. Its settings are a control file in the state folder (delay_ns, the links
+#     that are down), re-read on SIGHUP: `shape` sets the delay and `link` a host's carrier
+#     without re-making the hosts. Its log (what it applied, its counters at exit) is
+#     $state/netdelay.log; `down` stops it first (SIGTERM) and prints its counters.
 #
 # Usage (as root; namespaces need CAP_SYS_ADMIN):
 #   netns_hosts.sh check             can namespaces be made here? prints why not, exit 1
+#   netns_hosts.sh netem-available   does the kernel have netem? one line, exit 0 or 1
 #   netns_hosts.sh up N [SLOTS]      N hosts of SLOTS slots each (default 4)
 #   netns_hosts.sh down              kill what runs in the namespaces, remove them and the state
 #   netns_hosts.sh exec I CMD...     run CMD in host I's namespace, with the launch settings
 #   netns_hosts.sh mpirun ARGS...    mpirun in host 0 with the hostfile and the settings above
 #   netns_hosts.sh hostfile          print the hostfile's path
-#   netns_hosts.sh link I up|down    set host I's link (the switch end of its veth) up or down
-#   netns_hosts.sh shape RATE [DELAY]  every host's egress shaped: e.g. 1gbit 200us; `shape off`
+#   netns_hosts.sh link I up|down    set host I's link up or down (the switch end of its veth;
+#                                    with the delay switch, its carrier, and the switch drops
+#                                    what it would send there or receive from there)
+#   netns_hosts.sh shape RATE [DELAY]  every host's egress shaped: e.g. 1gbit 200us; RATE off:
+#                                    the delay alone; `shape off`: nothing. Prints what it applied
 #   netns_hosts.sh kill I            SIGKILL every process in host I's namespace
 # Environment: MOE_NETNS_PREFIX (default moe; names PREFIX-h<i>, PREFIX-br), MOE_NETNS_DIR (state:
-# hostfile; default /tmp/PREFIX-netns), MOE_NETNS_BTL (default tcp,vader,self).
+# hostfile; default /tmp/PREFIX-netns), MOE_NETNS_BTL (default tcp,vader,self), MOE_NETNS_SWITCH
+# (at `up` and `check`: veth, the default, or delay: the delay switch), MOE_NETDELAY_BIN (the
+# delay switch's binary; default build/bench/netdelay).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -61,6 +76,19 @@ die() {
 
 host_ns() { echo "$prefix-h$1"; }
 bridge_ns() { echo "$prefix-br"; }
+
+# The switch of the hosts that are up: veth (bridge) or delay (bench/netdelay).
+switch_mode() {
+  if [[ -f $state/switch ]]; then cat "$state/switch"; else echo veth; fi
+}
+
+# The switch asked for at `up` (and `check`), and the delay switch's binary.
+wanted_switch() {
+  local mode=${MOE_NETNS_SWITCH:-veth}
+  [[ $mode == veth || $mode == delay ]] || die "MOE_NETNS_SWITCH must be veth or delay, got '$mode'"
+  echo "$mode"
+}
+netdelay_bin() { echo "${MOE_NETDELAY_BIN:-$root/build/bench/netdelay}"; }
 
 # The namespaces of this prefix that exist now, hosts first.
 our_namespaces() {
@@ -97,11 +125,32 @@ cmd_check() {
   fi
   ip netns del "$a"
   ip netns del "$b"
+  if [[ $(wanted_switch) == delay ]]; then
+    [[ -c /dev/net/tun ]] || die "no /dev/net/tun: the delay switch needs TUN devices"
+    [[ -x $(netdelay_bin) ]] ||
+      die "the delay switch's binary $(netdelay_bin) is missing (build the target netdelay)"
+    echo "$me: network namespaces, veth pairs and the delay switch can be made here"
+    return
+  fi
   echo "$me: network namespaces and veth pairs can be made here"
 }
 
+# Whether the kernel has netem: tried on the loopback of a namespace made for the purpose.
+cmd_netem_available() {
+  local ns="$prefix-netem$$" why=""
+  ip netns add "$ns" || die "cannot make a network namespace to try netem in"
+  if why=$(tc -n "$ns" qdisc add dev lo root netem delay 1ms 2>&1); then
+    ip netns del "$ns"
+    echo "netem: available"
+    return 0
+  fi
+  ip netns del "$ns"
+  echo "netem: not available (tc: ${why//$'\n'/ })"
+  return 1
+}
+
 cmd_up() {
-  local n=${1:-} slots=${2:-4} i ns br
+  local n=${1:-} slots=${2:-4} i ns br mode bin
   if [[ ! $n =~ ^[0-9]+$ ]] || ((n < 1 || n > 200)); then
     die "up needs a host count 1..200, got '$n'"
   fi
@@ -109,24 +158,40 @@ cmd_up() {
     die "slots must be a positive count, got '$slots'"
   fi
   [[ -z $(our_namespaces) ]] || die "namespaces of prefix '$prefix' exist already; run: $0 down"
+  mode=$(wanted_switch)
+  bin=$(netdelay_bin)
+  if [[ $mode == delay && ! -x $bin ]]; then
+    die "MOE_NETNS_SWITCH=delay needs the delay switch's binary: $bin is missing (build the" \
+      "target netdelay, or set MOE_NETDELAY_BIN)"
+  fi
   br=$(bridge_ns)
   # Anything that fails half-way removes what was made.
-  trap 'echo "$me: up failed; removing what was made" >&2; cmd_down >/dev/null 2>&1' ERR
+  trap 'up_failed' ERR
   mkdir -p "$state"
+  echo "$mode" >"$state/switch"
   : >"$state/hostfile.new"
   printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n' >"$state/hosts"
   ip netns add "$br"
   ip -n "$br" link set lo up
-  ip -n "$br" link add br0 type bridge
-  ip -n "$br" link set br0 up
+  if [[ $mode == veth ]]; then
+    ip -n "$br" link add br0 type bridge
+    ip -n "$br" link set br0 up
+  else
+    start_switch "$n" "$bin"
+  fi
   for ((i = 0; i < n; i++)); do
     ns=$(host_ns "$i")
     ip netns add "$ns"
     ip -n "$ns" link set lo up
-    # Both ends made straight in their namespaces: no interface ever appears in the root one.
-    ip link add eth0 netns "$ns" type veth peer name "h$i" netns "$br"
-    ip -n "$br" link set "h$i" master br0
-    ip -n "$br" link set "h$i" up
+    if [[ $mode == veth ]]; then
+      # Both ends made straight in their namespaces: no interface ever appears in the root one.
+      ip link add eth0 netns "$ns" type veth peer name "h$i" netns "$br"
+      ip -n "$br" link set "h$i" master br0
+      ip -n "$br" link set "h$i" up
+    else
+      ip -n "$br" link set "t$i" netns "$ns"
+      ip -n "$ns" link set "t$i" name eth0
+    fi
     ip -n "$ns" addr add "$subnet.$((i + 1))/24" dev eth0
     ip -n "$ns" link set eth0 up
     echo "$ns slots=$slots" >>"$state/hostfile.new"
@@ -135,14 +200,93 @@ cmd_up() {
   mv "$state/hostfile.new" "$state/hostfile"
   trap - ERR
   echo "$me: $n hosts up ($prefix-h0..$prefix-h$((n - 1)), $subnet.1..$subnet.$n, $slots slots" \
-    "each); hostfile $state/hostfile"
+    "each$([[ $mode == veth ]] || echo ", delay switch")); hostfile $state/hostfile"
+}
+
+up_failed() {
+  echo "$me: up failed; removing what was made" >&2
+  cmd_down >/dev/null 2>&1 || true
+}
+
+# The delay switch for N hosts: netdelay in the switch namespace with devices t0..t<N-1> and
+# delay 0, in a session of its own (a Ctrl-C to the caller does not reach it; `down` stops it).
+# Called by cmd_up, whose ERR trap does not reach into functions: every failure here is handled.
+start_switch() {
+  local n=$1 bin=$2 br pid i why
+  local -a devices=()
+  br=$(bridge_ns)
+  for ((i = 0; i < n; i++)); do devices+=("t$i"); done
+  if ! printf 'delay_ns 0\ndown\n' >"$state/netdelay.ctl" || ! : >"$state/netdelay.out"; then
+    up_failed
+    die "cannot write the delay switch's files in $state"
+  fi
+  ip netns exec "$br" setsid "$bin" --control "$state/netdelay.ctl" "${devices[@]}" \
+    </dev/null >"$state/netdelay.out" 2>"$state/netdelay.log" &
+  pid=$!  # ip netns exec and setsid exec, not fork: the pid is netdelay's
+  for ((i = 0; i < 200; i++)); do
+    grep -qx ready "$state/netdelay.out" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if ! grep -qx ready "$state/netdelay.out" ||
+      [[ $(ip netns identify "$pid" 2>/dev/null) != "$br" ]]; then
+    why=$(grep -v '^netdelay: applied' "$state/netdelay.log" 2>/dev/null | tail -n 3 || true)
+    up_failed
+    die "the delay switch ($bin) did not start: ${why:-no 'ready' within 10 s}"
+  fi
+  echo "$pid" >"$state/netdelay.pid" || { up_failed; die "cannot write $state/netdelay.pid"; }
+}
+
+# Sets the delay switch's settings (delay_ns N, down I J...), then waits until it has read them.
+switch_set() {
+  local delay_ns=$1 down=$2 pid lines k last
+  pid=$(cat "$state/netdelay.pid")
+  kill -0 "$pid" 2>/dev/null ||
+    die "the delay switch (netdelay, pid $pid) is not running; see $state/netdelay.log"
+  lines=$(wc -l <"$state/netdelay.log")
+  printf 'delay_ns %s\ndown %s\n' "$delay_ns" "$down" >"$state/netdelay.ctl.new"
+  mv "$state/netdelay.ctl.new" "$state/netdelay.ctl"
+  kill -HUP "$pid"
+  for ((k = 0; k < 500; k++)); do
+    if (($(wc -l <"$state/netdelay.log") > lines)); then
+      last=$(tail -n 1 "$state/netdelay.log")
+      [[ $last == "netdelay: applied"* ]] || die "the delay switch refused its settings: $last"
+      return 0
+    fi
+    sleep 0.01
+  done
+  die "the delay switch did not take its new settings within 5 s; see $state/netdelay.log"
+}
+
+# One setting of the delay switch's control file.
+switch_get() {
+  awk -v key="$1" '$1 == key { $1 = ""; sub(/^ /, ""); print }' "$state/netdelay.ctl"
+}
+
+# A time as tc writes it (200us, 1.5ms, 0; a bare number is microseconds, as for tc) in ns.
+time_ns() {
+  [[ $1 =~ ^([0-9]+(\.[0-9]+)?)(ns|us|usec|ms|msec|s|sec|secs)?$ ]] ||
+    die "'$1' is not a time (e.g. 200us, 1.5ms, 0)"
+  awk -v x="${BASH_REMATCH[1]}" -v unit="${BASH_REMATCH[3]:-us}" 'BEGIN {
+    scale = unit == "ns" ? 1 : unit ~ /^us/ ? 1e3 : unit ~ /^ms/ ? 1e6 : 1e9
+    printf "%.0f\n", x * scale }'
 }
 
 # Kills whatever still runs in our namespaces (only processes this set of hosts started there),
 # then removes them; their veths and the bridge go with them. Safe to repeat, safe after a
 # half-made `up`.
 cmd_down() {
-  local ns pids
+  local ns pids pid="" k
+  # The delay switch first, by SIGTERM: its devices go with it, and it says what it forwarded.
+  [[ -f $state/netdelay.pid ]] && pid=$(cat "$state/netdelay.pid")
+  if [[ -n $pid ]] && [[ $(ip netns identify "$pid" 2>/dev/null) == "$(bridge_ns)" ]]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((k = 0; k < 50; k++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -h '^netdelay: forwarded' "$state/netdelay.log" 2>/dev/null || true
+  fi
   for ns in $(our_namespaces); do
     for _ in 1 2 3 4 5 6 7 8 9 10; do
       pids=$(ip netns pids "$ns" 2>/dev/null || true)
@@ -155,6 +299,9 @@ cmd_down() {
   done
   rm -rf "$state"
   [[ -z $(our_namespaces) ]] || die "namespaces left: $(our_namespaces | tr '\n' ' ')"
+  if [[ -n $pid ]] && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == netdelay ]]; then
+    die "the delay switch (netdelay, pid $pid) still runs"
+  fi
   echo "$me: down (prefix $prefix)"
 }
 
@@ -211,7 +358,15 @@ cmd_link() {
   local i=${1:-} dir=${2:-}
   check_index "$i"
   [[ $dir == up || $dir == down ]] || die "link needs up or down, got '$dir'"
-  ip -n "$(bridge_ns)" link set "h$i" "$dir"
+  if [[ $(switch_mode) == veth ]]; then
+    ip -n "$(bridge_ns)" link set "h$i" "$dir"
+    return
+  fi
+  local j
+  local -a down=()
+  for j in $(switch_get down); do [[ $j == "$i" ]] || down+=("$j"); done
+  [[ $dir == up ]] || down+=("$i")
+  switch_set "$(switch_get delay_ns)" "${down[*]}"
 }
 
 cmd_kill() {
@@ -225,40 +380,52 @@ cmd_kill() {
 # Shaping on each host's egress (eth0): a packet from host a to host b leaves host a at RATE at
 # most and waits DELAY once (one way). With two hosts each sends to the other only, so RATE bounds
 # the receive side as well. Traffic within a host (loopback, shared memory) is not shaped.
-# netem does both; a kernel without netem (CONFIG_NET_SCH_NETEM off) gets a token bucket (tbf)
-# for the rate alone, and a warning that DELAY was not applied.
+# With the delay switch, a token bucket (tbf) on each eth0 for the rate and the switch for the
+# delay. With the bridge, netem does both; a kernel without netem (CONFIG_NET_SCH_NETEM off) gets
+# tbf for the rate alone, and a warning that DELAY was not applied. RATE off: no rate limit.
 cmd_shape() {
-  local rate=${1:-} delay=${2:-0} n i ns how=netem
+  local rate=${1:-} delay=${2:-0} n i ns how delay_ns applied
+  local -a netem
   n=$(num_hosts)
-  [[ -n $rate ]] || die "shape needs RATE [DELAY] (e.g. 1gbit 200us) or off"
+  [[ -n $rate ]] || die "shape needs RATE [DELAY] (e.g. 1gbit 200us, off 200us) or off"
+  delay_ns=$(time_ns "$delay")
+  how=$([[ $(switch_mode) == delay ]] && echo switch || echo netem)
   for ((i = 0; i < n; i++)); do
     ns=$(host_ns "$i")
     tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
-    [[ $rate == off ]] && continue
-    # A deep queue: at 25 Gbit/s and 20 us, netem's default of 1000 packets would drop bursts.
-    if [[ $how == netem ]] &&
-        tc -n "$ns" qdisc add dev eth0 root netem delay "$delay" rate "$rate" limit 100000 \
-          2>/dev/null; then
-      continue
+    if [[ $how == netem ]]; then
+      [[ $rate == off && $delay_ns == 0 ]] && continue
+      netem=(delay "$delay")
+      [[ $rate == off ]] || netem+=(rate "$rate")
+      # A deep queue: at 25 Gbit/s and 20 us, netem's default of 1000 packets would drop bursts.
+      tc -n "$ns" qdisc add dev eth0 root netem "${netem[@]}" limit 100000 2>/dev/null && continue
+      how=tbf
     fi
-    # Burst: one 64 KiB segment-offload packet (veth hands TCP 64 KiB at a time); queue up to
-    # 100 ms of traffic before dropping.
-    how=tbf
+    [[ $rate == off ]] && continue
+    # Burst: one 64 KiB segment-offload packet (veth and the delay switch's devices take TCP
+    # 64 KiB at a time); queue up to 100 ms of traffic before dropping.
     tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 64kb latency 100ms
   done
-  # One line on standard output says what was applied (bench/multihost.sh names its case by it).
-  if [[ $rate == off ]]; then
-    echo "shaped: off"
-  elif [[ $how == netem ]]; then
-    echo "shaped: netem rate $rate delay $delay"
-  else
-    echo "shaped: tbf rate $rate"
-    [[ $delay == 0 ]] || echo "$me: no netem in this kernel: delay $delay NOT applied" >&2
+  if [[ $how == switch ]]; then
+    switch_set "$delay_ns" "$(switch_get down)"
   fi
+  # One line on standard output says what was applied (bench/multihost.sh names its case by it).
+  if [[ $rate == off && $delay_ns == 0 ]]; then
+    applied="off"
+  elif [[ $how == netem ]]; then
+    applied="netem$([[ $rate == off ]] || echo " rate $rate") delay $delay"
+  elif [[ $how == switch ]]; then
+    applied="$([[ $rate == off ]] || echo "tbf rate $rate, ")switch delay $delay"
+  else
+    applied=$([[ $rate == off ]] && echo off || echo "tbf rate $rate")
+    [[ $delay_ns == 0 ]] || echo "$me: no netem in this kernel: delay $delay NOT applied" >&2
+  fi
+  echo "shaped: $applied"
 }
 
 case ${1:-} in
   check) cmd_check ;;
+  netem-available) cmd_netem_available ;;
   up) shift; cmd_up "$@" ;;
   down) cmd_down ;;
   exec) shift; cmd_exec "$@" ;;

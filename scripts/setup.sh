@@ -5,9 +5,10 @@ set -euo pipefail
 
 # Debian packages: compiler tool chain and clang-format (the C++ layout, checked by
 # scripts/format.sh), MPI, BLAS, HDF5, Boost, test and benchmark libraries, iproute2 (ip and tc:
-# the simulated hosts of the multi-host tests, scripts/netns_hosts.sh), and python3-doc: the Python documentation's plain-text sources (about 11 MB of English, PSF
-# License), the default corpus of scripts/prepare_data.py, installed here so that nothing is
-# downloaded when the data is prepared.
+# the simulated hosts of the multi-host tests, scripts/netns_hosts.sh), iputils-ping (their
+# round trips through the delay switch), and python3-doc: the Python documentation's plain-text
+# sources (about 11 MB of English, PSF License), the default corpus of scripts/prepare_data.py,
+# installed here so that nothing is downloaded when the data is prepared.
 debs=(
   build-essential cmake pkg-config clang-format
   openmpi-bin libopenmpi-dev
@@ -16,7 +17,7 @@ debs=(
   libboost-program-options-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-doc
-  iproute2
+  iproute2 iputils-ping
 )
 
 # Install logs: private to this run, removed on success, shown on failure.

@@ -21,13 +21,19 @@ from stats_read import complete_rows, open_stats  # noqa: E402,F401  (tests/stat
 
 
 class Hosts:
-    """N simulated hosts of `slots` slots; host i is namespace `{prefix}-h{i}`."""
+    """N simulated hosts of `slots` slots; host i is namespace `{prefix}-h{i}`. `switch`: "veth"
+    (a bridge) or "delay" (bench/netdelay, the delay switch; MOE_NETDELAY_BIN, else next to
+    MOE_RT_BIN in build/bench)."""
 
-    def __init__(self, n, slots, tmp_path):
-        self.n, self.slots = n, slots
+    def __init__(self, n, slots, tmp_path, switch="veth"):
+        self.n, self.slots, self.switch = n, slots, switch
         self.prefix = f"mht{os.getpid()}"
-        self.env = dict(os.environ, MOE_NETNS_PREFIX=self.prefix,
-                        MOE_NETNS_DIR=str(tmp_path / "netns"), OPENBLAS_NUM_THREADS="1")
+        self.state = tmp_path / "netns"
+        self.env = dict(os.environ, MOE_NETNS_PREFIX=self.prefix, MOE_NETNS_DIR=str(self.state),
+                        OPENBLAS_NUM_THREADS="1", MOE_NETNS_SWITCH=switch)
+        if switch == "delay" and "MOE_NETDELAY_BIN" not in self.env:
+            built = os.path.dirname(os.environ.get("MOE_RT_BIN", "build/moe_rt"))
+            self.env["MOE_NETDELAY_BIN"] = os.path.join(built, "bench", "netdelay")
         self.jobs = []
 
     def name(self, i):
@@ -91,20 +97,22 @@ class Hosts:
         return ranks
 
     def link_bytes(self, i):
-        """Bytes through host i's link (both directions), counted at the switch end."""
-        out = subprocess.run(["ip", "-n", f"{self.prefix}-br", "-j", "-s", "link", "show",
-                              f"h{i}"], capture_output=True, text=True, check=True).stdout
+        """Bytes through host i's link (both directions), counted at its eth0 (with either
+        switch: the bridge's end of a veth counts the same)."""
+        out = subprocess.run(["ip", "-n", self.name(i), "-j", "-s", "link", "show", "eth0"],
+                             capture_output=True, text=True, check=True).stdout
         stats = json.loads(out)[0]["stats64"]
         return stats["rx"]["bytes"] + stats["tx"]["bytes"]
 
 
 @pytest.fixture
 def hosts(tmp_path, request):
-    """Two hosts of 4 slots (a test marked @pytest.mark.hosts(n, slots) chooses), up for the
-    test and removed after it, passed or failed."""
+    """Two hosts of 4 slots joined by a bridge (a test marked @pytest.mark.hosts(n, slots) or
+    hosts(n, slots, switch="delay") chooses), up for the test and removed after it, passed or
+    failed. Where they cannot be made (`netns_hosts.sh check` says why), the test is skipped."""
     marker = request.node.get_closest_marker("hosts")
     n, slots = marker.args if marker else (2, 4)
-    h = Hosts(n, slots, tmp_path)
+    h = Hosts(n, slots, tmp_path, **(marker.kwargs if marker else {}))
     check = h.script("check", check=False)
     if check.returncode != 0:
         pytest.skip(check.stderr.strip())
@@ -124,7 +132,8 @@ def moe_rt_bin():
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "hosts(n, slots): the simulated hosts a test needs")
+    config.addinivalue_line("markers", "hosts(n, slots, switch='veth'): the simulated hosts a "
+                            "test needs, joined by a bridge (veth) or the delay switch (delay)")
 
 
 

@@ -3,8 +3,12 @@ ranks land on their hosts; 2 hosts x 2 ranks give bitwise the statistics of 4 ra
 2 hosts x 4 ranks run deepseek4-tiny; a host lost mid-run (its link down, its ranks killed, the
 whole host killed) ends the job within a bound with a message naming what was lost, the
 statistics file keeps every completed step, and the remaining host resumes from the newest
-checkpoint, bitwise as if nothing had happened. docs/cluster.md describes the set-up."""
+checkpoint, bitwise as if nothing had happened. Through the delay switch (bench/netdelay, 200 us
+each way) every round trip takes at least the two delays, a link goes down and up, and 2 hosts x 2
+ranks still give the bits of one host. docs/cluster.md describes the set-up."""
 import os
+import re
+import shutil
 import subprocess
 import time
 
@@ -86,6 +90,52 @@ def test_two_hosts_give_the_bits_of_one(hosts, moe_rt_bin, tmp_path):
         assert (crossing > 0).all() and (crossing < f2["routing/dispatch_rows"][...]).all()
         for name in ("routing/cross_host_rows", "routing/cross_host_tokens", "hosts/rank_host"):
             assert f2[name][...].tobytes() == f3[name][...].tobytes(), name
+
+
+def ping_rtts_ms(hosts, count, peer=1, deadline=None):
+    """min/avg/max RTT (ms) of `count` pings from host 0 to host `peer`, or None when none came
+    back."""
+    if not shutil.which("ping"):
+        pytest.fail("no ping (iputils-ping; scripts/setup.sh installs it)")
+    args = ["ping", "-c", count, "-i", 0.01, "-q", hosts.name(peer)]
+    if deadline:
+        args[1:1] = ["-w", deadline]
+    proc = hosts.run(args, timeout=60)
+    match = re.search(r"= ([0-9.]+)/([0-9.]+)/([0-9.]+)/", proc.stdout)
+    return tuple(map(float, match.groups())) if match else None
+
+
+@pytest.mark.hosts(2, 2, switch="delay")
+def test_the_delay_switch_delays_every_packet_and_keeps_the_bits(hosts, moe_rt_bin, tmp_path):
+    # A one-way delay of 200 us: every ping waits at least twice that, and the switch releases
+    # no packet early, so the least round trip is a floor; the mean only has to be sane.
+    applied = hosts.script("shape", "off", "200us").stdout.strip()
+    assert applied == "shaped: switch delay 200us", applied
+    rtt = ping_rtts_ms(hosts, 100)
+    print(f"delay switch, 200 us each way: ping RTT min/avg/max {rtt} ms")
+    assert rtt is not None and rtt[0] >= 0.4 and rtt[1] < 50, rtt
+    # A link down drops everything to and from the host; up again, it answers.
+    hosts.script("link", 1, "down")
+    assert ping_rtts_ms(hosts, 3, deadline=1) is None
+    hosts.script("link", 1, "up")
+    assert ping_rtts_ms(hosts, 3) is not None
+
+    # 2 hosts x 2 ranks through the delayed switch: bitwise the statistics of one host's 4.
+    one = hosts.run(mpirun(f"{hosts.name(0)}:4", 4, moe_rt_bin,
+                           MICRO + ["--steps", 3, "--stats", tmp_path / "one.h5"]))
+    assert one.returncode == 0, one.stderr
+    before = hosts.link_bytes(1)
+    two = hosts.run(mpirun("spread", 4, moe_rt_bin,
+                           MICRO + ["--steps", 3, "--stats", tmp_path / "two.h5"]))
+    assert two.returncode == 0, two.stderr
+    assert "ranks: 4 on 2 hosts x 2" in two.stdout, two.stdout
+    assert hosts.link_bytes(1) - before > 100e3
+    a, b = read_exact(tmp_path / "one.h5"), read_exact(tmp_path / "two.h5")
+    assert len(a["steps/step"]) == 3
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+    with open(hosts.state / "netdelay.log") as f:
+        assert "netdelay: applied delay_ns 200000, down: -" in f.read()
 
 
 def test_two_hosts_of_four_ranks_run_deepseek4_tiny(hosts, moe_rt_bin, tmp_path):
