@@ -29,27 +29,16 @@ class EpExchange {
 
   explicit EpExchange(const Comm& ep, size_t whole_message_bytes = kWholeMessageBytes);
 
-  // The first dispatch of a freshly built plan, whose receive side is not known yet: the plan's
-  // counts travel with its rows, with no count exchange before them. Sends each peer its count
-  // message and its rows at once, waits for the counts addressed to this rank, sets the plan's
-  // receive side (dispatch_plan_set_recv), makes expert_rows [R, D] and posts the receives.
-  // send_rows [T·K, D] in send order -> expert_rows expert-major; dispatch_end completes it. The
-  // plan's other exchanges (combine, the backward pass) take dispatch_begin and combine.
-  template <class T>
-  void dispatch_counted_begin(std::vector<T>& expert_rows, std::span<const T> send_rows,
-                              DispatchPlan& plan, int D);
-  template <class T>
-  void dispatch_counted(std::vector<T>& expert_rows, std::span<const T> send_rows,
-                        DispatchPlan& plan, int D);
+  // All-to-all of the plan's per-(destination, expert) counts, then the plan's receive side.
+  void exchange_counts(DispatchPlan& plan);
 
-  // A dispatch on a plan whose receive side is set: send_rows [T·K, D] in send order ->
-  // expert_rows [R, D] expert-major.
+  // send_rows [T·K, D] in send order -> expert_rows [R, D] expert-major.
   template <class T>
   void dispatch(std::span<T> expert_rows, std::span<const T> send_rows, const DispatchPlan& plan,
                 int D);
 
   // dispatch in two halves, so that computation can overlap the transfer: begin posts every
-  // message's receive and send and copies this rank's own blocks; end waits for the messages.
+  // block's receive and send and copies this rank's own blocks; end waits for the messages.
   // send_rows and expert_rows must stay alive and untouched in between.
   template <class T>
   void dispatch_begin(std::span<T> expert_rows, std::span<const T> send_rows,
@@ -66,17 +55,10 @@ class EpExchange {
  private:
   enum class Direction { kToExperts, kToSources };
 
-  // What post() posts: the receives, the sends, the copies of this rank's own blocks.
-  enum Parts { kReceives = 1, kSends = 2, kOwnBlocks = 4, kAll = 7 };
-
-  // Posts one direction's messages into pending_ (a pair's blocks, or its whole rows as one
-  // message) and copies the rank's own blocks, as `parts` says. Sends need only the plan's send
-  // side; receives and own blocks need its receive side.
+  // Posts one direction's block messages into pending_ and copies the rank's own blocks.
   template <class T>
   void post(Direction direction, std::span<const T> from, std::span<T> to, const DispatchPlan& plan,
-            int D, int parts);
-  // The plan was built for this EP group, its rows fit MPI's int counts, and its tags MPI's.
-  void check_plan(const DispatchPlan& plan, long long rows, int D) const;
+            int D);
 
   // Completes the posted messages.
   void wait_pending();
@@ -89,11 +71,10 @@ class EpExchange {
 
   const Comm& ep_;
   size_t whole_message_bytes_;
-  std::vector<std::byte> staging_;           // [P · whole_message_bytes] bytes
-  std::vector<MPI_Request> pending_;         // posted messages not yet complete
-  std::vector<MPI_Request> count_requests_;  // dispatch_counted_begin's count receives
-  std::vector<Scatter> scatters_;            // of the posted receives
-  bool open_ = false;                        // between dispatch_begin and dispatch_end
+  std::vector<std::byte> staging_;    // [P · whole_message_bytes] bytes
+  std::vector<MPI_Request> pending_;  // posted messages not yet complete
+  std::vector<Scatter> scatters_;     // of the posted receives
+  bool open_ = false;                 // between dispatch_begin and dispatch_end
 };
 
 }  // namespace moe
