@@ -1,9 +1,9 @@
 // bench_alltoall: the expert-parallel token exchange against raw MPI_Alltoallv, nccl-tests style.
 //
 // For each size (tokens per rank T) and routing (Zipf-skewed, or exactly balanced round-robin):
-//   ep  = EpExchange round trip: count all-to-all + dispatch (rows to the experts' owners, each
-//         block landing at its expert-major place) + combine (back, in send order) — what one MoE
-//         layer does forward;
+//   ep  = EpExchange round trip: dispatch_counted (the plan's counts sent with its rows to the
+//         experts' owners, each block landing at its expert-major place) + combine (back, in
+//         send order) — what one MoE layer does forward;
 //   raw = two MPI_Alltoallv calls with the same per-pair counts, there and back, rows left
 //         source-major, no count exchange: the same bytes moved by the bare collective.
 // Rows are identity-coded (source rank, token, slot, expert, then a pattern of small integers),
@@ -22,7 +22,10 @@
 // Run: mpiexec -np 8 [--oversubscribe] build/bench/bench_alltoall [--min-tokens 64]
 //      [--max-tokens 4096] [--factor 4] [--width 128] [--top-k 3] [--experts 8] [--warmup 5]
 //      [--iters 20] [--routing both|zipf|balanced] [--seed 1] [--breakdown]
-// --breakdown adds a second table: each part of the round trip timed alone.
+//      [--counts auto|before|with]
+// --breakdown adds a second table: each part of the round trip timed alone. --counts: how the
+// plan's counts travel (EpExchange::Counts): an all-to-all before the rows, or with them; auto
+// (the default) as moe_rt chooses: with the rows when the ranks span hosts.
 #include <mpi.h>
 
 #include <cmath>
@@ -109,11 +112,11 @@ struct Result {
   long long ep_wrong = 0, raw_wrong = 0;
   double imbalance = 1.0;
   // --breakdown: medians (s, slowest rank) of each part on its own, barrier-separated.
-  double counts = 0, dispatch = 0, combine = 0, raw_one = 0, raw_nonblocking = 0;
+  double counted = 0, dispatch = 0, combine = 0, raw_one = 0, raw_nonblocking = 0;
 };
 
 Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int warmup, int iters,
-                uint64_t seed, bool breakdown) {
+                uint64_t seed, bool breakdown, EpExchange::Counts counts) {
   const int P = world.size(), me = world.rank();
   const ExpertPlacement placement{E, P};
   std::vector<std::vector<int32_t>> routing(P);
@@ -126,16 +129,17 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
     dispatch_plan_build(plan, routing[me], T, K, placement, me);
     if (i >= warmup) plan_us.push_back((MPI_Wtime() - t0) * 1e6);
   }
-  EpExchange ex(world);
-  ex.exchange_counts(plan);
-  const int R = plan.num_recv, NK = plan.num_send();
+  EpExchange ex(world, counts);
+  const int NK = plan.num_send();
   const size_t Dz = static_cast<size_t>(D);
-
-  std::vector<float> send(NK * Dz), back(NK * Dz), expert_rows(R * Dz), raw_rows(R * Dz);
+  std::vector<float> send(NK * Dz), back(NK * Dz), expert_rows;
   for (int p = 0; p < NK; ++p) {
     const int a = plan.send_assignment[p];
     for (int c = 0; c < D; ++c) send[p * Dz + c] = code_at(me, a / K, a % K, routing[me][a], c);
   }
+  ex.dispatch_counted(expert_rows, std::span<const float>(send), plan, D);  // learns R
+  const int R = plan.num_recv;
+  std::vector<float> raw_rows(R * Dz);
   // Raw MPI_Alltoallv: the plan's per-pair row counts in elements, computed once, outside timing.
   std::vector<int> sc(P), sd(P), rc(P), rd(P);
   for (int r = 0; r < P; ++r) {
@@ -145,8 +149,7 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
     rd[r] = plan.recv_offsets[r] * D;
   }
   auto ep_round_trip = [&] {
-    ex.exchange_counts(plan);
-    ex.dispatch(std::span<float>(expert_rows), std::span<const float>(send), plan, D);
+    ex.dispatch_counted(expert_rows, std::span<const float>(send), plan, D);
     ex.combine(std::span<float>(back), std::span<const float>(expert_rows), plan, D);
   };
   auto raw_round_trip = [&] {
@@ -188,7 +191,8 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
       }
       return spread_of(t).median;
     };
-    res.counts = median_of([&] { ex.exchange_counts(plan); });
+    res.counted =
+        median_of([&] { ex.dispatch_counted(expert_rows, std::span<const float>(send), plan, D); });
     res.dispatch = median_of(
         [&] { ex.dispatch(std::span<float>(expert_rows), std::span<const float>(send), plan, D); });
     res.combine = median_of(
@@ -209,8 +213,7 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
   long long ep_wrong = 0, raw_wrong = 0;
   const int first = placement.first_expert(me), E_loc = placement.num_local(me);
   std::fill(expert_rows.begin(), expert_rows.end(), NAN);
-  ex.exchange_counts(plan);
-  ex.dispatch(std::span<float>(expert_rows), std::span<const float>(send), plan, D);
+  ex.dispatch_counted(expert_rows, std::span<const float>(send), plan, D);
   // Expert-major: local expert, then source rank, then the source's token order.
   size_t row = 0;
   for (int i = 0; i < E_loc; ++i) {
@@ -280,8 +283,8 @@ void print_header(const Comm& world, int K, int E, int D, int warmup, int iters)
       "# bytes = T*K*D*4 per rank per direction; algbw = 2*bytes/time (round trip); "
       "busbw = algbw*(n-1)/n; time = slowest rank, median [min, max]\n");
   std::printf(
-      "# ep  = EpExchange exchange_counts + dispatch + combine; raw = MPI_Alltoallv there "
-      "and back with the same counts; ratio = ep/raw medians\n#\n");
+      "# ep  = EpExchange dispatch_counted (the plan's counts and its rows) + combine; raw = "
+      "MPI_Alltoallv there and back with the same counts; ratio = ep/raw medians\n#\n");
   std::printf("#%8s %6s %10s %6s %8s | %9s %9s %9s %7s %7s %7s | %9s %9s %9s %7s %7s %7s | %6s\n",
               "routing", "tokens", "bytes", "imbal", "plan", "ep time", "min", "max", "algbw",
               "busbw", "#wrong", "raw time", "min", "max", "algbw", "busbw", "#wrong", "ratio");
@@ -293,17 +296,18 @@ void print_header(const Comm& world, int K, int E, int D, int warmup, int iters)
 void print_breakdown_header(const Comm& world) {
   if (world.rank() != 0) return;
   std::printf(
-      "#\n# breakdown, each part alone (median us, slowest rank): counts = exchange_counts "
-      "(MPI_Alltoall + plan receive side); dispatch, combine = one direction's block messages "
-      "(MPI_Isend/MPI_Irecv, own blocks copied) + MPI_Waitall; raw = one MPI_Alltoallv; "
-      "raw_nb = MPI_Ialltoallv + MPI_Wait\n");
-  std::printf("#%8s %6s %9s %9s %9s %9s %9s\n", "routing", "tokens", "counts", "dispatch",
+      "#\n# breakdown, each part alone (median us, slowest rank): counted = dispatch_counted (a "
+      "new plan's first dispatch: its counts, before or with its rows); dispatch = a "
+      "dispatch of a plan already counted (the backward pass's); combine; each = block or "
+      "whole-pair messages (MPI_Isend/MPI_Irecv, own blocks copied) + MPI_Waitall; raw = one "
+      "MPI_Alltoallv; raw_nb = MPI_Ialltoallv + MPI_Wait\n");
+  std::printf("#%8s %6s %9s %9s %9s %9s %9s\n", "routing", "tokens", "counted", "dispatch",
               "combine", "raw", "raw_nb");
 }
 
 void print_breakdown_row(const Comm& world, Routing kind, int T, const Result& r) {
   if (world.rank() != 0) return;
-  std::printf(" %8s %6d %9.1f %9.1f %9.1f %9.1f %9.1f\n", routing_name(kind), T, r.counts * 1e6,
+  std::printf(" %8s %6d %9.1f %9.1f %9.1f %9.1f %9.1f\n", routing_name(kind), T, r.counted * 1e6,
               r.dispatch * 1e6, r.combine * 1e6, r.raw_one * 1e6, r.raw_nonblocking * 1e6);
   std::fflush(stdout);
 }
@@ -335,17 +339,28 @@ int run(int argc, char** argv) {
   const uint64_t seed = static_cast<uint64_t>(arg_int(argc, argv, "--seed", 1));
   const std::string which = arg_text(argc, argv, "--routing", "both");
   const bool breakdown = arg_flag(argc, argv, "--breakdown");
-  if (E < world.size() || K > E || K < 1 || D < 4 || min_tokens < 1) {
+  const std::string counts_mode = arg_text(argc, argv, "--counts", "auto");
+  const bool spans_hosts = world.split_shared().size() < world.size();  // alike on every rank
+  const bool with_rows = counts_mode == "with" || (counts_mode == "auto" && spans_hosts);
+  const EpExchange::Counts counts =
+      with_rows ? EpExchange::Counts::kWithRows : EpExchange::Counts::kBeforeRows;
+  if (E < world.size() || K > E || K < 1 || D < 4 || min_tokens < 1 ||
+      (counts_mode != "auto" && counts_mode != "before" && counts_mode != "with")) {
     if (world.rank() == 0) {
       std::fprintf(stderr,
                    "bench_alltoall: needs experts >= ranks, 1 <= top-k <= experts, "
-                   "width >= 4, tokens >= 1\n");
+                   "width >= 4, tokens >= 1, --counts auto, before or with\n");
     }
     return 2;
   }
   print_banner(world, "bench_alltoall",
                "EpExchange dispatch+combine vs raw MPI_Alltoallv, same bytes", 1);
   print_header(world, K, E, D, warmup, iters);
+  if (world.rank() == 0) {
+    std::printf("# counts: %s (--counts %s; the ranks are on %s)\n#\n",
+                with_rows ? "with the rows" : "all-to-all before the rows", counts_mode.c_str(),
+                spans_hosts ? "several hosts" : "one host");
+  }
   std::vector<Routing> kinds;
   if (which == "both" || which == "zipf") kinds.push_back(Routing::kZipf);
   if (which == "both" || which == "balanced") kinds.push_back(Routing::kBalanced);
@@ -354,8 +369,8 @@ int run(int argc, char** argv) {
   std::vector<Result> results;
   for (Routing kind : kinds) {
     for (long long T = min_tokens; T <= max_tokens; T *= factor) {
-      const Result r =
-          run_case(world, kind, static_cast<int>(T), K, E, D, warmup, iters, seed, breakdown);
+      const Result r = run_case(world, kind, static_cast<int>(T), K, E, D, warmup, iters, seed,
+                                breakdown, counts);
       print_row(world, kind, static_cast<int>(T), T * K * D * static_cast<long long>(sizeof(float)),
                 r);
       wrong += r.ep_wrong + r.raw_wrong;

@@ -1,4 +1,5 @@
-// EpExchange: the count all-to-all, then one point-to-point message per (peer, expert) block.
+// EpExchange: one point-to-point message per (peer, expert) block, or per pair when it is small;
+// a plan's counts travel with its first dispatch.
 #include "comm/ep_exchange.hpp"
 
 #include <algorithm>
@@ -9,22 +10,51 @@
 
 namespace moe {
 
-EpExchange::EpExchange(const Comm& ep, size_t whole_message_bytes)
+EpExchange::Counts EpExchange::counts_for_hosts(std::span<const int> ep_hosts) {
+  for (int host : ep_hosts) {
+    if (host != ep_hosts.front()) return Counts::kWithRows;
+  }
+  return Counts::kBeforeRows;
+}
+
+EpExchange::EpExchange(const Comm& ep, Counts counts, size_t whole_message_bytes)
     : ep_(ep),
+      counts_(counts),
       whole_message_bytes_(whole_message_bytes),
       staging_(static_cast<size_t>(ep.size()) * whole_message_bytes) {}
 
-void EpExchange::exchange_counts(DispatchPlan& plan) {
+// Tags, per EP communicator: dispatch's block messages 0..max_local-1 (the owner's local
+// expert) and its whole-pair message max_local; combine's the same shifted by max_local + 1; the
+// count messages 2·max_local + 2. So no message of one kind can match another kind's receive, and
+// MPI's in-order delivery between a pair keeps one exchange's messages from matching the next's.
+namespace {
+
+int combine_tag_base(int max_local) {
+  return max_local + 1;
+}
+int count_tag(int max_local) {
+  return 2 * max_local + 2;
+}
+
+}  // namespace
+
+void EpExchange::check_plan(const DispatchPlan& plan, long long rows, int D) const {
   if (plan.placement.ep_size != ep_.size() || plan.ep_rank != ep_.rank()) {
     throw std::invalid_argument("EpExchange: plan built for EP rank " +
                                 std::to_string(plan.ep_rank) + " of " +
                                 std::to_string(plan.placement.ep_size) + ", communicator is rank " +
                                 std::to_string(ep_.rank()) + " of " + std::to_string(ep_.size()));
   }
-  plan.recv_counts_by_source.resize(plan.count_message.size());
-  ep_.alltoall(std::span<const int>(plan.count_message),
-               std::span<int>(plan.recv_counts_by_source));
-  dispatch_plan_set_recv(plan, plan.recv_counts_by_source);
+  if (rows > INT_MAX / std::max(D, 1)) {
+    throw std::overflow_error("EpExchange: " + std::to_string(rows) + " rows of width " +
+                              std::to_string(D) + " exceed MPI's int element counts");
+  }
+  const int max_local = plan.placement.max_local();
+  if (count_tag(max_local) > ep_.tag_upper_bound()) {
+    throw std::overflow_error("EpExchange: " + std::to_string(max_local) +
+                              " experts per rank need more message tags than MPI's " +
+                              std::to_string(ep_.tag_upper_bound()));
+  }
 }
 
 namespace {
@@ -42,28 +72,15 @@ void check_rows(std::span<const T> rows, long long num_rows, int D, const char* 
 
 template <class T>
 void EpExchange::post(Direction direction, std::span<const T> from, std::span<T> to,
-                      const DispatchPlan& plan, int D) {
+                      const DispatchPlan& plan, int D, int parts) {
   const ExpertPlacement& pl = plan.placement;
   const int P = ep_.size(), me = ep_.rank(), max_local = pl.max_local();
   const size_t blocks = static_cast<size_t>(P) * max_local;
-  if (plan.recv_block_offsets.size() != blocks || plan.send_block_offsets.size() != blocks) {
-    throw std::logic_error("EpExchange: the plan's receive side is not set (exchange_counts)");
+  if ((parts & (kReceives | kOwnBlocks)) != 0 && plan.recv_block_offsets.size() != blocks) {
+    throw std::logic_error("EpExchange: the plan's receive side is not set (dispatch_counted)");
   }
-  if (std::max(plan.num_send(), plan.num_recv) > INT_MAX / std::max(D, 1)) {
-    throw std::overflow_error(
-        "EpExchange: " + std::to_string(std::max(plan.num_send(), plan.num_recv)) +
-        " rows of width " + std::to_string(D) + " exceed MPI's int element counts");
-  }
-  // Tags: per direction, one for each of the owner's local experts (a block message) and one for
-  // a whole pair's message; combine's follow dispatch's, so that the two directions' messages
-  // between a pair never match each other's receives.
-  const int tag_base = direction == Direction::kToExperts ? 0 : max_local + 1;
+  const int tag_base = direction == Direction::kToExperts ? 0 : combine_tag_base(max_local);
   const int whole_tag = tag_base + max_local;
-  if (2 * max_local + 1 > ep_.tag_upper_bound()) {
-    throw std::overflow_error("EpExchange: " + std::to_string(max_local) +
-                              " experts per rank need more message tags than MPI's " +
-                              std::to_string(ep_.tag_upper_bound()));
-  }
   const bool to_experts = direction == Direction::kToExperts;
   const size_t Dz = static_cast<size_t>(D), row_bytes = Dz * sizeof(T);
   // The pair (this rank, peer) in this direction. On the source, its rows for the owner's experts
@@ -150,8 +167,13 @@ void EpExchange::post(Direction direction, std::span<const T> from, std::span<T>
   };
   // Receives first, so that rows arriving early land in place; peers in the order me ± 1, ± 2,
   // ... so that no rank is every rank's first destination.
-  for (int k = 1; k < P; ++k) exchange((me - k + P) % P, true);
-  for (int k = 1; k < P; ++k) exchange((me + k) % P, false);
+  if ((parts & kReceives) != 0) {
+    for (int k = 1; k < P; ++k) exchange((me - k + P) % P, true);
+  }
+  if ((parts & kSends) != 0) {
+    for (int k = 1; k < P; ++k) exchange((me + k) % P, false);
+  }
+  if ((parts & kOwnBlocks) == 0) return;
   // This rank's own blocks, while the messages travel.
   for (int i = 0; i < plan.num_local_experts(); ++i) {
     const size_t b = static_cast<size_t>(me) * max_local + i;
@@ -165,6 +187,57 @@ void EpExchange::post(Direction direction, std::span<const T> from, std::span<T>
 }
 
 template <class T>
+void EpExchange::dispatch_counted_begin(std::vector<T>& expert_rows, std::span<const T> send_rows,
+                                        DispatchPlan& plan, int D) {
+  if (open_) throw std::logic_error("EpExchange: dispatch while another dispatch is open");
+  check_plan(plan, plan.num_send(), D);
+  check_rows<T>(send_rows, plan.num_send(), D, "dispatch send_rows");
+  plan.recv_counts_by_source.resize(plan.count_message.size());
+  if (counts_ == Counts::kBeforeRows) {
+    ep_.alltoall(std::span<const int>(plan.count_message),
+                 std::span<int>(plan.recv_counts_by_source));
+    dispatch_plan_set_recv(plan, plan.recv_counts_by_source);
+    check_plan(plan, plan.num_recv, D);
+    expert_rows.resize(static_cast<size_t>(plan.num_recv) * D);
+    post(Direction::kToExperts, send_rows, std::span<T>(expert_rows), plan, D, kAll);
+    open_ = true;
+    return;
+  }
+  const int P = ep_.size(), me = ep_.rank(), max_local = plan.placement.max_local();
+  const int tag = count_tag(max_local);
+  // The counts addressed to this rank, [P, max_local]: posted first, then this rank's counts and
+  // rows go out to every peer, and the rows travel while the counts are awaited.
+  std::span<int> counts(plan.recv_counts_by_source);
+  const std::span<const int> message(plan.count_message);
+  const size_t ml = static_cast<size_t>(max_local);
+  count_requests_.clear();
+  for (int k = 1; k < P; ++k) {
+    const int source = (me - k + P) % P;
+    count_requests_.push_back(ep_.irecv(counts.subspan(source * ml, ml), source, tag));
+  }
+  for (int k = 1; k < P; ++k) {
+    const int dest = (me + k) % P;
+    pending_.push_back(ep_.isend(message.subspan(dest * ml, ml), dest, tag));
+  }
+  std::copy_n(&message[me * ml], ml, &counts[me * ml]);
+  post(Direction::kToExperts, send_rows, std::span<T>(), plan, D, kSends);
+  open_ = true;  // from here on dispatch_end completes what was posted
+  ep_.waitall(std::span<MPI_Request>(count_requests_));
+  dispatch_plan_set_recv(plan, plan.recv_counts_by_source);
+  check_plan(plan, plan.num_recv, D);
+  expert_rows.resize(static_cast<size_t>(plan.num_recv) * D);
+  post(Direction::kToExperts, send_rows, std::span<T>(expert_rows), plan, D,
+       kReceives | kOwnBlocks);
+}
+
+template <class T>
+void EpExchange::dispatch_counted(std::vector<T>& expert_rows, std::span<const T> send_rows,
+                                  DispatchPlan& plan, int D) {
+  dispatch_counted_begin(expert_rows, send_rows, plan, D);
+  dispatch_end();
+}
+
+template <class T>
 void EpExchange::dispatch(std::span<T> expert_rows, std::span<const T> send_rows,
                           const DispatchPlan& plan, int D) {
   dispatch_begin(expert_rows, send_rows, plan, D);
@@ -175,9 +248,10 @@ template <class T>
 void EpExchange::dispatch_begin(std::span<T> expert_rows, std::span<const T> send_rows,
                                 const DispatchPlan& plan, int D) {
   if (open_) throw std::logic_error("EpExchange: dispatch_begin while another dispatch is open");
+  check_plan(plan, std::max(plan.num_send(), plan.num_recv), D);
   check_rows<T>(send_rows, plan.num_send(), D, "dispatch send_rows");
   check_rows<T>(expert_rows, plan.num_recv, D, "dispatch expert_rows");
-  post(Direction::kToExperts, send_rows, expert_rows, plan, D);
+  post(Direction::kToExperts, send_rows, expert_rows, plan, D, kAll);
   open_ = true;
 }
 
@@ -198,12 +272,22 @@ template <class T>
 void EpExchange::combine(std::span<T> send_rows, std::span<const T> expert_rows,
                          const DispatchPlan& plan, int D) {
   if (open_) throw std::logic_error("EpExchange: combine while a dispatch is open");
+  check_plan(plan, std::max(plan.num_send(), plan.num_recv), D);
   check_rows<T>(send_rows, plan.num_send(), D, "combine send_rows");
   check_rows<T>(expert_rows, plan.num_recv, D, "combine expert_rows");
-  post(Direction::kToSources, expert_rows, send_rows, plan, D);
+  post(Direction::kToSources, expert_rows, send_rows, plan, D, kAll);
   wait_pending();
 }
 
+template void EpExchange::dispatch_counted_begin<float>(std::vector<float>&, std::span<const float>,
+                                                        DispatchPlan&, int);
+template void EpExchange::dispatch_counted_begin<double>(std::vector<double>&,
+                                                         std::span<const double>, DispatchPlan&,
+                                                         int);
+template void EpExchange::dispatch_counted<float>(std::vector<float>&, std::span<const float>,
+                                                  DispatchPlan&, int);
+template void EpExchange::dispatch_counted<double>(std::vector<double>&, std::span<const double>,
+                                                   DispatchPlan&, int);
 template void EpExchange::dispatch<float>(std::span<float>, std::span<const float>,
                                           const DispatchPlan&, int);
 template void EpExchange::dispatch<double>(std::span<double>, std::span<const double>,

@@ -27,18 +27,39 @@ class EpExchange {
   // as a message's overhead; docs/performance.md).
   static constexpr size_t kWholeMessageBytes = 64 * 1024;
 
-  explicit EpExchange(const Comm& ep, size_t whole_message_bytes = kWholeMessageBytes);
+  // How a new plan's counts reach the experts' owners. kBeforeRows: an all-to-all of the counts,
+  // then every receive is posted before any row is sent; best within a host, where a message
+  // costs about a microsecond and rows that arrive before their receive cost extra copies and
+  // hand-shakes. kWithRows: each peer gets its counts and its rows at once, one network latency
+  // fewer per MoE layer (a small round trip takes two one-way delays instead of three, as the
+  // bare MPI_Alltoallv pair does: docs/cluster.md); best when the EP group spans hosts.
+  enum class Counts { kBeforeRows, kWithRows };
+  // kWithRows when the EP ranks' hosts (ParallelGroups::ep_hosts) are not all the same.
+  static Counts counts_for_hosts(std::span<const int> ep_hosts);
 
-  // All-to-all of the plan's per-(destination, expert) counts, then the plan's receive side.
-  void exchange_counts(DispatchPlan& plan);
+  explicit EpExchange(const Comm& ep, Counts counts = Counts::kBeforeRows,
+                      size_t whole_message_bytes = kWholeMessageBytes);
 
-  // send_rows [T·K, D] in send order -> expert_rows [R, D] expert-major.
+  // The first dispatch of a freshly built plan, whose receive side is not known yet: exchanges
+  // the plan's counts (as `Counts` says), sets its receive side (dispatch_plan_set_recv), makes
+  // expert_rows [R, D] and posts the rows' messages. send_rows [T·K, D] in send order ->
+  // expert_rows expert-major; dispatch_end completes it. The plan's other exchanges (combine, the
+  // backward pass) take dispatch_begin and combine.
+  template <class T>
+  void dispatch_counted_begin(std::vector<T>& expert_rows, std::span<const T> send_rows,
+                              DispatchPlan& plan, int D);
+  template <class T>
+  void dispatch_counted(std::vector<T>& expert_rows, std::span<const T> send_rows,
+                        DispatchPlan& plan, int D);
+
+  // A dispatch on a plan whose receive side is set: send_rows [T·K, D] in send order ->
+  // expert_rows [R, D] expert-major.
   template <class T>
   void dispatch(std::span<T> expert_rows, std::span<const T> send_rows, const DispatchPlan& plan,
                 int D);
 
   // dispatch in two halves, so that computation can overlap the transfer: begin posts every
-  // block's receive and send and copies this rank's own blocks; end waits for the messages.
+  // message's receive and send and copies this rank's own blocks; end waits for the messages.
   // send_rows and expert_rows must stay alive and untouched in between.
   template <class T>
   void dispatch_begin(std::span<T> expert_rows, std::span<const T> send_rows,
@@ -55,10 +76,17 @@ class EpExchange {
  private:
   enum class Direction { kToExperts, kToSources };
 
-  // Posts one direction's block messages into pending_ and copies the rank's own blocks.
+  // What post() posts: the receives, the sends, the copies of this rank's own blocks.
+  enum Parts { kReceives = 1, kSends = 2, kOwnBlocks = 4, kAll = 7 };
+
+  // Posts one direction's messages into pending_ (a pair's blocks, or its whole rows as one
+  // message) and copies the rank's own blocks, as `parts` says. Sends need only the plan's send
+  // side; receives and own blocks need its receive side.
   template <class T>
   void post(Direction direction, std::span<const T> from, std::span<T> to, const DispatchPlan& plan,
-            int D);
+            int D, int parts);
+  // The plan was built for this EP group, its rows fit MPI's int counts, and its tags MPI's.
+  void check_plan(const DispatchPlan& plan, long long rows, int D) const;
 
   // Completes the posted messages.
   void wait_pending();
@@ -70,11 +98,13 @@ class EpExchange {
   };
 
   const Comm& ep_;
+  Counts counts_;
   size_t whole_message_bytes_;
-  std::vector<std::byte> staging_;    // [P · whole_message_bytes] bytes
-  std::vector<MPI_Request> pending_;  // posted messages not yet complete
-  std::vector<Scatter> scatters_;     // of the posted receives
-  bool open_ = false;                 // between dispatch_begin and dispatch_end
+  std::vector<std::byte> staging_;           // [P · whole_message_bytes] bytes
+  std::vector<MPI_Request> pending_;         // posted messages not yet complete
+  std::vector<MPI_Request> count_requests_;  // dispatch_counted_begin's count receives
+  std::vector<Scatter> scatters_;            // of the posted receives
+  bool open_ = false;                        // between dispatch_begin and dispatch_end
 };
 
 }  // namespace moe

@@ -395,10 +395,9 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   const int NK = s.plan.num_send();
   {
     ScopedPhase timer(s.times, Phase::kDispatch);
-    ex.exchange_counts(s.plan);
     gather_send_rows(s, in, d);
-    s.x.resize(static_cast<size_t>(s.plan.num_recv) * D);
-    ex.dispatch_begin(std::span<T>(s.x), std::span<const T>(s.send_rows), s.plan, d.D);
+    // The plan's counts travel with the rows; s.x becomes [R, D] once they are in.
+    ex.dispatch_counted_begin(s.x, std::span<const T>(s.send_rows), s.plan, d.D);
     if (!overlap) {
       ex.dispatch_end();
     }

@@ -74,7 +74,7 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
       groups_(parallel_groups_make(world, P_, hosts)),
       placement_{mc_.experts, P_},
       layout_(model_layout(mc_, placement_, groups_.ep.rank())),
-      ex_(groups_.ep),
+      ex_(groups_.ep, EpExchange::counts_for_hosts(groups_.ep_hosts)),
       adam_{0.9f, 0.95f, 1e-8f, static_cast<float>(cfg.weight_decay)} {
   const int W = world.size(), L = mc_.layers, S = mc_.seq_len, B = mc_.batch_per_rank;
   const int N = B * S;

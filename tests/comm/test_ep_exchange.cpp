@@ -4,7 +4,9 @@
 // cover P=2 (two EP groups, each a full copy of the experts).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -18,10 +20,27 @@ namespace {
 using testing_fixtures::kCodeWidth;
 
 constexpr int kExperts = 8;
-// The exchange's forms: pairs as one message (the default, for rows this small), every block a
-// message of its own (0), and a mix: pairs of up to 9 rows whole, larger ones block by block.
-constexpr size_t kWholeBytes[] = {EpExchange::kWholeMessageBytes, 0,
-                                  10 * kCodeWidth * sizeof(float)};
+// The exchange's forms: counts before the rows or with them; pairs as one message (the default,
+// for rows this small), every block a message of its own (0), and a mix (pairs of up to 9 rows
+// whole, larger ones block by block).
+struct Form {
+  EpExchange::Counts counts;
+  size_t whole_bytes;
+};
+constexpr size_t kMixBytes = 10 * kCodeWidth * sizeof(float);
+constexpr Form kForms[] = {
+    {EpExchange::Counts::kBeforeRows, EpExchange::kWholeMessageBytes},
+    {EpExchange::Counts::kWithRows, EpExchange::kWholeMessageBytes},
+    {EpExchange::Counts::kBeforeRows, 0},
+    {EpExchange::Counts::kWithRows, 0},
+    {EpExchange::Counts::kBeforeRows, kMixBytes},
+    {EpExchange::Counts::kWithRows, kMixBytes},
+};
+std::string name(const Form& f) {
+  return std::string(f.counts == EpExchange::Counts::kWithRows ? "counts with rows"
+                                                               : "counts before rows") +
+         ", whole-message bytes " + std::to_string(f.whole_bytes);
+}
 
 // The skewed routing of world rank `rank`, recomputable on any rank.
 std::vector<int32_t> skewed_routing(int rank, int K, uint32_t seed) {
@@ -41,8 +60,9 @@ std::vector<int32_t> concentrated_routing(int rank, int K, int first) {
 // rank's routing [T, K]. With `begin_end`, dispatch goes through dispatch_begin, a rank-dependent
 // pause (other ranks run ahead into the next exchange), then dispatch_end.
 template <class Route>
-void check_exchange(int P, int K, Route route, size_t whole_bytes, EpExchange* reuse = nullptr,
+void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reuse = nullptr,
                     bool begin_end = false) {
+  SCOPED_TRACE(name(form));
   const Comm world = Comm::world();
   const ParallelGroups groups = parallel_groups_make(world, P);
   const ExpertPlacement placement{kExperts, P};
@@ -53,23 +73,23 @@ void check_exchange(int P, int K, Route route, size_t whole_bytes, EpExchange* r
   const int T = testing_fixtures::tokens_of_rank(me);
   DispatchPlan plan;
   dispatch_plan_build(plan, routing[ep_rank], T, K, placement, ep_rank);
-  EpExchange own(groups.ep, whole_bytes);
+  EpExchange own(groups.ep, form.counts, form.whole_bytes);
   EpExchange& ex = reuse != nullptr && reuse->comm().size() == P ? *reuse : own;
-  ex.exchange_counts(plan);
-
   std::vector<float> send(static_cast<size_t>(T) * K * kCodeWidth);
   for (int p = 0; p < plan.num_send(); ++p) {
     const int a = plan.send_assignment[p];
     testing_fixtures::encode_row(&send[p * kCodeWidth], me, a / K, a % K, routing[ep_rank][a]);
   }
-  std::vector<float> rows(static_cast<size_t>(plan.num_recv) * kCodeWidth, -9.0f);
+  // The plan's first dispatch carries its counts.
+  std::vector<float> rows;
   if (begin_end) {
-    ex.dispatch_begin(std::span<float>(rows), std::span<const float>(send), plan, kCodeWidth);
+    ex.dispatch_counted_begin(rows, std::span<const float>(send), plan, kCodeWidth);
     std::this_thread::sleep_for(std::chrono::milliseconds(3 * (me % 3)));
     ex.dispatch_end();
   } else {
-    ex.dispatch(std::span<float>(rows), std::span<const float>(send), plan, kCodeWidth);
+    ex.dispatch_counted(rows, std::span<const float>(send), plan, kCodeWidth);
   }
+  ASSERT_EQ(rows.size(), static_cast<size_t>(plan.num_recv) * kCodeWidth);
 
   // Expected rows for each local expert: (source, token, slot) in exactly this order.
   for (int i = 0; i < plan.num_local_experts(); ++i) {
@@ -93,6 +113,11 @@ void check_exchange(int P, int K, Route route, size_t whole_bytes, EpExchange* r
       EXPECT_EQ(row[5], -s);
     }
   }
+
+  // A later dispatch of the same plan (the backward pass's) moves the same rows again.
+  std::vector<float> again(rows.size(), -9.0f);
+  ex.dispatch(std::span<float>(again), std::span<const float>(send), plan, kCodeWidth);
+  EXPECT_EQ(again, rows);
 
   // The "expert" doubles each row and adds its id to column 5; combine must return exactly
   // 2·row + e to each send position, and the weighted sum per token is then exact in float
@@ -130,10 +155,10 @@ TEST(EpExchange, ProvenanceAndWeightedSumForEveryEpSize) {
   for (int P = 1; P <= std::min(W, kExperts); ++P) {
     if (W % P != 0) continue;
     SCOPED_TRACE("P=" + std::to_string(P));
-    for (size_t whole : kWholeBytes) {
+    for (const Form& form : kForms) {
       for (int K : {3, 1}) {
         check_exchange(
-            P, K, [K](int r) { return skewed_routing(r, K, 5); }, whole);
+            P, K, [K](int r) { return skewed_routing(r, K, 5); }, form);
       }
     }
   }
@@ -146,9 +171,9 @@ TEST(EpExchange, EmptyBlocksAndRanksThatReceiveNothing) {
     SCOPED_TRACE("P=" + std::to_string(P));
     for (int K : {1, 2}) {
       for (int first : {0, kExperts - 1}) {
-        for (size_t whole : kWholeBytes) {
+        for (const Form& form : kForms) {
           check_exchange(
-              P, K, [=](int r) { return concentrated_routing(r, K, first); }, whole);
+              P, K, [=](int r) { return concentrated_routing(r, K, first); }, form);
         }
       }
     }
@@ -162,21 +187,28 @@ TEST(EpExchange, BackToBackExchangesOfDifferentPlans) {
   const Comm world = Comm::world();
   const int P = world.size() <= kExperts ? world.size() : 1;
   const ParallelGroups groups = parallel_groups_make(world, P);
-  for (size_t whole : kWholeBytes) {
-    EpExchange ex(groups.ep, whole);
+  for (const Form& form : kForms) {
+    EpExchange ex(groups.ep, form.counts, form.whole_bytes);
     for (int layer = 0; layer < 8; ++layer) {
-      SCOPED_TRACE("whole-message bytes " + std::to_string(whole) + ", layer " +
-                   std::to_string(layer));
+      SCOPED_TRACE(name(form) + ", layer " + std::to_string(layer));
       const int K = 1 + layer % 3;
       if (layer % 2 == 0) {
         check_exchange(
-            P, K, [=](int r) { return skewed_routing(r, K, 11 + layer); }, whole, &ex, true);
+            P, K, [=](int r) { return skewed_routing(r, K, 11 + layer); }, form, &ex, true);
       } else {
         check_exchange(
-            P, K, [=](int r) { return concentrated_routing(r, K, layer); }, whole, &ex, true);
+            P, K, [=](int r) { return concentrated_routing(r, K, layer); }, form, &ex, true);
       }
     }
   }
+}
+
+TEST(EpExchange, CountsTravelWithTheRowsOnlyAcrossHosts) {
+  using C = EpExchange::Counts;
+  EXPECT_EQ(EpExchange::counts_for_hosts(std::vector<int>{}), C::kBeforeRows);
+  EXPECT_EQ(EpExchange::counts_for_hosts(std::vector<int>{3, 3, 3}), C::kBeforeRows);
+  EXPECT_EQ(EpExchange::counts_for_hosts(std::vector<int>{0, 0, 1, 1}), C::kWithRows);
+  EXPECT_EQ(EpExchange::counts_for_hosts(std::vector<int>{1, 0}), C::kWithRows);
 }
 
 TEST(EpExchange, RejectsCallsOutOfOrder) {
@@ -188,11 +220,13 @@ TEST(EpExchange, RejectsCallsOutOfOrder) {
   dispatch_plan_build(plan, idx, 2, 1, ExpertPlacement{kExperts, 1}, 0);
   std::vector<float> send(2 * kCodeWidth), rows(2 * kCodeWidth);
   for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>(i + 1);
-  // Before exchange_counts the plan has no receive side.
+  // Before its first (counted) dispatch the plan has no receive side.
   EXPECT_THROW(ex.dispatch(std::span<float>(rows), std::span<const float>(send), plan, kCodeWidth),
                std::logic_error);
   EXPECT_THROW(ex.dispatch_end(), std::logic_error);
-  ex.exchange_counts(plan);
+  ex.dispatch_counted(rows, std::span<const float>(send), plan, kCodeWidth);
+  EXPECT_EQ(rows, send);
+  std::fill(rows.begin(), rows.end(), 0.0f);
   ex.dispatch_begin(std::span<float>(rows), std::span<const float>(send), plan, kCodeWidth);
   EXPECT_THROW(
       ex.dispatch_begin(std::span<float>(rows), std::span<const float>(send), plan, kCodeWidth),
@@ -215,7 +249,10 @@ TEST(EpExchange, RejectsPlanOfAnotherGroup) {
   const std::vector<int32_t> idx = {0};
   dispatch_plan_build(plan, idx, 1, 1, ExpertPlacement{kExperts, 1}, 0);
   EpExchange ex(groups.ep);
-  EXPECT_THROW(ex.exchange_counts(plan), std::invalid_argument);
+  std::vector<float> rows;
+  const std::vector<float> send(kCodeWidth);
+  EXPECT_THROW(ex.dispatch_counted(rows, std::span<const float>(send), plan, kCodeWidth),
+               std::invalid_argument);
 }
 
 }  // namespace
