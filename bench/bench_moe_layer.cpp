@@ -1,12 +1,13 @@
 // bench_moe_layer: one MoE layer, forward + backward, over W ranks (one EP group of P = W ranks
-// by default), with the shared expert overlapped with the dispatch all-to-all (MoeDims::
-// overlap_shared = true: it runs between MPI_Ialltoallv and MPI_Wait, forward and backward) or
-// not (the all-to-all completes first). The two modes alternate repetition by repetition, so a
+// by default), with the shared expert overlapped with the dispatch's transfer (MoeDims::
+// overlap_shared = true: it runs between EpExchange's dispatch_begin, which posts the rows'
+// messages, and dispatch_end, which waits for them; forward and backward) or not (the transfer
+// completes first). The two modes alternate repetition by repetition, so a
 // change in the machine's load hits both; each repetition's time is the slowest rank's.
 //
 // Prints, per mode, the median [min, max] of the layer's time and the phase times (mean over
 // ranks of the median over repetitions; model/phase_timer.hpp), then saving = 1 − on/off.
-// The most overlap can save is the smaller of the shared expert's time and the all-to-all's.
+// The most overlap can save is the smaller of the shared expert's time and the transfer's.
 //
 // Run: mpiexec -np 8 [--oversubscribe] build/bench/bench_moe_layer [--tokens 256] [--reps 40]
 //      [--warmup 5] [--routing topk|round-robin] [--threads N]

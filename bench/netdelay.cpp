@@ -237,11 +237,13 @@ bool read_control(const std::string& path, size_t devices, Control& c, std::stri
     const std::string where = path + ":" + std::to_string(no) + ": ";
     if (key == "delay_ns" || key == "delay_us") {
       int64_t v = 0;
-      if (!(words >> word) || !parse_int(word, v) || v < 0 || v > 10'000'000'000 || words >> word) {
+      const int64_t scale = key == "delay_us" ? 1000 : 1;
+      if (!(words >> word) || !parse_int(word, v) || v < 0 || v > 10'000'000'000 / scale ||
+          words >> word) {
         why = where + key + " needs one number of 0..10 s";
         return false;
       }
-      next.delay_ns = key == "delay_us" ? v * 1000 : v;
+      next.delay_ns = v * scale;
     } else if (key == "down") {
       while (words >> word) {
         int64_t i = -1;

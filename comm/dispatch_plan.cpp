@@ -42,6 +42,9 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
   plan.top_k = top_k;
   plan.ep_rank = ep_rank;
   plan.placement = placement;
+  // The receive side belongs to the previous routing: unset until the new counts are exchanged.
+  plan.recv_block_offsets.clear();
+  plan.num_recv = 0;
 
   // Counting sort by expert id, stable in the assignment index.
   plan.expert_counts.assign(E, 0);

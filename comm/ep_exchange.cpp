@@ -1,5 +1,5 @@
-// EpExchange: one point-to-point message per (peer, expert) block, or per pair when it is small;
-// a plan's counts travel with its first dispatch.
+// EpExchange: one point-to-point message per (peer, expert) block, or per pair when it is small.
+// A new plan's counts go first by an all-to-all, or with its first dispatch's rows (Counts).
 #include "comm/ep_exchange.hpp"
 
 #include <algorithm>
@@ -153,6 +153,7 @@ void EpExchange::post(Direction direction, std::span<const T> from, std::span<T>
     size_t offset = 0;
     for (int i = 0; i < experts; ++i) {
       const auto [rows, at] = block(pr, i_am_owner, i);
+      if (rows == 0) continue;  // an empty block's offset may be one past the buffer's end
       const size_t bytes = row_bytes * rows;
       if (receive) {
         scatters_.push_back({staged + offset, reinterpret_cast<std::byte*>(&to[at]), bytes});

@@ -37,13 +37,17 @@ class EpExchange {
   // kWithRows when the EP ranks' hosts (ParallelGroups::ep_hosts) are not all the same.
   static Counts counts_for_hosts(std::span<const int> ep_hosts);
 
+  // Every rank of the EP group must pass the same `counts` and `whole_message_bytes`: both ends
+  // of a pair decide its message form from them.
   explicit EpExchange(const Comm& ep, Counts counts = Counts::kBeforeRows,
                       size_t whole_message_bytes = kWholeMessageBytes);
 
   // The first dispatch of a freshly built plan, whose receive side is not known yet: exchanges
   // the plan's counts (as `Counts` says), sets its receive side (dispatch_plan_set_recv), makes
   // expert_rows [R, D] and posts the rows' messages. send_rows [T·K, D] in send order ->
-  // expert_rows expert-major; dispatch_end completes it. The plan's other exchanges (combine, the
+  // expert_rows expert-major; dispatch_end completes it. It returns once the counts are in (with
+  // kWithRows: once every peer's count message has arrived), so work between it and
+  // dispatch_end overlaps the rows' transfer only. The plan's other exchanges (combine, the
   // backward pass) take dispatch_begin and combine.
   template <class T>
   void dispatch_counted_begin(std::vector<T>& expert_rows, std::span<const T> send_rows,

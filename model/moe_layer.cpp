@@ -346,7 +346,7 @@ void router_backward(T* d_in, const MoeWeights<T>& gr, MoeSaved<T>& s, const T* 
 
 namespace {
 
-// The shared expert overlaps the dispatch all-to-all when asked to and when there is one (an EP
+// The shared expert overlaps the dispatch's transfer when asked to and when there is one (an EP
 // group of more than one rank); otherwise it is one more task next to the routed experts, where
 // the rank's other threads can take it.
 bool shared_overlaps_dispatch(const MoeDims& d, const EpExchange& ex) {
@@ -396,7 +396,8 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   {
     ScopedPhase timer(s.times, Phase::kDispatch);
     gather_send_rows(s, in, d);
-    // The plan's counts travel with the rows; s.x becomes [R, D] once they are in.
+    // The plan's counts first (or with the rows, across hosts); s.x becomes [R, D] once they are
+    // in.
     ex.dispatch_counted_begin(s.x, std::span<const T>(s.send_rows), s.plan, d.D);
     if (!overlap) {
       ex.dispatch_end();
@@ -405,7 +406,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   auto shared = [&] { shared_expert_forward(out, s, in, w, d, N); };
   if (overlap) {
     {
-      // The shared expert needs no routed rows: it runs while the dispatch all-to-all is in flight.
+      // The shared expert needs no routed rows: it runs while the dispatched rows are in flight.
       ScopedPhase timer(s.times, Phase::kExperts);
       shared();
     }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -64,17 +65,21 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
                     bool begin_end = false) {
   SCOPED_TRACE(name(form));
   const Comm world = Comm::world();
-  const ParallelGroups groups = parallel_groups_make(world, P);
+  // A reused exchange brings its EP communicator: no collective here to line the ranks up.
+  std::optional<ParallelGroups> groups;
+  if (reuse == nullptr) groups = parallel_groups_make(world, P);
+  const Comm& ep = reuse != nullptr ? reuse->comm() : groups->ep;
   const ExpertPlacement placement{kExperts, P};
-  const int me = world.rank(), group_base = (me / P) * P, ep_rank = groups.ep.rank();
+  const int me = world.rank(), group_base = (me / P) * P, ep_rank = ep.rank();
   // Routing of every member of my EP group, recomputable anywhere (keyed on the world rank).
   std::vector<std::vector<int32_t>> routing(P);
   for (int s = 0; s < P; ++s) routing[s] = route(group_base + s);
   const int T = testing_fixtures::tokens_of_rank(me);
   DispatchPlan plan;
   dispatch_plan_build(plan, routing[ep_rank], T, K, placement, ep_rank);
-  EpExchange own(groups.ep, form.counts, form.whole_bytes);
-  EpExchange& ex = reuse != nullptr && reuse->comm().size() == P ? *reuse : own;
+  std::optional<EpExchange> own;
+  if (reuse == nullptr) own.emplace(ep, form.counts, form.whole_bytes);
+  EpExchange& ex = reuse != nullptr ? *reuse : *own;
   std::vector<float> send(static_cast<size_t>(T) * K * kCodeWidth);
   for (int p = 0; p < plan.num_send(); ++p) {
     const int a = plan.send_assignment[p];
