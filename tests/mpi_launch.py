@@ -4,6 +4,8 @@ cores, Open MPI's run-as-root variables only as root. moe_rt picks its threads p
 OpenBLAS from starting threads of its own at load, which moe_rt never uses."""
 import os
 
+import pytest
+
 
 def launcher(np_):
     cmd = ["mpiexec", "-n", str(np_)]
@@ -28,3 +30,12 @@ def run_env():
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     return env
+
+
+@pytest.fixture(scope="session")
+def moe_rt_bin():
+    """The moe_rt binary under test: $MOE_RT_BIN, which CTest sets."""
+    path = os.environ.get("MOE_RT_BIN")
+    if not path or not os.path.exists(path):
+        pytest.fail("MOE_RT_BIN must name the built moe_rt binary (CTest sets it)")
+    return path

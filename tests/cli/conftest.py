@@ -6,15 +6,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mpi_launch import launcher, mpmd_launcher, run_env  # noqa: E402  (tests/mpi_launch.py)
-
-
-@pytest.fixture(scope="session")
-def moe_rt_bin():
-    path = os.environ.get("MOE_RT_BIN")
-    if not path or not os.path.exists(path):
-        pytest.fail("MOE_RT_BIN must name the built moe_rt binary (CTest sets it)")
-    return path
+from mpi_launch import launcher, moe_rt_bin, mpmd_launcher, run_env  # noqa: E402,F401
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import launcher, run_env
+from stats_read import wait_for_rows  # tests/stats_read.py
 from test_stats_file import complete_rows, open_stats, rank_process, remove_shared_memory_of
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
@@ -117,19 +118,6 @@ def test_resume_bitwise_from_2_ranks_on_1(moe_rt_bin, tmp_path):
 
 
 # ---- signals --------------------------------------------------------------------------------
-
-
-def wait_for_rows(path, rows, proc, limit=120):
-    deadline = time.time() + limit
-    while time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-        try:
-            with open_stats(path) as f:
-                if complete_rows(f) >= rows:
-                    return
-        except OSError:
-            continue  # being created
-    pytest.fail(f"{path} did not reach {rows} rows")
 
 
 def start(moe_rt_bin, args, np_):

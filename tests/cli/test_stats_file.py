@@ -11,22 +11,12 @@ import numpy as np
 import pytest
 
 from conftest import launcher, run_env
-from stats_read import complete_rows, open_stats  # tests/stats_read.py
+from stats_read import complete_rows, open_stats, step_lines  # tests/stats_read.py
 
 MICRO = ["--model", "micro"]
 TIMING_DATASETS = {"/steps/tokens_per_s", "/steps/step_time_s", "/perf/phase_time"}
 
 
-
-
-def step_lines(stdout):
-    """(step, loss) of rank 0's step lines."""
-    rows = []
-    for line in stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 8 and parts[0].isdigit():
-            rows.append((int(parts[0]), float(parts[1])))
-    return rows
 
 
 def test_contents_match_what_the_run_printed_and_counted(run_moe, tmp_path):

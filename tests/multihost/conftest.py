@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -17,7 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 NETNS_HOSTS = os.path.join(ROOT, "scripts", "netns_hosts.sh")
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from stats_read import complete_rows, open_stats  # noqa: E402,F401  (tests/stats_read.py)
+from mpi_launch import moe_rt_bin  # noqa: E402,F401  (tests/mpi_launch.py: the binary fixture)
+from stats_read import (  # noqa: E402,F401  (tests/stats_read.py)
+    complete_rows, open_stats, step_lines, wait_for_rows)
 
 
 class Hosts:
@@ -123,39 +124,6 @@ def hosts(tmp_path, request):
         h.down()
 
 
-@pytest.fixture(scope="session")
-def moe_rt_bin():
-    path = os.environ.get("MOE_RT_BIN")
-    if not path or not os.path.exists(path):
-        pytest.fail("MOE_RT_BIN must name the built moe_rt binary (CTest sets it)")
-    return path
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "hosts(n, slots, switch='veth'): the simulated hosts a "
                             "test needs, joined by a bridge (veth) or the delay switch (delay)")
-
-
-
-
-def wait_for_rows(path, rows, job, limit=120):
-    deadline = time.time() + limit
-    while time.time() < deadline and job.poll() is None:
-        time.sleep(0.2)
-        try:
-            with open_stats(path) as f:
-                if complete_rows(f) >= rows:
-                    return
-        except (OSError, KeyError):
-            continue  # being created
-    pytest.fail(f"{path} did not reach {rows} rows (job status {job.poll()})")
-
-
-def step_lines(text):
-    """(step, loss) of rank 0's step lines."""
-    rows = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 8 and parts[0].isdigit():
-            rows.append((int(parts[0]), float(parts[1])))
-    return rows
