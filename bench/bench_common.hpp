@@ -4,6 +4,7 @@
 // Benchmarks are programs, not tests (STYLE.md): nothing here asserts a speed.
 #pragma once
 
+#include <cblas.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -81,8 +82,21 @@ inline int set_blas_threads(const Comm& world, int requested) {
   return n;
 }
 
+// OpenBLAS's own threads for the plain cblas_sgemm references (the model does not use OpenBLAS).
+inline void blas_set_library_threads(int n) {
+  openblas_set_num_threads(std::max(1, n));
+}
+
+// The OpenBLAS the references run on: its configuration and the core it chose.
+inline std::string openblas_info() {
+  const char* config = openblas_get_config();
+  const char* core = openblas_get_corename();
+  return std::string(config ? config : "OpenBLAS (unknown configuration)") + " core " +
+         (core ? core : "(unknown)");
+}
+
 // While alive, OpenBLAS runs on n threads of its own: for the plain cblas_sgemm references (the
-// rate "sgemm reaches on this machine"). Back to single-threaded, as the model needs, at the end.
+// rate "sgemm reaches on this machine"). Back to single-threaded at the end.
 class LibraryThreads {
  public:
   explicit LibraryThreads(int n) { blas_set_library_threads(n); }
@@ -98,7 +112,8 @@ inline void print_banner(const Comm& world, const char* program, const std::stri
   std::printf("# %s: %s\n", program, what.c_str());
   std::printf("# ranks %d, threads per rank %d\n", world.size(), blas_threads);
   std::printf("# machine: %s\n", machine_description().c_str());
-  std::printf("# BLAS: %s\n", blas_info().c_str());
+  std::printf("# %s\n", blas_info().c_str());
+  std::printf("# reference BLAS: %s\n", openblas_info().c_str());
   std::printf("# env: %s\n", blas_env_description().c_str());
 }
 

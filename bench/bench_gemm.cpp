@@ -74,11 +74,11 @@ void set_flops(benchmark::State& state, double flops_per_iteration) {
 // inside, as in training. Each benchmark sets the one it measures; both counts are --blas-threads.
 int g_threads = 1;
 void use_cblas_threads() {
-  moe::blas_set_library_threads(g_threads);
+  moe::bench::blas_set_library_threads(g_threads);
 }
 void use_model_threads() {
   moe::blas_set_threads(g_threads);
-  moe::blas_set_library_threads(1);
+  moe::bench::blas_set_library_threads(1);
 }
 
 // ---- plain GEMMs ------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
-// The one place that calls OpenBLAS: a checked row-major GEMM for float and double, the BLAS
-// thread count, and a description of the library for the start-of-run log.
+// The model's GEMM, checked: row-major float and double GEMMs that validate their arguments and
+// run moe_rt's own fixed-order kernels (model/gemm/gemm.hpp: every element one chain of fused
+// multiply-adds in k order, so its bits never depend on the call's shape, the threads or the
+// CPU), the model's thread count, and a description of the kernels for the start-of-run log.
+// OpenBLAS is not used by the model; the tests and benchmarks use it as an independent reference.
 // Legend: in this file M, N, K are the GEMM's own dimensions, C[M,N] = op(A)[M,K]·op(B)[K,N];
 // callers map them onto the model's (N rows/tokens, D model width, F expert width, E experts,
 // K top-k, V vocab).
@@ -11,22 +14,22 @@
 
 namespace moe {
 
-// A BLAS call refused before it was made. CBLAS returns no status (bad arguments only print a
-// line from xerbla and skip the work), so every argument is validated first; the message names
-// the CBLAS routine, the shapes, the caller's file:line and the rank.
+// A GEMM call refused before it was made: every argument is validated first; the message names
+// the routine (sgemm or dgemm), the shapes, the caller's file:line and the rank.
 class BlasError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-// Row-major, dense leading dimensions: C = alpha·op(A)·op(B) + beta·C. Called outside the model's
-// parallel regions, a GEMM of at least 4 MFLOP is cut into blocks of C fixed by its shape (64 rows
-// or 128 columns) that run on the model's threads; its bits never depend on the thread count.
+// Row-major, dense leading dimensions: C = alpha·op(A)·op(B) + beta·C, each element computed as
+// model/gemm/gemm.hpp's contract says. Called outside the model's parallel regions, a GEMM of at
+// least 4 MFLOP is cut into blocks of C that run on the model's threads; no bit depends on that.
 // A is [M,K] ([K,M] if trans_a), B is [K,N] ([N,K] if trans_b), C is [M,N].
 // M == 0 or N == 0: nothing to do, no pointer is read. K == 0: C = beta·C (C = 0 when beta == 0,
 // so that stale NaNs in C do not survive, as BLAS promises for beta == 0).
 // Throws BlasError on a negative dimension, a null pointer to a non-empty matrix, or a matrix of
-// more than INT_MAX elements. `where` defaults to the caller's position for the error message.
+// more than INT_MAX elements (the int dimensions would overflow). `where` defaults to the caller's
+// position for the error message.
 template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha,
           const T* A,  // [M,K], or [K,M] if trans_a
@@ -47,21 +50,16 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* 
              std::source_location where = std::source_location::current());
 
 // The model's threads from now on (OpenMP: the parallel loops and tasks of model/, and the blocks
-// a large GEMM is split into); n >= 1, else BlasError. OpenBLAS itself stays single-threaded.
-// BlasError too when the OpenBLAS loaded is its OpenMP build, which can deadlock when called from
-// the model's threads: the message says how to switch to the pthread build.
+// a large GEMM is split into); n >= 1, else BlasError.
 void blas_set_threads(int n);
 
-// OpenBLAS's own threads, for the benchmarks' plain cblas calls (the reference rates); the next
-// blas_set_threads sets them back to 1. n >= 1, else BlasError.
-void blas_set_library_threads(int n);
-
-// openblas_get_config() and the core in use, e.g. "OpenBLAS 0.3.21 ... DYNAMIC_ARCH ... core
-// SkylakeX", for the configuration table printed at start.
+// The GEMM kernels in use, e.g. "GEMM: moe_rt fixed-order FMA, avx2 (6x16 float tiles)", for the
+// configuration table printed at start.
 std::string blas_info();
 
 // This process's sgemm rate in GFLOP/s on one thread, measured for about `seconds` on one GEMM
-// shape (M rows, K inner, N outer): the "peak" of model FLOP utilisation.
+// shape (M rows, K inner, N outer) with the model's kernels: the "peak" of model FLOP
+// utilisation.
 double blas_sgemm_gflops(int M, int K, int N, double seconds);
 
 }  // namespace moe

@@ -1,0 +1,177 @@
+// The GEMM's level (detected once, forced by tests and MOE_RT_GEMM), its per-thread packing
+// space, and the split of a large call into tasks on the model's threads.
+// Legend: M, N, K the GEMM's dimensions; MR×NR the level's register tile.
+#include "model/gemm/gemm.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "model/parallel.hpp"
+
+namespace moe {
+namespace {
+
+using gemm_detail::GemmCall;
+using gemm_detail::GemmKernels;
+using gemm_detail::GemmKernelsOf;
+
+GemmLevel best_level() {
+#if defined(MOE_GEMM_X86_LEVELS)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("x86-64-v4")) return GemmLevel::kAvx512;
+  if (__builtin_cpu_supports("x86-64-v3")) return GemmLevel::kAvx2;
+  if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("fma")) return GemmLevel::kFma128;
+#endif
+  return GemmLevel::kPortable;
+}
+
+const GemmLevel kBest = best_level();
+std::atomic<int> g_level{static_cast<int>(kBest)};
+
+const GemmKernels& kernels(GemmLevel level) {
+  switch (level) {
+#if defined(MOE_GEMM_X86_LEVELS)
+    case GemmLevel::kAvx512:
+      return gemm_detail::kGemmAvx512;
+    case GemmLevel::kAvx2:
+      return gemm_detail::kGemmAvx2;
+    case GemmLevel::kFma128:
+      return gemm_detail::kGemmFma128;
+#endif
+    default:
+      return gemm_detail::kGemmPortable;
+  }
+}
+
+template <class T> const GemmKernelsOf<T>& kernels_of(GemmLevel level) {
+  if constexpr (std::is_same_v<T, float>) {
+    return kernels(level).f32;
+  } else {
+    return kernels(level).f64;
+  }
+}
+
+// This thread's packing space, grown to the largest call seen (so no allocation once the first
+// step has run), 64-byte aligned so that a packed panel's rows start on cache lines.
+struct AlignedDelete {
+  void operator()(void* p) const { ::operator delete[](p, std::align_val_t{64}); }
+};
+
+template <class T> T* pack_space(int64_t elements) {
+  struct Space {
+    std::unique_ptr<void, AlignedDelete> data;
+    int64_t capacity = 0;
+  };
+  thread_local Space space;
+  if (space.capacity < elements) {
+    const int64_t capacity = std::max(elements, space.capacity * 2);
+    space.data.reset(
+        ::operator new[](static_cast<size_t>(capacity) * sizeof(T), std::align_val_t{64}));
+    space.capacity = capacity;
+  }
+  return static_cast<T*>(space.data.get());
+}
+
+// A call of at least this many flops, made outside the model's parallel regions, is split into
+// tasks: below it a task's packing costs more than the thread saves.
+constexpr double kSplitFlops = 4e6;
+
+template <class T>
+void run_block(const GemmKernelsOf<T>& k, const GemmCall<T>& g, int i0, int m, int j0, int n) {
+  k.block(g, i0, m, j0, n, pack_space<T>(k.pack_elements(m, n, g.K)));
+}
+
+}  // namespace
+
+const char* gemm_level_name(GemmLevel level) {
+  switch (level) {
+    case GemmLevel::kAvx512:
+      return "avx512";
+    case GemmLevel::kAvx2:
+      return "avx2";
+    case GemmLevel::kFma128:
+      return "fma128";
+    default:
+      return "portable";
+  }
+}
+
+std::optional<GemmLevel> gemm_level_parse(std::string_view name) {
+  for (GemmLevel level :
+       {GemmLevel::kPortable, GemmLevel::kFma128, GemmLevel::kAvx2, GemmLevel::kAvx512}) {
+    if (name == gemm_level_name(level)) return level;
+  }
+  return std::nullopt;
+}
+
+bool gemm_level_supported(GemmLevel level) {
+  return static_cast<int>(level) <= static_cast<int>(kBest);
+}
+
+GemmLevel gemm_level() {
+  return static_cast<GemmLevel>(g_level.load(std::memory_order_relaxed));
+}
+
+void gemm_level_force(GemmLevel level) {
+  if (!gemm_level_supported(level)) {
+    throw std::invalid_argument(
+        std::string("the GEMM level ") + gemm_level_name(level) +
+        " needs instructions this CPU lacks (best here: " + gemm_level_name(kBest) + ")");
+  }
+  g_level.store(static_cast<int>(level));
+}
+
+void gemm_level_reset() {
+  g_level.store(static_cast<int>(kBest));
+}
+
+std::string_view gemm_level_description() {
+  switch (gemm_level()) {
+    case GemmLevel::kAvx512:
+      return "avx512 (12x32 float tiles)";
+    case GemmLevel::kAvx2:
+      return "avx2 (6x16 float tiles)";
+    case GemmLevel::kFma128:
+      return "fma128 (6x8 float tiles)";
+    default:
+      return "portable (scalar std::fma)";
+  }
+}
+
+namespace gemm_detail {
+
+template <class T> void gemm_run(const GemmCall<T>& g) {
+  const GemmKernelsOf<T>& k = kernels_of<T>(gemm_level());
+  const int threads = omp_get_max_threads();
+  if (omp_get_level() > 0 || threads < 2 || 2.0 * g.M * g.N * g.K < kSplitFlops) {
+    run_block(k, g, 0, g.M, 0, g.N);
+    return;
+  }
+  // About four tasks a thread: whole column panels first (each task packs its own B columns
+  // once), then whole row panels. Which task computes an element changes none of its bits.
+  const int col_panels = (g.N + k.nr - 1) / k.nr, row_panels = (g.M + k.mr - 1) / k.mr;
+  const int want = 4 * threads;
+  const int col_tasks = std::min(col_panels, want);
+  const int row_tasks = std::min(row_panels, (want + col_tasks - 1) / col_tasks);
+  const int cols = (col_panels + col_tasks - 1) / col_tasks * k.nr;
+  const int rows = (row_panels + row_tasks - 1) / row_tasks * k.mr;
+  const int num_col = (g.N + cols - 1) / cols, num_row = (g.M + rows - 1) / rows;
+  parallel_tasks(int64_t{num_col} * num_row, [&](int64_t task) {
+    const int i0 = static_cast<int>(task % num_row) * rows;
+    const int j0 = static_cast<int>(task / num_row) * cols;
+    run_block(k, g, i0, std::min(rows, g.M - i0), j0, std::min(cols, g.N - j0));
+  });
+}
+
+template void gemm_run<float>(const GemmCall<float>&);
+template void gemm_run<double>(const GemmCall<double>&);
+
+}  // namespace gemm_detail
+}  // namespace moe

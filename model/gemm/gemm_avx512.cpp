@@ -1,0 +1,55 @@
+// The AVX-512 level (x86-64-v4, compiled with -march=x86-64-v4): the GEMM algorithm
+// (gemm_kernel.hpp) on 512-bit registers, 12×32 float tiles (24 of the 32 registers accumulate)
+// and 12×16 double tiles, each multiply-add one vfmadd.
+#include <immintrin.h>
+
+#include "model/gemm/gemm_call.hpp"
+#include "model/gemm/gemm_kernel.hpp"
+
+namespace moe::gemm_detail {
+namespace {
+
+struct F32x16 {
+  using T = float;
+  using R = __m512;
+  static constexpr int kLanes = 16;
+  static R load(const T* p) { return _mm512_loadu_ps(p); }
+  static void store(T* p, R v) { _mm512_storeu_ps(p, v); }
+  static R set1(T x) { return _mm512_set1_ps(x); }
+  static R zero() { return _mm512_setzero_ps(); }
+  static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+  static R add(R a, R b) { return _mm512_add_ps(a, b); }
+};
+
+struct F64x8 {
+  using T = double;
+  using R = __m512d;
+  static constexpr int kLanes = 8;
+  static R load(const T* p) { return _mm512_loadu_pd(p); }
+  static void store(T* p, R v) { _mm512_storeu_pd(p, v); }
+  static R set1(T x) { return _mm512_set1_pd(x); }
+  static R zero() { return _mm512_setzero_pd(); }
+  static R fma(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
+  static R mul(R a, R b) { return _mm512_mul_pd(a, b); }
+  static R add(R a, R b) { return _mm512_add_pd(a, b); }
+};
+
+constexpr int kMR = 12, kNV = 2;
+
+template <class V> int64_t pack_elements(int m, int n, int K) {
+  return gemm_detail::pack_elements<typename V::T, kMR, kNV * V::kLanes>(m, n, K);
+}
+template <class V>
+void block(const GemmCall<typename V::T>& g, int i0, int m, int j0, int n, typename V::T* pack) {
+  gemm_block<V, kMR, kNV>(g, i0, m, j0, n, pack);
+}
+
+}  // namespace
+
+extern const GemmKernels kGemmAvx512 = {
+    {kMR, kNV* F32x16::kLanes, pack_elements<F32x16>, block<F32x16>},
+    {kMR, kNV* F64x8::kLanes, pack_elements<F64x8>, block<F64x8>},
+};
+
+}  // namespace moe::gemm_detail

@@ -1,0 +1,44 @@
+// What the GEMM's levels share: one call's arguments, and the table of functions each
+// instruction-set level's file exports (as data, so that nothing compiled for a wider
+// instruction set runs before the level is chosen). Internal to model/gemm/.
+// Legend: C[M,N] = alpha·op(A)[M,K]·op(B)[K,N] + beta·C; MR×NR the level's register tile.
+#pragma once
+
+#include <cstdint>
+
+namespace moe::gemm_detail {
+
+// One validated call: M, N, K >= 1, every pointer non-null, row-major with leading dimensions.
+template <class T> struct GemmCall {
+  bool trans_a, trans_b;
+  int M, N, K;
+  T alpha;
+  const T* A;  // [M,K] rows lda apart, or [K,M] if trans_a
+  int64_t lda;
+  const T* B;  // [K,N] rows ldb apart, or [N,K] if trans_b
+  int64_t ldb;
+  T beta;
+  T* C;  // [M,N] rows ldc apart
+  int64_t ldc;
+};
+
+// One level's kernels for one element type: `block` computes C[i0:i0+m, j0:j0+n] on the calling
+// thread with `pack_elements(m, n, K)` elements of scratch.
+template <class T> struct GemmKernelsOf {
+  int mr, nr;
+  int64_t (*pack_elements)(int m, int n, int K);
+  void (*block)(const GemmCall<T>& g, int i0, int m, int j0, int n, T* pack);
+};
+
+struct GemmKernels {
+  GemmKernelsOf<float> f32;
+  GemmKernelsOf<double> f64;
+};
+
+// Each defined in its level's file; the wider ones exist on x86-64 with GCC only.
+extern const GemmKernels kGemmPortable;  // scalar std::fma: any CPU
+extern const GemmKernels kGemmFma128;    // SSE registers with FMA3 (AVX + FMA CPUs)
+extern const GemmKernels kGemmAvx2;      // x86-64-v3: AVX2 + FMA
+extern const GemmKernels kGemmAvx512;    // x86-64-v4: AVX-512
+
+}  // namespace moe::gemm_detail

@@ -1,0 +1,204 @@
+// The GEMM's one algorithm, included by each instruction-set level's file (gemm_portable.cpp,
+// gemm_fma128.cpp, gemm_avx2.cpp, gemm_avx512.cpp), which compiles it with its own target flags
+// and a vector type of its own (Vec below). Everything here has internal linkage, so that no
+// function compiled for AVX2 or AVX-512 can be picked by the linker for another file.
+//
+// The contract, the same at every level (model/gemm/gemm.hpp): each C[i,j] is one chain of
+// fused multiply-adds over k = 0, 1, …, K−1 in that order, starting from +0, each FMA rounded
+// once; then s·alpha (skipped when alpha is 1), then + beta·C (skipped when beta is 0). A lane of
+// a vector register holds one C[i,j] for the whole chain, so the vector width, the tiling, the
+// packing and the thread that computes a tile change nothing in any element's arithmetic.
+//
+// How: BLIS's loop nest without splitting K (the chain would then be stored and reloaded, which
+// is exact too, but every model shape has K <= 2048): B's columns [j0, j0+nc) are packed into
+// panels of NR columns, A's rows [i0, i0+mc) into panels of MR rows, zero-padded; a micro-tile
+// keeps MR×NR accumulators in registers over all of K. Padded rows and columns never reach C.
+// Legend: M, N, K as in C[M,N] = op(A)[M,K]·op(B)[K,N]; MR×NR the register tile; mc, nc the
+// packed blocks of A's rows and B's columns.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "model/gemm/gemm_call.hpp"
+
+namespace moe::gemm_detail {
+namespace {
+
+// Packs rows [i0, i0+m) of op(A) into panels of MR rows: panel p holds, for each k, the MR values
+// op(A)[i0+p·MR+r, k] (zero past row m), so the micro-tile reads MR consecutive values per k.
+template <class T, int MR>
+[[gnu::always_inline]] inline void pack_a(T* dst, const GemmCall<T>& g, int i0, int m) {
+  const int K = g.K;
+  for (int p = 0; p < m; p += MR) {
+    const int rows = std::min(MR, m - p);
+    T* panel = dst + static_cast<int64_t>(p) * K;
+    if (g.trans_a) {  // op(A)[i,k] = A[k·lda + i]: MR consecutive values per k
+      for (int k = 0; k < K; ++k) {
+        const T* src = g.A + static_cast<int64_t>(k) * g.lda + i0 + p;
+        T* out = panel + static_cast<int64_t>(k) * MR;
+        for (int r = 0; r < rows; ++r) out[r] = src[r];
+        for (int r = rows; r < MR; ++r) out[r] = T(0);
+      }
+    } else {  // op(A)[i,k] = A[i·lda + k]: one row at a time, written MR apart
+      for (int r = 0; r < rows; ++r) {
+        const T* src = g.A + static_cast<int64_t>(i0 + p + r) * g.lda;
+        for (int k = 0; k < K; ++k) panel[static_cast<int64_t>(k) * MR + r] = src[k];
+      }
+      for (int r = rows; r < MR; ++r) {
+        for (int k = 0; k < K; ++k) panel[static_cast<int64_t>(k) * MR + r] = T(0);
+      }
+    }
+  }
+}
+
+// Packs columns [j0, j0+n) of op(B) into panels of NR columns: panel q holds, for each k, the NR
+// values op(B)[k, j0+q·NR+c] (zero past column n).
+template <class T, int NR>
+[[gnu::always_inline]] inline void pack_b(T* dst, const GemmCall<T>& g, int j0, int n) {
+  const int K = g.K;
+  for (int q = 0; q < n; q += NR) {
+    const int cols = std::min(NR, n - q);
+    T* panel = dst + static_cast<int64_t>(q) * K;
+    if (g.trans_b) {  // op(B)[k,j] = B[j·ldb + k]: one column at a time, written NR apart
+      for (int c = 0; c < cols; ++c) {
+        const T* src = g.B + static_cast<int64_t>(j0 + q + c) * g.ldb;
+        for (int k = 0; k < K; ++k) panel[static_cast<int64_t>(k) * NR + c] = src[k];
+      }
+      for (int c = cols; c < NR; ++c) {
+        for (int k = 0; k < K; ++k) panel[static_cast<int64_t>(k) * NR + c] = T(0);
+      }
+    } else {  // op(B)[k,j] = B[k·ldb + j]: NR consecutive values per k
+      for (int k = 0; k < K; ++k) {
+        const T* src = g.B + static_cast<int64_t>(k) * g.ldb + j0 + q;
+        T* out = panel + static_cast<int64_t>(k) * NR;
+        for (int c = 0; c < cols; ++c) out[c] = src[c];
+        for (int c = cols; c < NR; ++c) out[c] = T(0);
+      }
+    }
+  }
+}
+
+// C[i,j] from its chain s: s·alpha unless alpha is 1, then + beta·C unless beta is 0. The
+// vector epilogue below does the same operations lane by lane.
+template <class T> [[gnu::always_inline]] inline T finish(T s, T alpha, T beta, T c) {
+  if (alpha != T(1)) s = s * alpha;
+  return beta == T(0) ? s : s + beta * c;
+}
+
+// One MR×NR tile of C (m×n of it inside C) from an A panel and a B panel over all of K.
+// V is the level's vector type: V::kLanes values, load/store (unaligned), set1, fma(a, b, c) =
+// a·b + c rounded once, mul, add, zero.
+template <class V, int MR, int NV>
+[[gnu::always_inline]] inline void micro_tile(int K, const typename V::T* ap,
+                                              const typename V::T* bp, typename V::T* c,
+                                              int64_t ldc, int m, int n, typename V::T alpha,
+                                              typename V::T beta) {
+  using T = typename V::T;
+  constexpr int NR = NV * V::kLanes;
+  typename V::R acc[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = V::zero();
+  }
+  for (int k = 0; k < K; ++k) {
+    typename V::R b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) b[v] = V::load(bp + v * V::kLanes);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const typename V::R a = V::set1(ap[r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = V::fma(a, b[v], acc[r][v]);
+    }
+    ap += MR;
+    bp += NR;
+  }
+  if (alpha != T(1)) {
+    const typename V::R va = V::set1(alpha);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = V::mul(acc[r][v], va);
+    }
+  }
+  if (m == MR && n == NR) {
+    const typename V::R vb = V::set1(beta);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      T* row = c + r * ldc;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        T* p = row + v * V::kLanes;
+        V::store(p, beta == T(0) ? acc[r][v] : V::add(acc[r][v], V::mul(vb, V::load(p))));
+      }
+    }
+    return;
+  }
+  // An edge tile: through a buffer, the same operations element by element (alpha is applied).
+  alignas(64) T tile[MR * NR];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) V::store(tile + r * NR + v * V::kLanes, acc[r][v]);
+  }
+  for (int r = 0; r < m; ++r) {
+    T* row = c + r * ldc;
+    for (int j = 0; j < n; ++j) row[j] = finish(tile[r * NR + j], T(1), beta, row[j]);
+  }
+}
+
+// Bytes of packed A (mc rows × K) and of packed B (K × nc columns) aimed at: A's block stays in
+// the level-2 cache while B's panels stream through it; sizes, not bits (nothing here changes an
+// element's chain).
+constexpr int64_t kPackedABytes = 160 * 1024;
+constexpr int64_t kPackedBBytes = 1024 * 1024;
+
+// Elements of packing space gemm_block needs for a block of m×n at this level.
+template <class T, int MR, int NR> int64_t pack_elements(int m, int n, int K) {
+  const int64_t k = std::max(K, 1);
+  const int64_t mc = std::max<int64_t>(MR, kPackedABytes / (k * int64_t(sizeof(T))) / MR * MR);
+  const int64_t nc = std::max<int64_t>(NR, kPackedBBytes / (k * int64_t(sizeof(T))) / NR * NR);
+  const int64_t rows = std::min<int64_t>(mc, (m + MR - 1) / MR * MR);
+  const int64_t cols = std::min<int64_t>(nc, (n + NR - 1) / NR * NR);
+  return (rows + cols) * k;
+}
+
+// C[i0:i0+m, j0:j0+n] of the call, on the calling thread; `pack` has pack_elements(m, n, K)
+// elements (any alignment of T; loads are unaligned).
+template <class V, int MR, int NV>
+[[gnu::always_inline]] inline void gemm_block(const GemmCall<typename V::T>& g, int i0, int m,
+                                              int j0, int n, typename V::T* pack) {
+  using T = typename V::T;
+  constexpr int NR = NV * V::kLanes;
+  const int64_t k = std::max(g.K, 1);
+  const int mc =
+      static_cast<int>(std::max<int64_t>(MR, kPackedABytes / (k * int64_t(sizeof(T))) / MR * MR));
+  const int nc =
+      static_cast<int>(std::max<int64_t>(NR, kPackedBBytes / (k * int64_t(sizeof(T))) / NR * NR));
+  const int64_t a_elements = std::min<int64_t>(mc, (m + MR - 1) / MR * MR) * k;
+  T* const packed_a = pack;
+  T* const packed_b = pack + a_elements;
+  for (int jc = 0; jc < n; jc += nc) {
+    const int ncur = std::min(nc, n - jc);
+    pack_b<T, NR>(packed_b, g, j0 + jc, ncur);
+    for (int ic = 0; ic < m; ic += mc) {
+      const int mcur = std::min(mc, m - ic);
+      pack_a<T, MR>(packed_a, g, i0 + ic, mcur);
+      for (int jr = 0; jr < ncur; jr += NR) {
+        const T* bp = packed_b + static_cast<int64_t>(jr) * g.K;
+        for (int ir = 0; ir < mcur; ir += MR) {
+          const T* ap = packed_a + static_cast<int64_t>(ir) * g.K;
+          T* c = g.C + static_cast<int64_t>(i0 + ic + ir) * g.ldc + (j0 + jc + jr);
+          micro_tile<V, MR, NV>(g.K, ap, bp, c, g.ldc, std::min(MR, mcur - ir),
+                                std::min(NR, ncur - jr), g.alpha, g.beta);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moe::gemm_detail

@@ -1,0 +1,220 @@
+// moe_rt's GEMM (model/gemm/gemm.hpp) at every level this CPU has, float and double, against its
+// contract written as a plain loop of std::fma, bit for bit: every transposition, alpha and beta,
+// edge tiles, leading dimensions, large calls split over threads. Then the property the contract
+// exists for: a row's bits do not depend on how many rows the call has (nor a column's on the
+// columns), which OpenBLAS's Haswell and Zen kernels do not give. OpenBLAS serves as an
+// independent check of the arithmetic itself, within a rounding tolerance. A level this CPU
+// lacks is reported as skipped, never passed.
+#include <cblas.h>
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "model/blas.hpp"
+#include "model/gemm/gemm.hpp"
+
+namespace moe {
+namespace {
+
+// op(A)[i,k] and op(B)[k,j] of row-major storage with leading dimensions.
+template <class T> T op_a(const T* A, int lda, bool trans, int i, int k) {
+  return trans ? A[int64_t{k} * lda + i] : A[int64_t{i} * lda + k];
+}
+template <class T> T op_b(const T* B, int ldb, bool trans, int k, int j) {
+  return trans ? B[int64_t{j} * ldb + k] : B[int64_t{k} * ldb + j];
+}
+
+// The contract, element by element.
+template <class T>
+void gemm_contract(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
+                   int ldb, T beta, T* C, int ldc) {
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      T s = T(0);
+      for (int k = 0; k < K; ++k) s = std::fma(op_a(A, lda, ta, i, k), op_b(B, ldb, tb, k, j), s);
+      if (alpha != T(1)) s = s * alpha;
+      T& c = C[int64_t{i} * ldc + j];
+      c = beta == T(0) ? s : s + beta * c;
+    }
+  }
+}
+
+template <class T> std::vector<T> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<T> v(n);
+  // Mixed magnitudes, so that the order of additions shows in the last bits.
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<T>(u(rng) * std::ldexp(1.0, int(i % 7) - 3));
+  return v;
+}
+
+template <class T> auto bits(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return std::bit_cast<uint32_t>(x);
+  } else {
+    return std::bit_cast<uint64_t>(x);
+  }
+}
+
+// Runs gemm_ld and the contract on the same random operands (C's padding columns included) and
+// compares every element of C's storage bit for bit.
+template <class T>
+void expect_contract(bool ta, bool tb, int M, int N, int K, T alpha, T beta, int pad,
+                     uint32_t seed) {
+  const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+  const std::vector<T> A = random_values<T>(size_t(ta ? K : M) * lda, seed);
+  const std::vector<T> B = random_values<T>(size_t(tb ? N : K) * ldb, seed + 1);
+  std::vector<T> C = random_values<T>(size_t(M) * ldc, seed + 2), want = C;
+  gemm_ld<T>(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  gemm_contract<T>(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+  for (size_t e = 0; e < C.size(); ++e) {
+    ASSERT_EQ(bits(C[e]), bits(want[e]))
+        << "element " << e << " (row " << e / ldc << ", column " << e % ldc << ") of M=" << M
+        << " N=" << N << " K=" << K << " ta=" << ta << " tb=" << tb << " alpha=" << alpha
+        << " beta=" << beta << " pad=" << pad << ": " << C[e] << " against " << want[e];
+  }
+}
+
+class GemmLevels : public ::testing::TestWithParam<GemmLevel> {
+ protected:
+  void SetUp() override {
+    if (!gemm_level_supported(GetParam())) {
+      GTEST_SKIP() << "this CPU has no " << gemm_level_name(GetParam());
+    }
+    gemm_level_force(GetParam());
+  }
+  void TearDown() override {
+    gemm_level_reset();
+    blas_set_threads(1);
+  }
+};
+
+TEST_P(GemmLevels, EveryElementIsTheContractsFmaChain) {
+  ASSERT_EQ(gemm_level(), GetParam());
+  uint32_t seed = 1;
+  // Shapes around every level's tiles (4, 6, 8, 12, 16, 32) and single rows, columns, k.
+  for (int M : {1, 5, 6, 7, 13, 25}) {
+    for (int N : {1, 3, 8, 17, 33}) {
+      for (int K : {1, 2, 9, 64}) {
+        for (bool ta : {false, true}) {
+          for (bool tb : {false, true}) {
+            expect_contract<float>(ta, tb, M, N, K, 1.0f, 0.0f, 0, seed++);
+            expect_contract<double>(ta, tb, M, N, K, 1.0, 0.0, 0, seed++);
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(GemmLevels, AlphaBetaAndLeadingDimensions) {
+  uint32_t seed = 100;
+  for (auto [alpha, beta] : std::vector<std::pair<double, double>>{
+           {1, 1}, {0.35355339, 0}, {0.35355339, 1}, {-2, 0.5}, {1, -1}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        expect_contract<float>(ta, tb, 19, 37, 23, float(alpha), float(beta), 3, seed++);
+        expect_contract<double>(ta, tb, 19, 37, 23, alpha, beta, 5, seed++);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// The model's own shapes (deepseek4-tiny: S = 256, D = F = 128, V = 2048, head 32), large
+// enough to be split over threads and to fill several packed blocks (K = 2048).
+TEST_P(GemmLevels, ModelShapesOnOneAndThreeThreads) {
+  for (int threads : {1, 3}) {
+    blas_set_threads(threads);
+    expect_contract<float>(false, false, 256, 2048, 128, 1.0f, 0.0f, 0, 7);  // LM head
+    expect_contract<float>(false, true, 256, 128, 2048, 1.0f, 1.0f, 0, 8);   // its d_in
+    expect_contract<float>(true, false, 128, 2048, 256, 1.0f, 0.0f, 0, 9);   // its d_weight
+    expect_contract<float>(false, false, 97, 128, 128, 1.0f, 0.0f, 0, 10);   // one expert
+    expect_contract<float>(true, false, 128, 128, 97, 1.0f, 1.0f, 0, 11);    // its d_weight
+    expect_contract<double>(false, true, 130, 70, 300, 1.0, 1.0, 0, 12);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The property the contract is for: the first rows of a call of 2M rows (columns of 2N) are the
+// bits of a call of M rows (N columns), at M, N around the register tiles and OpenBLAS's blocks.
+TEST_P(GemmLevels, ARowsBitsDoNotDependOnTheCallsShape) {
+  for (int M : {32, 64, 1024}) {
+    const int N = 128, K = 128;
+    const std::vector<float> A = random_values<float>(size_t(2) * M * K, 3);
+    const std::vector<float> B = random_values<float>(size_t(K) * 2 * N, 4);
+    std::vector<float> whole(size_t(2) * M * N), half(size_t(M) * N), cols(size_t(2) * M * N);
+    gemm<float>(false, false, 2 * M, N, K, 1.0f, A.data(), B.data(), 0.0f, whole.data());
+    gemm<float>(false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, half.data());
+    for (size_t e = 0; e < half.size(); ++e) {
+      ASSERT_EQ(bits(whole[e]), bits(half[e])) << "M=" << M << ", element " << e;
+    }
+    // N columns of a [K, 2N] B: the left half of a call with all 2N columns.
+    gemm_ld<float>(false, false, M, 2 * N, K, 1.0f, A.data(), K, B.data(), 2 * N, 0.0f, cols.data(),
+                   2 * N);
+    gemm_ld<float>(false, false, M, N, K, 1.0f, A.data(), K, B.data(), 2 * N, 0.0f, half.data(), N);
+    for (int i = 0; i < M; ++i) {
+      for (int j = 0; j < N; ++j) {
+        ASSERT_EQ(bits(cols[size_t(i) * 2 * N + j]), bits(half[size_t(i) * N + j]))
+            << "M=" << M << ", row " << i << ", column " << j;
+      }
+    }
+  }
+}
+
+// An independent implementation of the arithmetic: OpenBLAS, whose order of additions differs,
+// so within a tolerance of K roundings of the magnitudes involved.
+TEST_P(GemmLevels, AgreesWithOpenBlasWithinRounding) {
+  const int M = 45, N = 77, K = 301;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const std::vector<double> A = random_values<double>(size_t(M) * K, 20);
+      const std::vector<double> B = random_values<double>(size_t(K) * N, 21);
+      std::vector<double> C(size_t(M) * N, 0.0), ref(C), mag(C);
+      gemm<double>(ta, tb, M, N, K, 1.0, A.data(), B.data(), 0.0, C.data());
+      cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M,
+                  N, K, 1.0, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.0, ref.data(), N);
+      for (int i = 0; i < M; ++i) {
+        for (int j = 0; j < N; ++j) {
+          double m = 0;
+          for (int k = 0; k < K; ++k) {
+            m += std::abs(op_a(A.data(), ta ? M : K, ta, i, k) *
+                          op_b(B.data(), tb ? K : N, tb, k, j));
+          }
+          const size_t e = size_t(i) * N + j;
+          EXPECT_LE(std::abs(C[e] - ref[e]), 2.0 * K * 1.2e-16 * m) << "row " << i << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GemmLevels,
+                         ::testing::Values(GemmLevel::kPortable, GemmLevel::kFma128,
+                                           GemmLevel::kAvx2, GemmLevel::kAvx512),
+                         [](const auto& info) { return std::string(gemm_level_name(info.param)); });
+
+TEST(GemmLevel, NamesParseAndForcingAnAbsentLevelIsRefused) {
+  for (GemmLevel level :
+       {GemmLevel::kPortable, GemmLevel::kFma128, GemmLevel::kAvx2, GemmLevel::kAvx512}) {
+    EXPECT_EQ(gemm_level_parse(gemm_level_name(level)), level);
+    if (!gemm_level_supported(level)) {
+      EXPECT_THROW(gemm_level_force(level), std::invalid_argument);
+    }
+  }
+  EXPECT_FALSE(gemm_level_parse("avx3").has_value());
+  EXPECT_TRUE(gemm_level_supported(GemmLevel::kPortable));
+  gemm_level_reset();
+}
+
+}  // namespace
+}  // namespace moe
