@@ -26,30 +26,39 @@
 namespace moe::gemm_detail {
 namespace {
 
+// Copies a panel of `width` <= W values per k from `lanes` sources into dst (W values per k,
+// zero past `width`): value (k, w) is src[w·src_lane + k·src_k]. Full panels take the loop with
+// a fixed trip count, which GCC unrolls and vectorises.
+template <class T, int W>
+[[gnu::always_inline]] inline void pack_panel(T* dst, const T* src, int64_t src_lane, int64_t src_k,
+                                              int K, int width) {
+  if (width == W) {
+    for (int k = 0; k < K; ++k) {
+      const T* s = src + k * src_k;
+      T* d = dst + static_cast<int64_t>(k) * W;
+#pragma GCC unroll 32
+      for (int w = 0; w < W; ++w) d[w] = s[w * src_lane];
+    }
+    return;
+  }
+  for (int k = 0; k < K; ++k) {
+    const T* s = src + k * src_k;
+    T* d = dst + static_cast<int64_t>(k) * W;
+    for (int w = 0; w < width; ++w) d[w] = s[w * src_lane];
+    for (int w = width; w < W; ++w) d[w] = T(0);
+  }
+}
+
 // Packs rows [i0, i0+m) of op(A) into panels of MR rows: panel p holds, for each k, the MR values
 // op(A)[i0+p·MR+r, k] (zero past row m), so the micro-tile reads MR consecutive values per k.
 template <class T, int MR>
 [[gnu::always_inline]] inline void pack_a(T* dst, const GemmCall<T>& g, int i0, int m) {
-  const int K = g.K;
+  // op(A)[i,k] = A[k·lda + i] when transposed, else A[i·lda + k].
+  const int64_t lane = g.trans_a ? 1 : g.lda, step = g.trans_a ? g.lda : 1;
   for (int p = 0; p < m; p += MR) {
-    const int rows = std::min(MR, m - p);
-    T* panel = dst + static_cast<int64_t>(p) * K;
-    if (g.trans_a) {  // op(A)[i,k] = A[k·lda + i]: MR consecutive values per k
-      for (int k = 0; k < K; ++k) {
-        const T* src = g.A + static_cast<int64_t>(k) * g.lda + i0 + p;
-        T* out = panel + static_cast<int64_t>(k) * MR;
-        for (int r = 0; r < rows; ++r) out[r] = src[r];
-        for (int r = rows; r < MR; ++r) out[r] = T(0);
-      }
-    } else {  // op(A)[i,k] = A[i·lda + k]: one row at a time, written MR apart
-      for (int r = 0; r < rows; ++r) {
-        const T* src = g.A + static_cast<int64_t>(i0 + p + r) * g.lda;
-        for (int k = 0; k < K; ++k) panel[static_cast<int64_t>(k) * MR + r] = src[k];
-      }
-      for (int r = rows; r < MR; ++r) {
-        for (int k = 0; k < K; ++k) panel[static_cast<int64_t>(k) * MR + r] = T(0);
-      }
-    }
+    const int64_t first = g.trans_a ? i0 + p : static_cast<int64_t>(i0 + p) * g.lda;
+    pack_panel<T, MR>(dst + static_cast<int64_t>(p) * g.K, g.A + first, lane, step, g.K,
+                      std::min(MR, m - p));
   }
 }
 
@@ -57,26 +66,12 @@ template <class T, int MR>
 // values op(B)[k, j0+q·NR+c] (zero past column n).
 template <class T, int NR>
 [[gnu::always_inline]] inline void pack_b(T* dst, const GemmCall<T>& g, int j0, int n) {
-  const int K = g.K;
+  // op(B)[k,j] = B[j·ldb + k] when transposed, else B[k·ldb + j].
+  const int64_t lane = g.trans_b ? g.ldb : 1, step = g.trans_b ? 1 : g.ldb;
   for (int q = 0; q < n; q += NR) {
-    const int cols = std::min(NR, n - q);
-    T* panel = dst + static_cast<int64_t>(q) * K;
-    if (g.trans_b) {  // op(B)[k,j] = B[j·ldb + k]: one column at a time, written NR apart
-      for (int c = 0; c < cols; ++c) {
-        const T* src = g.B + static_cast<int64_t>(j0 + q + c) * g.ldb;
-        for (int k = 0; k < K; ++k) panel[static_cast<int64_t>(k) * NR + c] = src[k];
-      }
-      for (int c = cols; c < NR; ++c) {
-        for (int k = 0; k < K; ++k) panel[static_cast<int64_t>(k) * NR + c] = T(0);
-      }
-    } else {  // op(B)[k,j] = B[k·ldb + j]: NR consecutive values per k
-      for (int k = 0; k < K; ++k) {
-        const T* src = g.B + static_cast<int64_t>(k) * g.ldb + j0 + q;
-        T* out = panel + static_cast<int64_t>(k) * NR;
-        for (int c = 0; c < cols; ++c) out[c] = src[c];
-        for (int c = cols; c < NR; ++c) out[c] = T(0);
-      }
-    }
+    const int64_t first = g.trans_b ? static_cast<int64_t>(j0 + q) * g.ldb : j0 + q;
+    pack_panel<T, NR>(dst + static_cast<int64_t>(q) * g.K, g.B + first, lane, step, g.K,
+                      std::min(NR, n - q));
   }
 }
 
@@ -87,14 +82,16 @@ template <class T> [[gnu::always_inline]] inline T finish(T s, T alpha, T beta, 
   return beta == T(0) ? s : s + beta * c;
 }
 
-// One MR×NR tile of C (m×n of it inside C) from an A panel and a B panel over all of K.
+// One MR×NR tile of C (m×n of it inside C) from an A panel and a B panel over all of K: for each
+// k, MR values of A's column k at ap (then ap += a_step) and NR values of B's row k at bp (then
+// bp += b_step), packed (steps MR and NR) or read where they lie (steps lda and ldb).
 // V is the level's vector type: V::kLanes values, load/store (unaligned), set1, fma(a, b, c) =
 // a·b + c rounded once, mul, add, zero.
 template <class V, int MR, int NV>
-[[gnu::always_inline]] inline void micro_tile(int K, const typename V::T* ap,
-                                              const typename V::T* bp, typename V::T* c,
-                                              int64_t ldc, int m, int n, typename V::T alpha,
-                                              typename V::T beta) {
+[[gnu::always_inline]] inline void micro_tile(int K, const typename V::T* ap, int64_t a_step,
+                                              const typename V::T* bp, int64_t b_step,
+                                              typename V::T* c, int64_t ldc, int m, int n,
+                                              typename V::T alpha, typename V::T beta) {
   using T = typename V::T;
   constexpr int NR = NV * V::kLanes;
   typename V::R acc[MR][NV];
@@ -113,8 +110,8 @@ template <class V, int MR, int NV>
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = V::fma(a, b[v], acc[r][v]);
     }
-    ap += MR;
-    bp += NR;
+    ap += a_step;
+    bp += b_step;
   }
   if (alpha != T(1)) {
     const typename V::R va = V::set1(alpha);
@@ -181,19 +178,38 @@ template <class V, int MR, int NV>
   const int64_t a_elements = std::min<int64_t>(mc, (m + MR - 1) / MR * MR) * k;
   T* const packed_a = pack;
   T* const packed_b = pack + a_elements;
+  // op(A) transposed holds each k's MR values of a panel together already (A[k·lda + i]), and so
+  // does an untransposed op(B) for its NR values (B[k·ldb + j]). Where a packed copy would be
+  // used by at most two panels of the other operand, its cost is not repaid: full panels are
+  // then read where they lie (only a partial one at the edge is packed, zero-padded). Measured
+  // (bench_gemm_shapes): packing wins for reuse beyond that, where the strided rows of a
+  // power-of-two leading dimension fight over cache sets. Reading in place or packed changes
+  // which addresses are loaded, never a value.
+  const bool a_in_place = g.trans_a && n <= 2 * NR, b_in_place = !g.trans_b && m <= 2 * MR;
   for (int jc = 0; jc < n; jc += nc) {
     const int ncur = std::min(nc, n - jc);
-    pack_b<T, NR>(packed_b, g, j0 + jc, ncur);
+    const int b_full = b_in_place ? ncur / NR * NR : 0;  // columns read in place
+    if (b_full < ncur) {
+      pack_b<T, NR>(packed_b + static_cast<int64_t>(b_full) * g.K, g, j0 + jc + b_full,
+                    ncur - b_full);
+    }
     for (int ic = 0; ic < m; ic += mc) {
       const int mcur = std::min(mc, m - ic);
-      pack_a<T, MR>(packed_a, g, i0 + ic, mcur);
+      const int a_full = a_in_place ? mcur / MR * MR : 0;  // rows read in place
+      if (a_full < mcur) {
+        pack_a<T, MR>(packed_a + static_cast<int64_t>(a_full) * g.K, g, i0 + ic + a_full,
+                      mcur - a_full);
+      }
       for (int jr = 0; jr < ncur; jr += NR) {
-        const T* bp = packed_b + static_cast<int64_t>(jr) * g.K;
+        const bool b_here = jr < b_full;
+        const T* bp = b_here ? g.B + (j0 + jc + jr) : packed_b + static_cast<int64_t>(jr) * g.K;
+        const int64_t b_step = b_here ? g.ldb : NR;
         for (int ir = 0; ir < mcur; ir += MR) {
-          const T* ap = packed_a + static_cast<int64_t>(ir) * g.K;
+          const bool a_here = ir < a_full;
+          const T* ap = a_here ? g.A + (i0 + ic + ir) : packed_a + static_cast<int64_t>(ir) * g.K;
           T* c = g.C + static_cast<int64_t>(i0 + ic + ir) * g.ldc + (j0 + jc + jr);
-          micro_tile<V, MR, NV>(g.K, ap, bp, c, g.ldc, std::min(MR, mcur - ir),
-                                std::min(NR, ncur - jr), g.alpha, g.beta);
+          micro_tile<V, MR, NV>(g.K, ap, a_here ? g.lda : MR, bp, b_step, c, g.ldc,
+                                std::min(MR, mcur - ir), std::min(NR, ncur - jr), g.alpha, g.beta);
         }
       }
     }

@@ -1,0 +1,144 @@
+// bench_gemm_shapes: moe_rt's fixed-order GEMM (model/gemm/) against OpenBLAS's sgemm on the
+// deepseek4-tiny step's own GEMM shapes, side by side, each call on one thread (as the model runs
+// them inside its tasks), plus one large call split over the model's threads.
+//
+// For each shape: the median over --repeats of calls timed for --seconds each, in GFLOP/s, the
+// two libraries alternating repeat by repeat so that both see the same machine; ratio =
+// moe_rt / OpenBLAS (above 1: moe_rt faster). The OpenBLAS kernel is the one it chose (or
+// OPENBLAS_CORETYPE's), named in the banner.
+//
+// Legend: M, N, K as in C[M,N] = op(A)[M,K]·op(B)[K,N]; n/t: op transposes (t) or not (n).
+// deepseek4-tiny: S = 256 tokens a sequence, D = F = 128, V = 2048, 4 heads of 32 (1 KV head),
+// window 128, E = 8 experts, top-3: an expert sees about 96 rows per sequence of the batch.
+//
+// Run: build/bench/bench_gemm_shapes [--seconds 0.1] [--repeats 7] [--threads 2] [--level avx2]
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.hpp"
+#include "model/gemm/gemm.hpp"
+
+namespace moe::bench {
+namespace {
+
+struct Shape {
+  const char* use;
+  bool ta, tb;
+  int M, N, K;
+  float beta;
+};
+
+// Every GEMM of a deepseek4-tiny step (model/attention.cpp, model/moe_layer.cpp, model/model.cpp),
+// per sequence or per expert, with the transpositions the model uses.
+const std::vector<Shape> kShapes = {
+    {"attn q/o proj fwd", false, false, 256, 128, 128, 0},
+    {"attn k/v proj fwd", false, false, 256, 32, 128, 0},
+    {"attn scores q·kT (tile)", false, true, 64, 128, 32, 0},
+    {"attn p·v (tile)", false, false, 64, 32, 128, 0},
+    {"attn d_in (q/o)", false, true, 256, 128, 128, 1},
+    {"attn d_in (k/v)", false, true, 256, 128, 32, 1},
+    {"attn d_weight (q/o)", true, false, 128, 128, 256, 0},
+    {"attn d_weight (k/v)", true, false, 128, 32, 256, 0},
+    {"expert fwd, 96 rows", false, false, 96, 128, 128, 0},
+    {"expert fwd, 768 rows", false, false, 768, 128, 128, 0},
+    {"expert d_in, 768 rows", false, true, 768, 128, 128, 1},
+    {"expert d_weight, 768 rows", true, false, 128, 128, 768, 1},
+    {"shared expert fwd", false, false, 256, 128, 128, 0},
+    {"router d_in", false, true, 256, 128, 8, 1},
+    {"router d_weight", true, false, 128, 8, 256, 0},
+    {"LM head fwd", false, false, 256, 2048, 128, 0},
+    {"LM head d_in", false, true, 256, 128, 2048, 0},
+    {"LM head d_weight", true, false, 128, 2048, 256, 0},
+};
+
+double flops(const Shape& s) {
+  return 2.0 * s.M * s.N * s.K;
+}
+
+// GFLOP/s of `call` over about `seconds` (after one warm-up call).
+template <class F> double rate(const Shape& s, double seconds, F&& call) {
+  call();
+  const auto start = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  int64_t calls = 0;
+  while (elapsed < seconds) {
+    call();
+    ++calls;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return flops(s) * static_cast<double>(calls) / elapsed * 1e-9;
+}
+
+struct Operands {
+  std::vector<float> A, B, C;
+  explicit Operands(const Shape& s)
+      : A(static_cast<size_t>(s.M) * s.K), B(static_cast<size_t>(s.K) * s.N),
+        C(static_cast<size_t>(s.M) * s.N, 0.0f) {
+    for (size_t i = 0; i < A.size(); ++i) A[i] = 0.001f * static_cast<float>(i % 1000) - 0.5f;
+    for (size_t i = 0; i < B.size(); ++i) B[i] = 0.002f * static_cast<float>(i % 500) - 0.5f;
+  }
+};
+
+void ours(const Shape& s, Operands& o) {
+  gemm<float>(s.ta, s.tb, s.M, s.N, s.K, 1.0f, o.A.data(), o.B.data(), s.beta, o.C.data());
+}
+
+void openblas(const Shape& s, Operands& o) {
+  cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+              s.M, s.N, s.K, 1.0f, o.A.data(), s.ta ? s.M : s.K, o.B.data(), s.tb ? s.K : s.N,
+              s.beta, o.C.data(), s.N);
+}
+
+// One table row: both libraries, alternating, `repeats` times.
+void measure(const Shape& s, double seconds, int repeats, int threads) {
+  Operands o(s);
+  std::vector<double> mine, theirs;
+  for (int r = 0; r < repeats; ++r) {
+    blas_set_threads(threads);
+    mine.push_back(rate(s, seconds, [&] { ours(s, o); }));
+    const LibraryThreads library(threads);
+    theirs.push_back(rate(s, seconds, [&] { openblas(s, o); }));
+  }
+  const Spread a = spread_of(mine), b = spread_of(theirs);
+  std::printf("%-26s %c%c %5d %5d %5d %3d %8.1f %8.1f %6.1f %6.1f %6.2f\n", s.use,
+              s.ta ? 't' : 'n', s.tb ? 't' : 'n', s.M, s.N, s.K, threads, a.median, b.median,
+              a.min, b.min, a.median / b.median);
+}
+
+int run(int argc, char** argv) {
+  if (arg_flag(argc, argv, "--help")) {
+    std::printf(
+        "usage: bench_gemm_shapes [--seconds S] [--repeats R] [--threads T] [--level L]\n");
+    return 0;
+  }
+  const double seconds = std::atof(arg_text(argc, argv, "--seconds", "0.1").c_str());
+  const int repeats = static_cast<int>(arg_int(argc, argv, "--repeats", 7));
+  const int threads = static_cast<int>(arg_int(argc, argv, "--threads", 2));
+  const std::string level = arg_text(argc, argv, "--level", "");
+  if (!level.empty()) {
+    const auto parsed = gemm_level_parse(level);
+    if (!parsed) throw std::invalid_argument("--level: unknown GEMM level '" + level + "'");
+    gemm_level_force(*parsed);
+  }
+  const Comm world = Comm::world();
+  print_banner(world, "bench_gemm_shapes",
+               "moe_rt's GEMM against OpenBLAS sgemm on deepseek4-tiny's shapes (GFLOP/s)", 1);
+  std::printf("%-26s %-2s %5s %5s %5s %3s %8s %8s %6s %6s %6s\n", "# use", "op", "M", "N", "K",
+              "thr", "moe_rt", "OpenBLAS", "min", "min", "ratio");
+  for (const Shape& s : kShapes) measure(s, seconds, repeats, 1);
+  // The LM head's forward called outside the model's tasks: split over the model's threads (and
+  // OpenBLAS over as many of its own).
+  if (threads > 1) measure(kShapes[15], seconds, repeats, threads);
+  return 0;
+}
+
+}  // namespace
+}  // namespace moe::bench
+
+int main(int argc, char** argv) {
+  return moe::bench::bench_mpi_main(argc, argv, moe::bench::run);
+}
