@@ -9,6 +9,7 @@
 
 #include "model/blas.hpp"
 #include "model/phase_timer.hpp"
+#include "model/simd.hpp"
 
 namespace moe {
 
@@ -16,7 +17,7 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
   std::printf("moe_rt: %s on %d ranks (EP group %d, %d replicas), %d thread(s) per rank\n",
               cfg.model_name.c_str(), s.world_size, s.ep_size, s.world_size / s.ep_size, s.threads);
   std::printf("  ranks: %s\n", s.layout.c_str());
-  std::printf("  %s\n", blas_info().c_str());
+  std::printf("  %s; elementwise %s\n", blas_info().c_str(), simd_level_name(simd_level()));
   std::printf("  parameters: %zu replicated + %zu in experts\n", s.dense_params, s.expert_params);
   std::printf(
       "  memory per rank: about %.0f MiB (parameters, gradients, AdamW %.0f; activations "

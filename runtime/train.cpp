@@ -20,9 +20,12 @@
 #include "io/token_data.hpp"
 #include "model/balance.hpp"
 #include "model/blas.hpp"
+#include "model/gemm/gemm.hpp"
 #include "model/model.hpp"
 #include "model/router.hpp"
+#include "model/simd.hpp"
 #include "runtime/checkpoint.hpp"
+#include "runtime/config_file.hpp"
 #include "runtime/report.hpp"
 #include "runtime/run_stats.hpp"
 #include "runtime/trainer.hpp"
@@ -254,6 +257,41 @@ void measure_sgemm_peak(TrainSummary& s, const RunConfig& cfg, const Comm& world
   world.barrier();
 }
 
+// MOE_RT_GEMM (portable, fma128, avx2, avx512) and MOE_RT_SIMD (sse2, avx2, avx512) run the
+// GEMM and the float elementwise kernels at a narrower instruction-set level than the CPU's best:
+// every level gives the same bits (docs/architecture.md, "Determinism"), and this is how a test
+// shows it on one machine. A level the CPU lacks, or an unknown name, is a configuration error.
+void kernel_levels_from_env() {
+  if (const char* v = std::getenv("MOE_RT_GEMM"); v != nullptr && *v != '\0') {
+    const std::optional<GemmLevel> level = gemm_level_parse(v);
+    if (!level) {
+      throw ConfigError("MOE_RT_GEMM: unknown GEMM level '" + text_excerpt(v) +
+                        "' (valid: portable, fma128, avx2, avx512)");
+    }
+    try {
+      gemm_level_force(*level);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(std::string("MOE_RT_GEMM: ") + e.what());
+    }
+  }
+  if (const char* v = std::getenv("MOE_RT_SIMD"); v != nullptr && *v != '\0') {
+    const std::string name = v;
+    std::optional<SimdLevel> level;
+    for (SimdLevel l : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+      if (name == simd_level_name(l)) level = l;
+    }
+    if (!level) {
+      throw ConfigError("MOE_RT_SIMD: unknown elementwise level '" + text_excerpt(name) +
+                        "' (valid: sse2, avx2, avx512)");
+    }
+    try {
+      simd_level_force(*level);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError(std::string("MOE_RT_SIMD: ") + e.what());
+    }
+  }
+}
+
 }  // namespace
 
 void setup_agree(const Comm& world, const std::string& local_error) {
@@ -292,6 +330,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   int64_t data_private_bytes = 0, data_mapped_bytes = 0;
   HostLayout hosts = launcher_hosts;
   try {
+    kernel_levels_from_env();
     parallel_config_validate(mc, W, P);
     if (cfg.ranks_per_host > 0) {
       try {
