@@ -76,7 +76,8 @@ template <class F> double rate(const Shape& s, double seconds, F&& call) {
 struct Operands {
   std::vector<float> A, B, C;
   explicit Operands(const Shape& s)
-      : A(static_cast<size_t>(s.M) * s.K), B(static_cast<size_t>(s.K) * s.N),
+      : A(static_cast<size_t>(s.M) * s.K),
+        B(static_cast<size_t>(s.K) * s.N),
         C(static_cast<size_t>(s.M) * s.N, 0.0f) {
     for (size_t i = 0; i < A.size(); ++i) A[i] = 0.001f * static_cast<float>(i % 1000) - 0.5f;
     for (size_t i = 0; i < B.size(); ++i) B[i] = 0.002f * static_cast<float>(i % 500) - 0.5f;
@@ -104,15 +105,14 @@ void measure(const Shape& s, double seconds, int repeats, int threads) {
     theirs.push_back(rate(s, seconds, [&] { openblas(s, o); }));
   }
   const Spread a = spread_of(mine), b = spread_of(theirs);
-  std::printf("%-26s %c%c %5d %5d %5d %3d %8.1f %8.1f %6.1f %6.1f %6.2f\n", s.use,
-              s.ta ? 't' : 'n', s.tb ? 't' : 'n', s.M, s.N, s.K, threads, a.median, b.median,
-              a.min, b.min, a.median / b.median);
+  std::printf("%-26s %c%c %5d %5d %5d %3d %8.1f %8.1f %6.1f %6.1f %6.2f\n", s.use, s.ta ? 't' : 'n',
+              s.tb ? 't' : 'n', s.M, s.N, s.K, threads, a.median, b.median, a.min, b.min,
+              a.median / b.median);
 }
 
 int run(int argc, char** argv) {
   if (arg_flag(argc, argv, "--help")) {
-    std::printf(
-        "usage: bench_gemm_shapes [--seconds S] [--repeats R] [--threads T] [--level L]\n");
+    std::printf("usage: bench_gemm_shapes [--seconds S] [--repeats R] [--threads T] [--level L]\n");
     return 0;
   }
   const double seconds = std::atof(arg_text(argc, argv, "--seconds", "0.1").c_str());

@@ -29,6 +29,9 @@ template <> inline MPI_Datatype mpi_type<int64_t>() {
 template <> inline MPI_Datatype mpi_type<uint8_t>() {
   return MPI_UINT8_T;
 }
+template <> inline MPI_Datatype mpi_type<uint64_t>() {
+  return MPI_UINT64_T;
+}
 
 // MPI_Init / MPI_Finalize for one program. Sets MPI_ERRORS_RETURN on MPI_COMM_WORLD so that
 // MOE_MPI_CHECK sees error codes instead of MPI aborting without saying which call failed.

@@ -79,6 +79,9 @@ MoeSavedSizes moe_saved_sizes(double N, const MoeDims& d, int ep_size, int max_l
   z.NFs = n * d.Fs;
   z.tree = static_cast<double>(d.D) * std::max(d.Fs, d.E);
   z.tree_depth = tree_sum_depth(max_sequences);
+  z.expert_tree = static_cast<double>(d.D) * d.F;
+  z.expert_tree_depth = tree_sum_depth(ep_size * max_sequences);
+  z.expert_trees = max_local;
   return z;
 }
 
@@ -100,6 +103,8 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
   for (auto* v : {&s.sg, &s.sv, &s.sh, &s.sd_g, &s.sd_v, &s.sd_h}) v->reserve(n(z.NFs));
   s.max_sequences = max_sequences;
   s.grad_tree.reserve(n(z.tree), max_sequences);
+  s.expert_trees.resize(z.expert_trees);
+  for (TreeSum<T>& tree : s.expert_trees) tree.reserve(n(z.expert_tree), ep_size * max_sequences);
 }
 
 namespace {
@@ -247,14 +252,21 @@ void local_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWe
   s.d_v.resize(s.d_h.size());
   expert_tasks(s.plan.expert_offsets, with_shared, shared, [&](int64_t i, int rows, int row) {
     const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.F;
-    linear_backward(&s.d_h[rf], gr.w2 + i * DF, &s.d_y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F,
-                    d.D);
+    TreeSum<T>& tree = s.expert_trees[i];
+    const int e = static_cast<int>(i);
+    // y = h·W2: d_h = d_y·W2ᵀ; d_W2 by sequence over the expert's rows.
+    linear_backward_input(&s.d_h[rf], &s.d_y[rd], w.w2 + i * DF, rows, d.F, d.D);
+    expert_weight_grad(gr.w2 + i * DF, tree, s.h.data(), s.d_y.data(), d.F, d.D, e, s.plan,
+                       s.expert_rows, s.expert_layout);
     swiglu_backward(&s.d_g[rf], &s.d_v[rf], &s.d_h[rf], &s.g[rf], &s.v[rf],
                     static_cast<int64_t>(rows) * d.F, d.swiglu_limit);
-    linear_backward(&s.d_x[rd], gr.w1 + i * DF, &s.d_g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D,
-                    d.F);
-    linear_backward(&s.d_x[rd], gr.w3 + i * DF, &s.d_v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D,
-                    d.F);
+    // g = x·W1, v = x·W3: d_x = d_g·W1ᵀ + d_v·W3ᵀ; d_W1, d_W3 by sequence.
+    linear_backward_input(&s.d_x[rd], &s.d_g[rf], w.w1 + i * DF, rows, d.D, d.F);
+    linear_backward_input(&s.d_x[rd], &s.d_v[rf], w.w3 + i * DF, rows, d.D, d.F);
+    expert_weight_grad(gr.w1 + i * DF, tree, s.x.data(), s.d_g.data(), d.D, d.F, e, s.plan,
+                       s.expert_rows, s.expert_layout);
+    expert_weight_grad(gr.w3 + i * DF, tree, s.x.data(), s.d_v.data(), d.D, d.F, e, s.plan,
+                       s.expert_rows, s.expert_layout);
   });
 }
 
@@ -456,6 +468,8 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
   }
   {
     ScopedPhase timer(s.times, Phase::kExpertsBackward);
+    // The rows of each (source, local expert, sequence): the leaves of the weight gradients.
+    expert_seq_rows_exchange(s.expert_rows, s.plan, s.N, s.seq_len, s.expert_layout, ex.comm());
     local_experts_backward(s, gr, w, d, !overlap, shared);
   }
   {

@@ -22,6 +22,7 @@
 #include "comm/ep_exchange.hpp"
 #include "model/balance.hpp"
 #include "model/config.hpp"
+#include "model/expert_grads.hpp"
 #include "model/params.hpp"
 #include "model/phase_timer.hpp"
 #include "model/router.hpp"
@@ -118,6 +119,12 @@ template <class T> struct MoeSaved {
   int seq_len = 0;
   int max_sequences = 0;
   TreeSum<T> grad_tree;
+  // The routed experts' weight gradients by sequence (model/expert_grads.hpp): where the EP
+  // group's sequences lie (the run sets it), the rows behind each leaf, and one tree per local
+  // expert, whose tasks run at once.
+  ExpertGradLayout expert_layout;
+  ExpertSeqRows expert_rows;
+  std::vector<TreeSum<T>> expert_trees;  // [max_local]
 };
 
 // Element counts of MoeSaved's buffers for N tokens in max_sequences sequences, with up to
@@ -129,12 +136,17 @@ struct MoeSavedSizes {
   double NK = 0;   // expert_idx, topk_scratch, weights, d_weights, the plan's send arrays [N, K]
   double R = 0;    // rows received
   double NKD = 0;  // send_rows, y_rows, d_rows [N·K, D]
-  double RD = 0, RF = 0;  // x, y, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
-  double NFs = 0;         // the shared expert's sg, sv, sh, sd_g, sd_v, sd_h [N, Fs]
-  double tree = 0;        // the router's or shared expert's weight-gradient tree width
-  int tree_depth = 1;     // its buffers (tree_sum_depth(max_sequences))
+  double RD = 0, RF = 0;      // x, y, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
+  double NFs = 0;             // the shared expert's sg, sv, sh, sd_g, sd_v, sd_h [N, Fs]
+  double tree = 0;            // the router's or shared expert's weight-gradient tree width
+  int tree_depth = 1;         // its buffers (tree_sum_depth(max_sequences))
+  double expert_tree = 0;     // a routed expert's weight-gradient tree width, D·F
+  int expert_tree_depth = 1;  // its buffers (tree_sum_depth(ep_size·max_sequences))
+  int expert_trees = 0;       // one per local expert: max_local
   double activations() const { return 5 * NE + 6 * NK + 3 * NKD + 4 * RD + 6 * RF + 6 * NFs; }
-  double trees() const { return tree_depth * tree; }
+  double trees() const {
+    return tree_depth * tree + double(expert_trees) * expert_tree_depth * expert_tree;
+  }
 };
 MoeSavedSizes moe_saved_sizes(double N, const MoeDims& dims, int ep_size, int max_local,
                               int max_sequences);

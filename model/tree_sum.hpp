@@ -12,6 +12,7 @@
 // Float addition is commutative, so only the tree's shape matters, not which operand is left.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -95,6 +96,64 @@ template <class T> class TreeSum {
   std::vector<int64_t> sizes_;           // leaves under each stack entry, bottom first
   size_t count_ = 0;
 };
+
+// A node of the tree over [0, total): the sequences [first, first + count).
+struct TreeNode {
+  int first = 0, count = 0;
+  bool operator==(const TreeNode&) const = default;
+};
+
+// Where the tree over [0, n) splits: after the largest power of two below n (n >= 2).
+inline int tree_split(int n) {
+  int half = 1;
+  while (2 * half < n) half *= 2;
+  return half;
+}
+
+// The largest nodes of the tree over [0, total) that lie inside [lo, hi), left to right: the
+// pieces a holder of the sequences [lo, hi) can sum alone (each with a TreeSum over its leaves,
+// whose tree is the node's own). One node when [lo, hi) is a subtree, e.g. an aligned
+// power-of-two block; [0, 6) of 12 gives [0, 4) and [4, 6).
+inline std::vector<TreeNode> tree_nodes_within(int lo, int hi, int total) {
+  std::vector<TreeNode> nodes;
+  auto visit = [&](auto&& self, int first, int count) -> void {
+    const int last = first + count;
+    if (last <= lo || first >= hi) return;
+    if (lo <= first && last <= hi) {
+      nodes.push_back({first, count});
+      return;
+    }
+    const int half = tree_split(count);
+    self(self, first, half);
+    self(self, first + half, count - half);
+  };
+  if (lo < hi && total > 0) visit(visit, 0, total);
+  return nodes;
+}
+
+// out[0, count) = the sum of the tree over [0, total) from nodes whose sums are known: known(node)
+// gives a node's sum or nullptr; the nodes known must cover [0, total) (tree_nodes_within of a
+// partition of it). Unknown nodes are the sum of their two halves, as TreeSum adds them;
+// `scratch` holds one buffer of `count` per level of the tree (tree_sum_depth(total)).
+template <class T, class Known>
+void tree_sum_from_nodes(T* out, size_t count, int total, Known&& known,
+                         std::vector<std::vector<T>>& scratch) {
+  auto sum = [&](auto&& self, T* dst, TreeNode node, size_t level) -> void {
+    if (const T* value = known(node)) {
+      std::copy(value, value + count, dst);
+      return;
+    }
+    if (node.count < 2 || level >= scratch.size()) {
+      throw std::logic_error("tree_sum_from_nodes: the known nodes do not cover the tree");
+    }
+    const int half = tree_split(node.count);
+    self(self, dst, TreeNode{node.first, half}, level + 1);
+    T* right = scratch[level].data();
+    self(self, right, TreeNode{node.first + half, node.count - half}, level + 1);
+    for (size_t i = 0; i < count; ++i) dst[i] += right[i];
+  };
+  sum(sum, out, TreeNode{0, total}, 0);
+}
 
 // The same tree over scalars pushed one by one (per-sequence losses), without allocation.
 class TreeSumScalar {

@@ -86,6 +86,9 @@ struct TrainSummary {
   std::string end_detail;       // kNonFinite: where it went non-finite; kCheckpointFailed: why
   std::string checkpoint_dir;   // rank 0: where checkpoints go, "" when off
   std::string last_checkpoint;  // rank 0: the newest checkpoint this run wrote, "" if none
+  // The parameters after the last step, as one number (Trainer::param_digest): the same on any
+  // rank count, EP size and machine wherever the run's bits are; 0 when no step ran.
+  uint64_t param_digest = 0;
 };
 
 }  // namespace moe

@@ -158,6 +158,10 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   }
   std::printf("\n  worst load violation: %.3f at step 0, %.3f at the last step\n",
               first.worst_violation, last.worst_violation);
+  // One number for the parameters' bits: two runs of one configuration print the same on any
+  // rank count and machine (docs/architecture.md, "Determinism").
+  std::printf("  parameters after step %lld: digest %016llx\n", static_cast<long long>(s.last_step),
+              static_cast<unsigned long long>(s.param_digest));
   // Each top-k layer's balance at the end: (max load − mean)/mean, 0 = balanced, E/K − 1 = every
   // token's experts the same.
   std::string balance;

@@ -463,6 +463,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
       break;
     }
   }
+  if (!summary.steps.empty()) summary.param_digest = trainer->param_digest();
   summarize_phases(summary, world, phase_sum);
   summary.model_gflops =
       3.0 * model_forward_flops_per_token(mc) * median_tokens_per_s(summary) * 1e-9;

@@ -84,11 +84,28 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   param_init(std::span<float>(dense_), layout_.dense, cfg.seed);
   param_init(std::span<float>(experts_), layout_.experts, cfg.seed);
   d_dense_.resize(dense_.size());
-  d_experts_.resize(experts_.size());
   adamw_state_init(adam_dense_, dense_.size());
   adamw_state_init(adam_experts_, experts_.size());
   // Activations and step buffers, sized once.
   model_acts_reserve(acts_, mc_, B, P_, placement_.max_local());
+  // Expert gradients by sequence along the global tree (model/expert_grads.hpp): this EP group's
+  // sequences start at g·P·B. With replicas, a group sums the nodes of the tree its sequences
+  // cover, node n into plane n of d_experts_, and reduce() adds every group's nodes along the
+  // rest of the tree.
+  const ExpertGradLayout expert_layout{groups_.ep_group * P_ * B, W * B,
+                                       static_cast<int64_t>(experts_.size())};
+  for (int g = 0; g < groups_.num_replicas; ++g) {
+    ExpertGradLayout group = expert_layout;
+    group.group_first = g * P_ * B;
+    expert_nodes_.push_back(expert_grad_nodes(group, P_, B));
+    expert_planes_ = std::max(expert_planes_, expert_nodes_.back().size());
+  }
+  for (MoeSaved<float>& layer : acts_.moe) layer.expert_layout = expert_layout;
+  d_experts_.resize(experts_.size() * expert_planes_);
+  if (groups_.num_replicas > 1) {
+    expert_gathered_.resize(d_experts_.size() * groups_.num_replicas);
+    expert_tree_scratch_.assign(tree_sum_depth(W * B), std::vector<float>(experts_.size()));
+  }
   acts_.times = &times_;  // always on: ~100 scopes of 38 ns per step (docs/performance.md)
   sample_.resize(S + 1);
   tokens_.resize(N);
@@ -226,7 +243,7 @@ void Trainer::reduce(StepRecord& rec) {
   // Dense gradients and the losses along the fixed tree over ranks (model/tree_sum.hpp): with
   // power-of-two sequences per rank, the same bits on any rank count.
   world_.allreduce_sum_tree(std::span<float>(d_dense_), std::span<float>(dense_scratch_));
-  if (groups_.num_replicas > 1) groups_.replica.allreduce_sum(std::span<float>(d_experts_));
+  if (groups_.num_replicas > 1) reduce_expert_replicas();
   world_.allreduce_sum_tree(std::span<double>(sums_), std::span<double>(sums_scratch_));
   rec.loss = sums_[0] / static_cast<double>(T_);
   rec.layer_balance_loss.assign(sums_.begin() + 1, sums_.end());
@@ -289,6 +306,74 @@ void Trainer::reduce(StepRecord& rec) {
   }
 }
 
+namespace {
+
+constexpr uint64_t kFnvOffset = 1469598103934665603ull, kFnvPrime = 1099511628211ull;
+
+// FNV-1a over the values' bytes, from `h`.
+uint64_t fnv1a(uint64_t h, std::span<const float> values) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+  for (size_t i = 0; i < values.size_bytes(); ++i) h = (h ^ bytes[i]) * kFnvPrime;
+  return h;
+}
+
+uint64_t fnv1a_word(uint64_t h, uint64_t word) {
+  for (int b = 0; b < 8; ++b) h = (h ^ ((word >> (8 * b)) & 0xff)) * kFnvPrime;
+  return h;
+}
+
+}  // namespace
+
+uint64_t Trainer::param_digest() const {
+  const int L = mc_.layers, max_local = placement_.max_local();
+  const int num_local = placement_.num_local(groups_.ep.rank());
+  const size_t DF = static_cast<size_t>(mc_.d_model) * mc_.ffn_dim;
+  // Each local expert tensor's digest, [L, max_local, 3], gathered over the EP group (every
+  // group holds the same experts' values, so any one will do: each uses its own).
+  std::vector<uint64_t> local(static_cast<size_t>(L) * max_local * 3, 0);
+  std::vector<uint64_t> all(local.size() * P_);
+  const std::span<const float> experts(experts_);
+  for (int l = 0; l < L; ++l) {
+    const size_t layer = static_cast<size_t>(l) * 3 * num_local * DF;
+    for (int i = 0; i < num_local; ++i) {
+      for (int m = 0; m < 3; ++m) {
+        local[(static_cast<size_t>(l) * max_local + i) * 3 + m] = fnv1a(
+            kFnvOffset, experts.subspan(layer + (static_cast<size_t>(m) * num_local + i) * DF, DF));
+      }
+    }
+  }
+  groups_.ep.allgather(std::span<const uint64_t>(local), std::span<uint64_t>(all));
+  uint64_t h = fnv1a(kFnvOffset, std::span<const float>(dense_));
+  for (int l = 0; l < L; ++l) {
+    for (int q = 0; q < P_; ++q) {  // EP rank q owns global experts first_expert(q) + i
+      for (int i = 0; i < placement_.num_local(q); ++i) {
+        for (int m = 0; m < 3; ++m) {
+          h = fnv1a_word(h, all[((static_cast<size_t>(q) * L + l) * max_local + i) * 3 + m]);
+        }
+      }
+    }
+  }
+  return h;
+}
+
+// Every EP group's nodes of its experts' gradient trees (plane n of d_experts_: node n of
+// expert_nodes_[g]) gathered over the replicas, then the tree's top over all sequences added in
+// its fixed order into plane 0: the bits of one EP group holding every sequence.
+void Trainer::reduce_expert_replicas() {
+  const size_t A = experts_.size();
+  groups_.replica.allgather(std::span<const float>(d_experts_), std::span<float>(expert_gathered_));
+  auto known = [&](TreeNode node) -> const float* {
+    for (size_t g = 0; g < expert_nodes_.size(); ++g) {
+      for (size_t n = 0; n < expert_nodes_[g].size(); ++n) {
+        if (expert_nodes_[g][n] == node) return &expert_gathered_[(g * expert_planes_ + n) * A];
+      }
+    }
+    return nullptr;
+  };
+  tree_sum_from_nodes(d_experts_.data(), A, world_.size() * mc_.batch_per_rank, known,
+                      expert_tree_scratch_);
+}
+
 // Clipping, AdamW on both arenas, then the loss-free bias update from the global loads. A
 // non-finite loss or norm (the same on every rank: both are global) updates nothing.
 void Trainer::optimize(StepRecord& rec, int step) {
@@ -303,8 +388,8 @@ void Trainer::optimize(StepRecord& rec, int step) {
                                ? static_cast<float>(cfg_.grad_clip / rec.grad_norm)
                                : 1.0f;
   adamw_update(dense_, d_dense_, adam_dense_, layout_.dense, adam_, lr, clip_scale, step + 1);
-  adamw_update(experts_, d_experts_, adam_experts_, layout_.experts, adam_, lr, clip_scale,
-               step + 1);
+  adamw_update(experts_, std::span<const float>(d_experts_).first(experts_.size()), adam_experts_,
+               layout_.experts, adam_, lr, clip_scale, step + 1);
   const int E = mc_.experts;
   if (cfg_.bias_update_rate > 0) {
     for (int l = 0; l < mc_.layers; ++l) {

@@ -63,6 +63,10 @@ class Trainer {
   void charge_checkpoint(double seconds) { checkpoint_seconds_ = seconds; }
 
   int ep_size() const { return P_; }
+  // Collective over the world: a 64-bit FNV-1a digest of every parameter's bits, tensor by tensor
+  // in a fixed order (the dense arena as laid out, then per layer each global expert's w1, w3,
+  // w2), so that it depends on neither the rank count nor the EP size. The same on every rank.
+  uint64_t param_digest() const;
   size_t num_dense_params() const { return dense_.size(); }
   const PhaseTimes& times() const { return times_; }  // of the last step
 
@@ -71,6 +75,7 @@ class Trainer {
   void load_samples(const TokenSource& source, int64_t first);
   void load_batch(int step);
   void reduce(StepRecord& rec);
+  void reduce_expert_replicas();
   void optimize(StepRecord& rec, int step);
 
   const RunConfig& cfg_;
@@ -86,7 +91,9 @@ class Trainer {
   ModelLayout layout_;
   EpExchange ex_;  // holds a reference to groups_.ep: a Trainer never moves
   AdamWConfig adam_;
-  std::vector<float> dense_, experts_, d_dense_, d_experts_;  // the two arenas and gradients
+  std::vector<float> dense_, experts_, d_dense_;  // the two arenas, the dense gradients
+  std::vector<float>
+      d_experts_;  // the expert gradients: [planes, experts_.size()], plane 0 reduced
   AdamWState adam_dense_, adam_experts_;
   ModelActs<float> acts_;
   ModelBatch batch_;
@@ -99,8 +106,15 @@ class Trainer {
   std::vector<float> dense_scratch_;  // [dense elements] for the tree all-reduce
   std::vector<double> sums_scratch_;  // [1 + L]
   std::vector<double> expert_sq_, expert_sq_all_;  // [L, max local], [P, L, max local]
-  double expert_norm_sq_ = 0.0;                    // Σ over every expert, in a fixed order
-  std::vector<double> slowest_ = {0.0, 0.0};       // [step seconds, stop signal], max over ranks
+  // Expert gradients by sequence (model/expert_grads.hpp): each EP group's tree nodes (by group),
+  // the planes of d_experts_ they need, and with replicas the gathered planes and the scratch of
+  // the tree's top.
+  std::vector<std::vector<TreeNode>> expert_nodes_;
+  size_t expert_planes_ = 1;
+  std::vector<float> expert_gathered_;                   // [replicas, planes, experts_.size()]
+  std::vector<std::vector<float>> expert_tree_scratch_;  // [tree depth][experts_.size()]
+  double expert_norm_sq_ = 0.0;                          // Σ over every expert, in a fixed order
+  std::vector<double> slowest_ = {0.0, 0.0};  // [step seconds, stop signal], max over ranks
   double stats_seconds_ = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
   double checkpoint_seconds_ = 0.0;  // a checkpoint after the previous step
   int stop_signal_ = 0;

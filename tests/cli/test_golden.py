@@ -6,7 +6,7 @@ step's loss and gradient norm (float64, as hex), its expert loads [L, E] and rou
 and a SHA-256 of every parameter after the step's AdamW (the step's checkpoint's param/*
 datasets, sorted by name, float32 little-endian). These are what the run computes on any x86-64
 machine, whatever its vector width or BLAS kernel, on any rank count: each case below runs them
-under another OpenBLAS kernel
+on several EP groups (--ep: replicas of every expert), under another OpenBLAS kernel
 (OPENBLAS_CORETYPE; the model does not call OpenBLAS, so that must change nothing), another GEMM
 level (MOE_RT_GEMM) or elementwise level (MOE_RT_SIMD), or another rank count. A level this CPU
 lacks is reported as skipped, never passed.
@@ -43,12 +43,15 @@ FLAGS = cpu_flags()
 HAS_AVX2 = {"avx2", "fma"} <= FLAGS
 HAS_AVX512 = {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= FLAGS
 
-# (id, ranks, environment, what the CPU needs). Each changes one thing against the default: 2
-# ranks of 4 sequences. The portable level (scalar std::fma) is about 35 times slower: one step.
+# (id, ranks, environment or options, what the CPU needs). Each changes one thing against the
+# default: 2 ranks of 4 sequences. The portable level (scalar std::fma) is about 35 times slower:
+# one step.
 CASES = [
     ("default", 2, {}, True),
     ("one-rank", 1, {}, True),
     ("eight-ranks", 8, {}, True),
+    ("eight-ranks-two-ep-groups", 8, {"--ep": "4"}, True),
+    ("four-ranks-four-ep-groups", 4, {"--ep": "1"}, True),
     ("openblas-haswell", 2, {"OPENBLAS_CORETYPE": "Haswell"}, HAS_AVX2),
     ("openblas-sandybridge", 2, {"OPENBLAS_CORETYPE": "Sandybridge"}, True),
     ("openblas-skylakex", 2, {"OPENBLAS_CORETYPE": "SkylakeX"}, HAS_AVX512),
@@ -68,15 +71,18 @@ GLOBAL_BATCH = 8
 
 
 def run_golden(run_moe, tmp_path, ranks, env, steps):
+    """`env`: environment variables, and options (the keys starting with --)."""
     stats = tmp_path / "g.h5"
     ckpt = tmp_path / "ck"
+    options = [str(x) for k, v in env.items() if k.startswith("--") for x in (k, v)]
+    env = {k: v for k, v in env.items() if not k.startswith("--")}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # run_moe passes the test process's environment on
     try:
         r = run_moe(["--model", "deepseek4-tiny", "--steps", str(steps),
                      "--batch-per-rank", str(GLOBAL_BATCH // ranks), "--stats", str(stats),
                      "--checkpoint-every", "1", "--keep-checkpoints", str(steps),
-                     "--checkpoint-dir", str(ckpt)], np_=ranks, timeout=300)
+                     "--checkpoint-dir", str(ckpt)] + options, np_=ranks, timeout=300)
     finally:
         for k, v in saved.items():
             if v is None:

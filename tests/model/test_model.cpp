@@ -146,7 +146,8 @@ TEST(ModelMemory, ParameterBytesMatchTheLayout) {
 }
 
 // The weight-gradient trees keep bit_width(B) buffers of each gradient they sum (the LM head's and
-// embedding's [V, D] among them): the estimate counts exactly what model_acts_reserve reserves.
+// embedding's [V, D] among them, and each local expert's [D, F]): the estimate counts exactly
+// what model_acts_reserve reserves.
 TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
   ModelConfig c = micro_config();
   for (int shared : {0, 1}) {
@@ -161,7 +162,10 @@ TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
         values += a.tree_q.reserved_values() + a.tree_k.reserved_values() +
                   a.tree_v.reserved_values() + a.tree_o.reserved_values();
       }
-      for (const MoeSaved<float>& m : acts.moe) values += m.grad_tree.reserved_values();
+      for (const MoeSaved<float>& m : acts.moe) {
+        values += m.grad_tree.reserved_values();
+        for (const TreeSum<float>& t : m.expert_trees) values += t.reserved_values();
+      }
       const ModelMemory memory = model_memory_estimate(c, 1);
       EXPECT_EQ(memory.tree_bytes, static_cast<double>(sizeof(float) * values))
           << "B=" << B << " shared=" << shared;
@@ -200,6 +204,9 @@ TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
               m.send_rows, m.y_rows, m.d_rows, m.x, m.y, m.d_y, m.d_x, m.g, m.v, m.h, m.d_g, m.d_v,
               m.d_h, m.sg, m.sv, m.sh, m.sd_g, m.sd_v, m.sd_h);
           values += static_cast<double>(m.grad_tree.reserved_values());
+          for (const TreeSum<float>& t : m.expert_trees) {
+            values += static_cast<double>(t.reserved_values());
+          }
         }
         EXPECT_EQ(model_memory_estimate(c, 1).act_bytes, 4.0 * values)
             << "B=" << B << " shared=" << shared << " window=" << window;

@@ -262,5 +262,57 @@ TEST(TreeSum, GroupsOfThreeDoNotGiveTheUngroupedSum) {
   EXPECT_FALSE(same_bits(grouped_tree_sum(leaves, 2, 3), tree_sum(leaves, 0, 6)));
 }
 
+// Groups of any size (an EP group of P ranks holding B sequences each is a range of P·B leaves,
+// P not a power of two included): each group sums the largest nodes of the global tree inside
+// its range (tree_nodes_within, each node by a TreeSum of its own), and tree_sum_from_nodes adds
+// every group's nodes along the rest of the tree. The result is the tree over all leaves, bit for
+// bit, whatever the groups: how Trainer reduces the experts' gradients over their replicas.
+TEST(TreeNodes, GroupsOfAnySizeGiveTheWholeTreeBitForBit) {
+  for (int total = 1; total <= 24; ++total) {
+    const Leaves<float> leaves = adversarial_leaves<float>(total, kCount, "tree_sum.nodes");
+    const std::vector<float> expected = tree_reference(leaves, 0, total);
+    for (int group = 1; group <= total; ++group) {
+      if (total % group != 0) continue;
+      // Every group's nodes, summed by TreeSum over the node's own leaves.
+      std::vector<TreeNode> nodes;
+      std::vector<std::vector<float>> sums;
+      for (int lo = 0; lo < total; lo += group) {
+        int covered = lo;
+        for (const TreeNode& node : tree_nodes_within(lo, lo + group, total)) {
+          ASSERT_EQ(node.first, covered) << "nodes are in order and leave no gap";
+          covered += node.count;
+          nodes.push_back(node);
+          sums.push_back(tree_sum(leaves, node.first, node.count));
+        }
+        ASSERT_EQ(covered, lo + group);
+      }
+      auto known = [&](TreeNode node) -> const float* {
+        for (size_t n = 0; n < nodes.size(); ++n) {
+          if (nodes[n] == node) return sums[n].data();
+        }
+        return nullptr;
+      };
+      std::vector<std::vector<float>> scratch(tree_sum_depth(total), std::vector<float>(kCount));
+      std::vector<float> got(kCount);
+      tree_sum_from_nodes(got.data(), kCount, total, known, scratch);
+      EXPECT_TRUE(same_bits(got, expected)) << total << " leaves in groups of " << group;
+    }
+  }
+}
+
+TEST(TreeNodes, ASubtreeIsOneNodeAndAnUnalignedRangeSeveral) {
+  EXPECT_EQ(tree_nodes_within(4, 8, 16), (std::vector<TreeNode>{{4, 4}}));
+  EXPECT_EQ(tree_nodes_within(0, 6, 12), (std::vector<TreeNode>{{0, 4}, {4, 2}}));
+  EXPECT_EQ(tree_nodes_within(6, 12, 12), (std::vector<TreeNode>{{6, 2}, {8, 4}}));
+  EXPECT_EQ(tree_nodes_within(0, 12, 12), (std::vector<TreeNode>{{0, 12}}));
+  EXPECT_TRUE(tree_nodes_within(3, 3, 12).empty());
+  // Nodes that do not cover the tree are refused, not summed short.
+  std::vector<std::vector<float>> scratch(4, std::vector<float>(1));
+  float out = 0;
+  EXPECT_THROW(tree_sum_from_nodes(
+                   &out, 1, 8, [](TreeNode) -> const float* { return nullptr; }, scratch),
+               std::logic_error);
+}
+
 }  // namespace
 }  // namespace moe

@@ -1,0 +1,85 @@
+// Expert weight gradients by sequence along the global tree (model/expert_grads.hpp).
+// Legend: P EP group size, max_local local experts (at most), Bs sequences per rank, K top-k.
+#include "model/expert_grads.hpp"
+
+#include <algorithm>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "model/blas.hpp"
+
+namespace moe {
+
+std::vector<TreeNode> expert_grad_nodes(const ExpertGradLayout& layout, int ep_size,
+                                        int per_source) {
+  const int span = ep_size * per_source;
+  const int total = layout.total > 0 ? layout.total : span;
+  if (layout.group_first < 0 || layout.group_first + span > total) {
+    throw std::invalid_argument("expert_grad_nodes: the EP group's sequences [" +
+                                std::to_string(layout.group_first) + ", " +
+                                std::to_string(layout.group_first + span) + ") lie outside [0, " +
+                                std::to_string(total) + ")");
+  }
+  return tree_nodes_within(layout.group_first, layout.group_first + span, total);
+}
+
+void expert_seq_rows_exchange(ExpertSeqRows& rows, const DispatchPlan& plan, int N, int S,
+                              const ExpertGradLayout& layout, const Comm& ep) {
+  const int P = plan.placement.ep_size, max_local = plan.placement.max_local();
+  const int Bs = S > 0 ? N / S : 1;
+  const size_t blocks = static_cast<size_t>(P) * max_local;
+  rows.per_source = Bs;
+  rows.send.assign(blocks * Bs, 0);
+  rows.recv.resize(blocks * Bs);
+  if (Bs == 1) {
+    // One sequence a rank: a block is a sequence.
+    std::copy(plan.recv_counts_by_source.begin(), plan.recv_counts_by_source.end(),
+              rows.recv.begin());
+  } else {
+    // Each block's send positions hold its tokens in order: count them by sequence.
+    for (size_t b = 0; b < blocks; ++b) {
+      const int first = plan.send_block_offsets[b], count = plan.count_message[b];
+      for (int p = first; p < first + count; ++p) {
+        const int token = plan.send_assignment[p] / plan.top_k;
+        ++rows.send[b * Bs + token / S];
+      }
+    }
+    ep.alltoall(std::span<const int>(rows.send), std::span<int>(rows.recv));
+  }
+  rows.nodes = expert_grad_nodes(layout, P, Bs);
+}
+
+template <class T>
+void expert_weight_grad(T* d_weight, TreeSum<T>& tree, const T* in, const T* d_out, int I, int O,
+                        int i, const DispatchPlan& plan, const ExpertSeqRows& rows,
+                        const ExpertGradLayout& layout) {
+  const int max_local = plan.placement.max_local(), Bs = rows.per_source;
+  const size_t IO = static_cast<size_t>(I) * O;
+  for (size_t n = 0; n < rows.nodes.size(); ++n) {
+    const TreeNode node = rows.nodes[n];
+    tree.begin(IO);
+    for (int q = node.first; q < node.first + node.count; ++q) {
+      // The group's sequence q: source s's sequence b, after the source's earlier sequences.
+      const int local = q - layout.group_first, s = local / Bs, b = local % Bs;
+      const size_t block = static_cast<size_t>(s) * max_local + i;
+      const int* counts = &rows.recv[block * Bs];
+      int row = plan.recv_block_offsets[block];
+      for (int e = 0; e < b; ++e) row += counts[e];
+      // out = in·W  ->  d_W_leaf[I,O] = in_qᵀ[I,rows]·d_out_q[rows,O] (zero without rows)
+      gemm<T>(true, false, I, O, counts[b], T(1), in + static_cast<int64_t>(row) * I,
+              d_out + static_cast<int64_t>(row) * O, T(0), tree.leaf());
+      tree.push();
+    }
+    tree.finish(d_weight + static_cast<int64_t>(n) * layout.plane_stride);
+  }
+}
+
+template void expert_weight_grad<float>(float*, TreeSum<float>&, const float*, const float*, int,
+                                        int, int, const DispatchPlan&, const ExpertSeqRows&,
+                                        const ExpertGradLayout&);
+template void expert_weight_grad<double>(double*, TreeSum<double>&, const double*, const double*,
+                                         int, int, int, const DispatchPlan&, const ExpertSeqRows&,
+                                         const ExpertGradLayout&);
+
+}  // namespace moe
