@@ -27,17 +27,17 @@ namespace moe {
 // Where an EP group's sequences lie in the global tree: the run's layout (Trainer sets it; a
 // layer tested alone keeps the default: its EP group's sequences are all there are).
 struct ExpertGradLayout {
-  int group_first = 0;        // global index of the EP group's first sequence
-  int total = 0;              // global sequences of a step; 0: the EP group's alone
-  int64_t plane_stride = 0;   // elements between planes of the expert gradient arena
+  int group_first = 0;       // global index of the EP group's first sequence
+  int total = 0;             // global sequences of a step; 0: the EP group's alone
+  int64_t plane_stride = 0;  // elements between planes of the expert gradient arena
 };
 
 // The rows behind the leaves, per backward: recv[(s·max_local + i)·Bs + b] rows of source s's
 // sequence b for local expert i; and the tree nodes this EP group sums (node n into plane n).
 struct ExpertSeqRows {
-  int per_source = 1;                 // Bs
-  std::vector<int> send, recv;        // [P, max_local, Bs]
-  std::vector<TreeNode> nodes;        // tree_nodes_within(the group's range)
+  int per_source = 1;           // Bs
+  std::vector<int> send, recv;  // [P, max_local, Bs]
+  std::vector<TreeNode> nodes;  // tree_nodes_within(the group's range)
 };
 
 // The nodes an EP group of `ep_size` ranks of `per_source` sequences each sums, under `layout`.

@@ -117,6 +117,20 @@ def test_resume_bitwise_from_2_ranks_on_1(moe_rt_bin, tmp_path):
         assert f["steps/step"][0] == 8
 
 
+def test_resume_bitwise_from_two_ep_groups_to_one(moe_rt_bin, tmp_path):
+    # micro has 4 experts: 8 ranks form two EP groups of 4, whose expert gradients are added
+    # along the sequence tree (model/expert_grads.hpp); resumed on 2 ranks (one group).
+    base = MICRO + ["--checkpoint-every", "4"]
+    ok(moe_rt_bin, base + ["--steps", 12, "--stats", tmp_path / "full.h5"], 8)
+    ok(moe_rt_bin, base + ["--steps", 8, "--lr-decay-steps", 12, "--stats", tmp_path / "a.h5"], 8)
+    ok(moe_rt_bin, ["--resume", tmp_path / "a-checkpoints", "--steps", 12,
+                    "--stats", tmp_path / "b.h5"], 2)
+    chained = assert_continues_bitwise(tmp_path / "full.h5", tmp_path / "b.h5",
+                                       tmp_path / "full-checkpoints" / "step-00000011.h5",
+                                       tmp_path / "a-checkpoints" / "step-00000011.h5")
+    assert [s.world_size for s in chained.segments] == [8, 2]
+
+
 # ---- signals --------------------------------------------------------------------------------
 
 
