@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "numeric/det_math.hpp"
+
 namespace moe {
 namespace {
 
@@ -62,7 +64,7 @@ void normalise_to_cdf(double* weights, double* cdf /*[n+1]*/, int64_t n) {
 }
 
 double entropy_term(double p) {
-  return p > 0.0 ? -p * std::log(p) : 0.0;
+  return p > 0.0 ? -p * det::log(p) : 0.0;
 }
 
 }  // namespace
@@ -90,7 +92,7 @@ void SyntheticSource::build_chain() {
   zipf_.resize(num_vocab);
   zipf_cdf_.resize(num_vocab + 1);
   for (int64_t b = 0; b < num_vocab; ++b) {
-    zipf_[b] = std::pow(static_cast<double>(b + 1), -params_.zipf_exponent);
+    zipf_[b] = det::pow(static_cast<double>(b + 1), -params_.zipf_exponent);
   }
   normalise_to_cdf(zipf_.data(), zipf_cdf_.data(), num_vocab);
 
@@ -115,7 +117,7 @@ void SyntheticSource::build_chain() {
       // Exp(1) weights normalised per row: a Dirichlet(1, ..., 1) draw of q(·|a).
       const double u = synth_uniform(weight_key, num_kept);
       succ_tokens_.push_back(b);
-      succ_probs_.push_back(-std::log1p(-u) + 1e-12);  // + 1e-12: no successor has q = 0
+      succ_probs_.push_back(-det::log1p(-u) + 1e-12);  // + 1e-12: no successor has q = 0
     }
     succ_offsets_[a + 1] = static_cast<int64_t>(succ_tokens_.size());
   }
@@ -148,7 +150,7 @@ void SyntheticSource::chain_step(std::vector<double>& next, const std::vector<do
 void SyntheticSource::compute_stationary() {
   const double eps = params_.smoothing;
   const int64_t num_iters =
-      eps >= 1.0 ? 1 : static_cast<int64_t>(std::ceil(std::log(0.5e-15) / std::log1p(-eps))) + 1;
+      eps >= 1.0 ? 1 : static_cast<int64_t>(std::ceil(det::log(0.5e-15) / det::log1p(-eps))) + 1;
   std::vector<double> pi = zipf_, next(vocab_);
   for (int64_t iter = 0; iter < num_iters; ++iter) {
     chain_step(next, pi);
@@ -240,7 +242,7 @@ std::string SyntheticSource::describe() const {
                 "S=%d targets, unigram entropy %.4f, log V %.4f)",
                 static_cast<unsigned long long>(seed_), vocab_, params_.zipf_exponent,
                 params_.min_successors, params_.max_successors, params_.smoothing, entropy_floor_,
-                seq_len_, unigram_entropy_, std::log(static_cast<double>(vocab_)));
+                seq_len_, unigram_entropy_, det::log(static_cast<double>(vocab_)));
   return text;
 }
 

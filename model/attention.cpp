@@ -28,6 +28,7 @@
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
 #include "model/softmax_rows.hpp"
+#include "numeric/det_math.hpp"
 
 namespace moe {
 
@@ -63,9 +64,10 @@ RopeTable rope_table_make(int S, int hd, float theta) {
   r.sin.resize(size_t(S) * half);
   for (int p = 0; p < S; ++p) {
     for (int i = 0; i < half; ++i) {
-      const double omega = std::pow(double(theta), -2.0 * i / hd);  // ω_i = theta^(-2i/hd)
-      r.cos[size_t(p) * half + i] = std::cos(p * omega);
-      r.sin[size_t(p) * half + i] = std::sin(p * omega);
+      // ω_i = theta^(-2i/hd); numeric/det_math.hpp: the same angles on every machine.
+      const double omega = det::pow(double(theta), -2.0 * i / hd);
+      r.cos[size_t(p) * half + i] = det::cos(p * omega);
+      r.sin[size_t(p) * half + i] = det::sin(p * omega);
     }
   }
   return r;

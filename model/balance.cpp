@@ -12,6 +12,7 @@
 #include "model/rng.hpp"
 #include "model/router.hpp"
 #include "model/tree_sum.hpp"
+#include "numeric/det_math.hpp"
 
 namespace moe {
 
@@ -72,7 +73,7 @@ double maxtext_sequence(T* d_s, std::vector<double>& scratch, const T* s, const 
     double* pt = &prob[static_cast<size_t>(t) * E];
     double mx = -1e300, sum = 0;
     for (int e = 0; e < E; ++e) mx = std::max(mx, static_cast<double>(st[e]) + bias[e]);
-    for (int e = 0; e < E; ++e) sum += pt[e] = std::exp(st[e] + bias[e] - mx);
+    for (int e = 0; e < E; ++e) sum += pt[e] = det::exp(st[e] + bias[e] - mx);
     for (int e = 0; e < E; ++e) p[e] += (pt[e] /= sum) / S;
   }
   double loss = 0;

@@ -9,6 +9,7 @@
 
 #include "model/fast_exp.hpp"
 #include "model/parallel.hpp"
+#include "numeric/det_math.hpp"
 
 namespace moe {
 
@@ -63,7 +64,7 @@ double cross_entropy_forward_backward(T* d_logits, double* row_loss, const T* lo
     for (int v = v0; v < V; ++v) part[0] += static_cast<double>(dz[v]);
     double sum = 0.0;
     for (double p : part) sum += p;
-    row_loss[t] = std::log(sum) + static_cast<double>(zmax) - static_cast<double>(z[y]);
+    row_loss[t] = det::log(sum) + static_cast<double>(zmax) - static_cast<double>(z[y]);
     // loss_t = log Σ exp(z) − z[y]  =>  ∂loss_t/∂z[v] = softmax(z)[v] − [v == y]
     const T factor = static_cast<T>(scale / sum);
     for (int v = 0; v < V; ++v) dz[v] *= factor;

@@ -9,13 +9,16 @@
 // GCC vectorises with SSE2, AVX2 or AVX-512. Relative error below 2·2^-23 for x in [−87, 88]
 // (tested; exp(−87) ≈ 1.6e-38 is about the smallest normal float); below about −87.68 the
 // result is 0, between that and −87 a subnormal; above 88 it is exp(88) (finite).
-// Double keeps std::exp: the gradient checks run in double against finite differences.
+// Double uses det::exp (numeric/det_math.hpp): the gradient checks run in double against finite
+// differences.
 #pragma once
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+
+#include "numeric/det_math.hpp"
 
 namespace moe {
 
@@ -42,9 +45,9 @@ inline float fast_expf(float x_in) {
   return p * scale;
 }
 
-// exp for the elementwise kernels: fast_expf in float, std::exp in double.
+// exp for the elementwise kernels: fast_expf in float, det::exp in double.
 template <class T> inline T kernel_exp(T x) {
-  return std::exp(x);
+  return det::exp(x);
 }
 template <> inline float kernel_exp<float>(float x) {
   return fast_expf(x);

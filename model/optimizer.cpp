@@ -1,5 +1,6 @@
 // AdamW, the learning-rate schedule and squared norms.
 #include "model/optimizer.hpp"
+#include "numeric/det_math.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -19,8 +20,8 @@ void adamw_update(std::span<float> params, std::span<const float> grads, AdamWSt
       s.m.size() != params.size() || s.v.size() != params.size()) {
     throw std::invalid_argument("adamw_update: parameters, gradients and moments differ in size");
   }
-  const double bc1 = 1.0 - std::pow(static_cast<double>(c.beta1), static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(c.beta2), static_cast<double>(step));
+  const double bc1 = 1.0 - det::pow(static_cast<double>(c.beta1), static_cast<double>(step));
+  const double bc2 = 1.0 - det::pow(static_cast<double>(c.beta2), static_cast<double>(step));
   const float step_size = static_cast<float>(lr / bc1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
 #pragma omp parallel
@@ -45,7 +46,7 @@ float lr_at_step(int64_t step, int64_t total, int64_t warmup, float lr_max, floa
   const int64_t decay_steps = total - warmup;
   if (decay_steps <= 1) return lr_max;
   const double progress = static_cast<double>(step - warmup) / static_cast<double>(decay_steps - 1);
-  const double cosine = 0.5 * (1.0 + std::cos(3.141592653589793 * std::min(1.0, progress)));
+  const double cosine = 0.5 * (1.0 + det::cos(3.141592653589793 * std::min(1.0, progress)));
   return static_cast<float>(lr_max * (min_ratio + (1.0 - min_ratio) * cosine));
 }
 

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "numeric/det_math.hpp"
+
 namespace moe {
 
 // SplitMix64's finaliser: a bijective 64-bit mixer with full avalanche.
@@ -50,7 +52,8 @@ inline uint64_t rng_below(uint64_t stream, uint64_t index, uint64_t n) {
 inline double rng_normal(uint64_t stream, uint64_t index) {
   const double u1 = 1.0 - rng_uniform(stream, 2 * index);  // (0, 1]: log stays finite
   const double u2 = rng_uniform(stream, 2 * index + 1);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  // numeric/det_math.hpp's log and cos: the same initial values on every machine.
+  return std::sqrt(-2.0 * det::log(u1)) * det::cos(6.283185307179586 * u2);
 }
 
 }  // namespace moe

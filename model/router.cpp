@@ -17,14 +17,16 @@
 #include "model/parallel.hpp"
 #include "model/rng.hpp"
 #include "model/swiglu.hpp"
+#include "numeric/det_math.hpp"
 
 namespace moe {
 namespace {
 
 // softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)): never overflows, and keeps full
 // precision for very negative x, where it tends to exp(x) rather than rounding to 0 early.
+// In double through numeric/det_math.hpp, so that its bits are the same on every machine.
 template <class T> T stable_softplus(T x) {
-  return std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x)));
+  return std::max(x, T(0)) + static_cast<T>(det::log1p(det::exp(-std::abs(double(x)))));
 }
 
 // The strict total order of top-k: a ranks before b when its value is larger, or equal with a
@@ -80,7 +82,7 @@ template <class T> void score_forward(T* scores, const T* logits, int N, int E, 
         const T max_x = *std::max_element(x, x + E);
         T sum = T(0);
         for (int e = 0; e < E; ++e) {
-          s[e] = std::exp(x[e] - max_x);
+          s[e] = static_cast<T>(det::exp(double(x[e] - max_x)));
           sum += s[e];
         }
         for (int e = 0; e < E; ++e) s[e] /= sum;
@@ -292,7 +294,7 @@ void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias,
 void route_random(int32_t* expert_idx, uint64_t stream, int64_t first_global_token, int N, int E,
                   int K, const RandomRouting& skew) {
   std::vector<double> base(E), weight(E);
-  for (int e = 0; e < E; ++e) base[e] = std::pow(e + 1.0, -skew.zipf_alpha);
+  for (int e = 0; e < E; ++e) base[e] = det::pow(e + 1.0, -skew.zipf_alpha);
   const uint64_t draws = static_cast<uint64_t>(K) + 1;  // K picks and the hot coin per token
   for (int t = 0; t < N; ++t) {
     const uint64_t token = static_cast<uint64_t>(first_global_token + t);

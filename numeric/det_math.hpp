@@ -1,0 +1,180 @@
+// exp, log, log1p, pow, sin and cos written with IEEE additions, multiplications and divisions
+// only, so that their bits are the same on every machine and C library. glibc chooses among
+// builds of its own exp, log, pow, sin and cos by the CPU (an FMA build where the CPU has FMA),
+// and they are not correctly rounded: the build chosen, or another glibc version, could change a
+// last bit of a parameter's initial value, a token of the synthetic data or a RoPE angle, and
+// then every bit after it. Everything in moe_rt whose value reaches a run's bits uses these.
+//
+// Accuracy: within a few units in the last place of double (tests/model/test_det_math.cpp checks
+// them against the C library); the model rounds most results to float. The methods are the
+// textbook ones: Cody–Waite argument reduction with split constants, then a Taylor or atanh
+// series long enough that its truncation is below half an ulp. -ffp-contract=off (the project's
+// default) keeps every a·b + c two roundings, so no build fuses them differently.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace moe::det {
+
+namespace detail {
+
+constexpr double kLn2Hi = 6.93147180369123816490e-01;  // ln 2, the high 32 bits (exact n·hi)
+constexpr double kLn2Lo = 1.90821492927058770002e-10;  // ln 2 − kLn2Hi
+constexpr double kInvLn2 = 1.44269504088896338700e+00;
+// π/2 in three parts of 33 bits each, so that n·part is exact for |n| < 2^20.
+constexpr double kPio2Hi = 1.57079632673412561417e+00;
+constexpr double kPio2Mid = 6.07710050630396597660e-11;
+constexpr double kPio2Lo = 2.02226624879595063154e-21;
+constexpr double kTwoOverPi = 6.36619772367581382433e-01;
+
+// Rounds to the nearest integer, ties away from zero, without the library.
+inline double round_half_away(double x) {
+  const double t = static_cast<double>(static_cast<int64_t>(x));  // toward zero
+  const double f = x - t;
+  if (f >= 0.5) return t + 1.0;
+  if (f <= -0.5) return t - 1.0;
+  return t;
+}
+
+// sin(r) and cos(r) for |r| <= π/4 by their Taylor series to r^21 and r^20 (truncation below
+// 2^-60 relative there).
+inline double sin_reduced(double r) {
+  const double r2 = r * r;
+  double p = 1.0 / 51090942171709440000.0;  // 1/21!
+  p = p * r2 - 1.0 / 121645100408832000.0;  // 1/19!
+  p = p * r2 + 1.0 / 355687428096000.0;     // 1/17!
+  p = p * r2 - 1.0 / 1307674368000.0;       // 1/15!
+  p = p * r2 + 1.0 / 6227020800.0;          // 1/13!
+  p = p * r2 - 1.0 / 39916800.0;            // 1/11!
+  p = p * r2 + 1.0 / 362880.0;              // 1/9!
+  p = p * r2 - 1.0 / 5040.0;                // 1/7!
+  p = p * r2 + 1.0 / 120.0;                 // 1/5!
+  p = p * r2 - 1.0 / 6.0;                   // 1/3!
+  return r + r * (r2 * p);
+}
+
+inline double cos_reduced(double r) {
+  const double r2 = r * r;
+  double p = 1.0 / 2432902008176640000.0;  // 1/20!
+  p = p * r2 - 1.0 / 6402373705728000.0;   // 1/18!
+  p = p * r2 + 1.0 / 20922789888000.0;     // 1/16!
+  p = p * r2 - 1.0 / 87178291200.0;        // 1/14!
+  p = p * r2 + 1.0 / 479001600.0;          // 1/12!
+  p = p * r2 - 1.0 / 3628800.0;            // 1/10!
+  p = p * r2 + 1.0 / 40320.0;              // 1/8!
+  p = p * r2 - 1.0 / 720.0;                // 1/6!
+  p = p * r2 + 1.0 / 24.0;                 // 1/4!
+  p = p * r2 - 0.5;                        // 1/2!
+  return 1.0 + r2 * p;
+}
+
+// x = n·π/2 + r, |r| <= π/4 (to rounding), for |x| < 2^19·π (RoPE angles, schedules, Box–Muller).
+inline double reduce_pio2(double x, int64_t& quadrant) {
+  const double n = round_half_away(x * kTwoOverPi);
+  quadrant = static_cast<int64_t>(n);
+  return ((x - n * kPio2Hi) - n * kPio2Mid) - n * kPio2Lo;
+}
+
+}  // namespace detail
+
+// e^x. Overflow gives +inf, underflow 0 (through subnormals).
+inline double exp(double x) {
+  using namespace detail;
+  if (x != x) return x;
+  if (x > 709.782712893384) return std::numeric_limits<double>::infinity();
+  if (x < -745.2) return 0.0;
+  const double n = round_half_away(x * kInvLn2);
+  const double r = (x - n * kLn2Hi) - n * kLn2Lo;  // |r| <= 0.3466 (to rounding)
+  // e^r by its Taylor series to r^14 (truncation below 2^-56 relative for |r| <= ln2/2).
+  double p = 1.0 / 87178291200.0;  // 1/14!
+  p = p * r + 1.0 / 6227020800.0;  // 1/13!
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  const double er = 1.0 + (r + r * (r * p));
+  return std::ldexp(er, static_cast<int>(n));  // exact scaling (rounded once if subnormal)
+}
+
+// The natural logarithm: NaN below 0, -inf at 0.
+inline double log(double x) {
+  using namespace detail;
+  if (x != x || x < 0.0) return std::numeric_limits<double>::quiet_NaN();
+  if (x == 0.0) return -std::numeric_limits<double>::infinity();
+  if (x == std::numeric_limits<double>::infinity()) return x;
+  int e = 0;
+  double m = std::frexp(x, &e);  // x = m·2^e, m in [0.5, 1): exact
+  if (m < 0.70710678118654752440) {
+    m *= 2.0;
+    --e;
+  }
+  // log m = 2·atanh(f), f = s/(2 + s), s = m − 1 (exact), |f| <= 0.1716: the series to f^25
+  // (truncation below 2^-60 relative). 2f = s − f·s, so log m = s − (f·s − 2f·f²·(1/3 + …)):
+  // the exact s carries the result and only small corrections round.
+  const double s = m - 1.0;
+  const double f = s / (2.0 + s);
+  const double f2 = f * f;
+  double p = 1.0 / 25.0;
+  for (int k = 23; k >= 3; k -= 2) p = p * f2 + 1.0 / k;
+  const double log_m = s - (f * s - 2.0 * f * (f2 * p));
+  const double de = static_cast<double>(e);
+  return (de * kLn2Hi + log_m) + de * kLn2Lo;
+}
+
+// log(1 + x), accurate for small x: log(u)·x/(u − 1) with u = 1 + x rounded, which cancels the
+// rounding of u (Goldberg's method); x itself when u is 1.
+inline double log1p(double x) {
+  const double u = 1.0 + x;
+  if (u == 1.0) return x;
+  if (u == std::numeric_limits<double>::infinity()) return u;
+  return log(u) * (x / (u - 1.0));
+}
+
+// x^y for x > 0 (and 1 for y = 0, 0 for x = 0 and y > 0): e^(y·log x). Relative error about
+// |y·log x|·2^-53 beyond the last ulp, ample for the model's uses (|y·log x| < 20 in RoPE).
+inline double pow(double x, double y) {
+  if (y == 0.0) return 1.0;
+  if (x == 0.0 && y > 0.0) return 0.0;
+  return exp(y * log(x));
+}
+
+inline double sin(double x) {
+  int64_t q = 0;
+  const double r = detail::reduce_pio2(x, q);
+  switch (q & 3) {
+    case 0:
+      return detail::sin_reduced(r);
+    case 1:
+      return detail::cos_reduced(r);
+    case 2:
+      return -detail::sin_reduced(r);
+    default:
+      return -detail::cos_reduced(r);
+  }
+}
+
+inline double cos(double x) {
+  int64_t q = 0;
+  const double r = detail::reduce_pio2(x, q);
+  switch (q & 3) {
+    case 0:
+      return detail::cos_reduced(r);
+    case 1:
+      return -detail::sin_reduced(r);
+    case 2:
+      return -detail::cos_reduced(r);
+    default:
+      return detail::sin_reduced(r);
+  }
+}
+
+}  // namespace moe::det

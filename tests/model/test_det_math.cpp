@@ -1,0 +1,93 @@
+// numeric/det_math.hpp against the C library: within a few units in the last place over the
+// ranges moe_rt uses them on (and beyond), exact at the points where the value is exact, and the
+// special values. Its point is that its bits are the same everywhere; that it is accurate is what
+// this checks (the golden test, tests/cli/test_golden.py, checks the bits).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+
+#include "numeric/det_math.hpp"
+
+namespace moe {
+namespace {
+
+// Distance in units of the last place of `want` (double).
+double ulps(double got, double want) {
+  if (got == want) return 0;
+  const double ulp = std::nextafter(std::abs(want), std::numeric_limits<double>::infinity()) -
+                     std::abs(want);
+  return std::abs(got - want) / ulp;
+}
+
+template <class F, class G>
+void expect_close(const char* name, F ours, G libm, double lo, double hi, double max_ulps,
+                  int samples = 200000) {
+  std::mt19937_64 rng(42);
+  std::uniform_real_distribution<double> u(lo, hi);
+  double worst = 0, at = 0;
+  for (int i = 0; i < samples; ++i) {
+    const double x = u(rng);
+    const double d = ulps(ours(x), libm(x));
+    if (d > worst) worst = d, at = x;
+  }
+  EXPECT_LE(worst, max_ulps) << name << " on [" << lo << ", " << hi << "]: worst at " << at;
+}
+
+TEST(DetMath, ExpWithinTwoUlps) {
+  expect_close("exp", det::exp, [](double x) { return std::exp(x); }, -700, 700, 2);
+  expect_close("exp", det::exp, [](double x) { return std::exp(x); }, -1, 1, 2);
+  EXPECT_EQ(det::exp(0.0), 1.0);
+  EXPECT_EQ(det::exp(1000.0), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(det::exp(-1000.0), 0.0);
+  EXPECT_TRUE(std::isnan(det::exp(std::nan(""))));
+}
+
+TEST(DetMath, LogWithinTwoUlpsAndLog1pWithinThree) {
+  expect_close("log", det::log, [](double x) { return std::log(x); }, 1e-300, 1e300, 2);
+  expect_close("log", det::log, [](double x) { return std::log(x); }, 0.5, 2, 2);
+  // log1p where log(1 + x) would cancel, and where the synthetic data uses it (-u, u in [0, 1)).
+  expect_close("log1p", det::log1p, [](double x) { return std::log1p(x); }, -1e-8, 1e-8, 3);
+  expect_close("log1p", det::log1p, [](double x) { return std::log1p(x); }, -0.999, 10, 3);
+  EXPECT_EQ(det::log(1.0), 0.0);
+  EXPECT_EQ(det::log(0.0), -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(det::log(-1.0)));
+  EXPECT_EQ(det::log1p(0.0), 0.0);
+}
+
+TEST(DetMath, PowWithinRoundingOfItsExponent) {
+  // RoPE: theta^(-2i/hd); AdamW's bias correction: beta^step; Zipf weights: (b + 1)^-s.
+  for (int i = 0; i < 64; ++i) {
+    const double y = -2.0 * i / 128;
+    EXPECT_LE(ulps(det::pow(10000.0, y), std::pow(10000.0, y)), 16) << "y = " << y;
+  }
+  for (int step = 1; step < 5000; step += 7) {
+    EXPECT_LE(ulps(det::pow(0.95, step), std::pow(0.95, step)), 4.0 + step * 0.1) << step;
+  }
+  EXPECT_EQ(det::pow(3.0, 0.0), 1.0);
+  EXPECT_EQ(det::pow(0.0, 2.0), 0.0);
+}
+
+TEST(DetMath, SinCosWithinTwoUlpsOfTheirMagnitude) {
+  // Angles of RoPE (positions up to 1e5 times ω <= 1), Box–Muller (2πu) and the schedule (πp).
+  for (double hi : {7.0, 1e3, 1e5}) {
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> u(-hi, hi);
+    double worst = 0;
+    for (int i = 0; i < 200000; ++i) {
+      const double x = u(rng);
+      // Absolute error against 2^-52: near a zero of sin or cos, ulps of the tiny result say
+      // nothing of the reduction's accuracy.
+      worst = std::max(worst, std::abs(det::sin(x) - std::sin(x)) * 0x1.0p52);
+      worst = std::max(worst, std::abs(det::cos(x) - std::cos(x)) * 0x1.0p52);
+    }
+    EXPECT_LE(worst, hi > 1e4 ? 64.0 : 4.0) << "|x| <= " << hi;
+  }
+  EXPECT_EQ(det::sin(0.0), 0.0);
+  EXPECT_EQ(det::cos(0.0), 1.0);
+}
+
+}  // namespace
+}  // namespace moe
