@@ -62,6 +62,9 @@ CASES = [
     ("simd-sse2", 2, {"MOE_RT_SIMD": "sse2"}, True),
     ("simd-avx2", 2, {"MOE_RT_SIMD": "avx2"}, HAS_AVX2),
     ("simd-avx512", 2, {"MOE_RT_SIMD": "avx512"}, HAS_AVX512),
+    # glibc told the CPU has no AVX, AVX2, FMA or AVX-512: its string and math functions take
+    # their baseline builds, as on an SSE2-only machine (nothing of libm may reach the bits).
+    ("glibc-baseline", 2, {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX,-AVX2,-FMA,-AVX512F"}, True),
     ("narrowest", 2, {"MOE_RT_GEMM": "fma128", "MOE_RT_SIMD": "sse2",
                       "OPENBLAS_CORETYPE": "Sandybridge"}, "fma" in FLAGS),
 ]
