@@ -154,12 +154,14 @@ template <class T> void gemm_run(const GemmCall<T>& g) {
     run_block(k, g, 0, g.M, 0, g.N);
     return;
   }
-  // About four tasks a thread: whole column panels first (each task packs its own B columns
-  // once), then whole row panels. Which task computes an element changes none of its bits.
+  // About four tasks a thread, each packing its own operands: split along the dimension whose
+  // split repeats the smaller packing (column blocks each pack all of A's M×K, row blocks all of
+  // B's K×N), in whole register panels. Which task computes an element changes none of its bits.
   const int col_panels = (g.N + k.nr - 1) / k.nr, row_panels = (g.M + k.mr - 1) / k.mr;
   const int want = 4 * threads;
-  const int col_tasks = std::min(col_panels, want);
-  const int row_tasks = std::min(row_panels, (want + col_tasks - 1) / col_tasks);
+  const bool split_cols = int64_t{g.M} <= int64_t{g.N};  // A (M×K) is the smaller to repeat
+  const int col_tasks = split_cols ? std::min(col_panels, want) : 1;
+  const int row_tasks = split_cols ? 1 : std::min(row_panels, want);
   const int cols = (col_panels + col_tasks - 1) / col_tasks * k.nr;
   const int rows = (row_panels + row_tasks - 1) / row_tasks * k.mr;
   const int num_col = (g.N + cols - 1) / cols, num_row = (g.M + rows - 1) / rows;

@@ -27,11 +27,23 @@ namespace moe::gemm_detail {
 namespace {
 
 // Copies a panel of `width` <= W values per k from `lanes` sources into dst (W values per k,
-// zero past `width`): value (k, w) is src[w·src_lane + k·src_k]. Full panels take the loop with
-// a fixed trip count, which GCC unrolls and vectorises.
+// zero past `width`): value (k, w) is src[w·src_lane + k·src_k]. Where a source runs along k
+// (src_k == 1: a transposed operand) each is read front to back, its values written W apart;
+// otherwise each k's W values lie together and are copied as a row. Full panels take loops with a
+// fixed trip count, which GCC unrolls and vectorises.
 template <class T, int W>
 [[gnu::always_inline]] inline void pack_panel(T* dst, const T* src, int64_t src_lane, int64_t src_k,
                                               int K, int width) {
+  if (src_k == 1) {
+    for (int w = 0; w < width; ++w) {
+      const T* s = src + w * src_lane;
+      for (int k = 0; k < K; ++k) dst[static_cast<int64_t>(k) * W + w] = s[k];
+    }
+    for (int w = width; w < W; ++w) {
+      for (int k = 0; k < K; ++k) dst[static_cast<int64_t>(k) * W + w] = T(0);
+    }
+    return;
+  }
   if (width == W) {
     for (int k = 0; k < K; ++k) {
       const T* s = src + k * src_k;

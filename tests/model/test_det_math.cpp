@@ -17,8 +17,8 @@ namespace {
 // Distance in units of the last place of `want` (double).
 double ulps(double got, double want) {
   if (got == want) return 0;
-  const double ulp = std::nextafter(std::abs(want), std::numeric_limits<double>::infinity()) -
-                     std::abs(want);
+  const double ulp =
+      std::nextafter(std::abs(want), std::numeric_limits<double>::infinity()) - std::abs(want);
   return std::abs(got - want) / ulp;
 }
 
@@ -37,8 +37,10 @@ void expect_close(const char* name, F ours, G libm, double lo, double hi, double
 }
 
 TEST(DetMath, ExpWithinTwoUlps) {
-  expect_close("exp", det::exp, [](double x) { return std::exp(x); }, -700, 700, 2);
-  expect_close("exp", det::exp, [](double x) { return std::exp(x); }, -1, 1, 2);
+  expect_close(
+      "exp", det::exp, [](double x) { return std::exp(x); }, -700, 700, 2);
+  expect_close(
+      "exp", det::exp, [](double x) { return std::exp(x); }, -1, 1, 2);
   EXPECT_EQ(det::exp(0.0), 1.0);
   EXPECT_EQ(det::exp(1000.0), std::numeric_limits<double>::infinity());
   EXPECT_EQ(det::exp(-1000.0), 0.0);
@@ -46,11 +48,15 @@ TEST(DetMath, ExpWithinTwoUlps) {
 }
 
 TEST(DetMath, LogWithinTwoUlpsAndLog1pWithinThree) {
-  expect_close("log", det::log, [](double x) { return std::log(x); }, 1e-300, 1e300, 2);
-  expect_close("log", det::log, [](double x) { return std::log(x); }, 0.5, 2, 2);
+  expect_close(
+      "log", det::log, [](double x) { return std::log(x); }, 1e-300, 1e300, 2);
+  expect_close(
+      "log", det::log, [](double x) { return std::log(x); }, 0.5, 2, 2);
   // log1p where log(1 + x) would cancel, and where the synthetic data uses it (-u, u in [0, 1)).
-  expect_close("log1p", det::log1p, [](double x) { return std::log1p(x); }, -1e-8, 1e-8, 3);
-  expect_close("log1p", det::log1p, [](double x) { return std::log1p(x); }, -0.999, 10, 3);
+  expect_close(
+      "log1p", det::log1p, [](double x) { return std::log1p(x); }, -1e-8, 1e-8, 3);
+  expect_close(
+      "log1p", det::log1p, [](double x) { return std::log1p(x); }, -0.999, 10, 3);
   EXPECT_EQ(det::log(1.0), 0.0);
   EXPECT_EQ(det::log(0.0), -std::numeric_limits<double>::infinity());
   EXPECT_TRUE(std::isnan(det::log(-1.0)));

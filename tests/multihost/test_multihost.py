@@ -20,8 +20,8 @@ from moe_stats_lib.chain import load_run  # scripts/moe_stats_lib
 
 TINY3 = ["--model", "deepseek4-tiny", "--steps", 3]
 MICRO = ["--model", "micro"]
-# Everything per step but timings: equal bit for bit when one EP group spans the ranks and each
-# rank holds a power-of-two number of sequences (docs/architecture.md).
+# Everything per step but timings: equal bit for bit whenever each rank holds a power-of-two
+# number of sequences, one EP group or several (docs/architecture.md, "Determinism").
 EXACT = ("steps/step", "steps/loss", "steps/balance_loss", "steps/grad_norm", "steps/lr",
          "routing/expert_load", "routing/bias", "routing/load_variance", "routing/max_violation",
          "routing/balance_loss")
@@ -42,6 +42,13 @@ def mpirun(hosts_spec, np_, moe_rt_bin, args):
 def read_exact(path):
     with open_stats(path) as f:
         return {name: f[name][...] for name in EXACT + ("routing/rank_load",)}
+
+
+def param_digest(stdout):
+    """The digest of the parameters after the last step's AdamW, from the run's summary."""
+    match = re.search(r"parameters after step (\d+): digest ([0-9a-f]{16})", stdout)
+    assert match, stdout
+    return match.groups()
 
 
 def test_ranks_run_on_their_own_hosts(hosts):
@@ -74,6 +81,7 @@ def test_two_hosts_give_the_bits_of_one(hosts, moe_rt_bin, tmp_path):
     assert len(a["steps/step"]) == 3
     for name in a:
         assert a[name].tobytes() == b[name].tobytes(), name
+    assert param_digest(one.stdout) == param_digest(two.stdout)
     # The launcher told each rank its host: two hosts of two, and the rows dispatched across
     # them counted; the same counts as one host told to count as two (--ranks-per-host 2).
     assert "ranks: 4 on 2 hosts x 2" in two.stdout, two.stdout
@@ -134,6 +142,7 @@ def test_the_delay_switch_delays_every_packet_and_keeps_the_bits(hosts, moe_rt_b
     assert len(a["steps/step"]) == 3
     for name in a:
         assert a[name].tobytes() == b[name].tobytes(), name
+    assert param_digest(one.stdout) == param_digest(two.stdout)
     with open(hosts.state / "netdelay.log") as f:
         assert "netdelay: applied delay_ns 200000, down: -" in f.read()
 

@@ -150,6 +150,8 @@ TEST(TrainDeterminism, SameCommandGivesBitwiseIdenticalRun) {
     EXPECT_EQ(a.steps[s].expert_load, b.steps[s].expert_load) << "step " << s;
     EXPECT_EQ(a.steps[s].bias, b.steps[s].bias) << "step " << s;
   }
+  EXPECT_EQ(a.param_digest, b.param_digest) << "parameters after the last step";
+  EXPECT_NE(a.param_digest, 0u);
 }
 
 TEST(TrainBias, IdenticalOnEveryRank) {

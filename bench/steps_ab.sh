@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Whole deepseek4-tiny steps of two moe_rt binaries, alternating run by run, so that both see the
+# same machine: for comparing a change's cost (e.g. the project's GEMM against an OpenBLAS build
+# of an earlier commit). Prints each run's median tokens/s (moe_rt's summary line, steps after the
+# first) and, per layout, the median over the runs of each binary and their ratio.
+# Usage: bench/steps_ab.sh OLD_MOE_RT NEW_MOE_RT [RUNS=3] [STEPS=20]
+# Layouts: 1 rank x 1 thread, 1 rank x 2 threads, 2 ranks, 8 ranks (1 sequence per rank).
+set -euo pipefail
+old=$1 new=$2 runs=${3:-3} steps=${4:-20}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+layouts=("1 --threads 1" "1 --threads 2" "2" "8")
+median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
+for layout in "${layouts[@]}"; do
+  read -r np extra <<<"$layout"
+  flags=(-np "$np" --bind-to none)
+  ((np > $(nproc))) && flags+=(--oversubscribe)
+  : >"/tmp/steps_ab.old" && : >"/tmp/steps_ab.new"
+  for ((r = 0; r < runs; ++r)); do
+    for which in old new; do
+      bin=$old && [[ $which == new ]] && bin=$new
+      # shellcheck disable=SC2086
+      tps=$(mpiexec "${flags[@]}" "$bin" --steps "$steps" --stats none $extra |
+        sed -n 's/^summary: .* median \([0-9]*\) tokens\/s/\1/p')
+      echo "$tps" >>"/tmp/steps_ab.$which"
+      echo "  ranks $np ${extra:-} $which: $tps tokens/s"
+    done
+  done
+  o=$(median </tmp/steps_ab.old) n=$(median </tmp/steps_ab.new)
+  echo "ranks $np ${extra:-}: old median $o, new median $n tokens/s, new/old $(awk -v a="$n" -v b="$o" 'BEGIN {printf "%.3f", a / b}')"
+done
