@@ -80,6 +80,24 @@ template <class T, int NR>
 [[gnu::always_inline]] inline void pack_b(T* dst, const GemmCall<T>& g, int j0, int n) {
   // op(B)[k,j] = B[j·ldb + k] when transposed, else B[k·ldb + j].
   const int64_t lane = g.trans_b ? g.ldb : 1, step = g.trans_b ? 1 : g.ldb;
+  if (!g.trans_b) {
+    // Row k of B once, front to back, into every full panel: rows ldb apart read panel by panel
+    // would fight over cache sets when ldb is a large power of two (the LM head's 2048).
+    const int full = n / NR * NR;
+    for (int k = 0; k < g.K; ++k) {
+      const T* src = g.B + static_cast<int64_t>(k) * g.ldb + j0;
+      for (int q = 0; q < full; q += NR) {
+        T* d = dst + static_cast<int64_t>(q) * g.K + static_cast<int64_t>(k) * NR;
+#pragma GCC unroll 32
+        for (int c = 0; c < NR; ++c) d[c] = src[q + c];
+      }
+    }
+    if (full < n) {
+      pack_panel<T, NR>(dst + static_cast<int64_t>(full) * g.K, g.B + j0 + full, lane, step, g.K,
+                        n - full);
+    }
+    return;
+  }
   for (int q = 0; q < n; q += NR) {
     const int64_t first = g.trans_b ? static_cast<int64_t>(j0 + q) * g.ldb : j0 + q;
     pack_panel<T, NR>(dst + static_cast<int64_t>(q) * g.K, g.B + first, lane, step, g.K,
@@ -160,8 +178,9 @@ template <class V, int MR, int NV>
 }
 
 // Bytes of packed A (mc rows × K) and of packed B (K × nc columns) aimed at: A's block stays in
-// the level-2 cache while B's panels stream through it; sizes, not bits (nothing here changes an
-// element's chain).
+// the level-2 cache while B's panels stream through it. Sizes, not bits: nothing here changes an
+// element's chain. (B blocks of 256 and 512 KiB, to fit Zen 3's 512 KiB level-2 cache, measured
+// no better on the model's shapes with bench_gemm_shapes: K = 2048 then repacks A per block.)
 constexpr int64_t kPackedABytes = 160 * 1024;
 constexpr int64_t kPackedBBytes = 1024 * 1024;
 
@@ -198,6 +217,15 @@ template <class V, int MR, int NV>
   // power-of-two leading dimension fight over cache sets. Reading in place or packed changes
   // which addresses are loaded, never a value.
   const bool a_in_place = g.trans_a && n <= 2 * NR, b_in_place = !g.trans_b && m <= 2 * MR;
+  // With all of A's rows in one block, A is packed once for every block of B's columns.
+  const bool a_once = m <= mc;
+  auto pack_a_block = [&](int ic, int mcur, int a_full) {
+    if (a_full < mcur) {
+      pack_a<T, MR>(packed_a + static_cast<int64_t>(a_full) * g.K, g, i0 + ic + a_full,
+                    mcur - a_full);
+    }
+  };
+  if (a_once) pack_a_block(0, m, a_in_place ? m / MR * MR : 0);
   for (int jc = 0; jc < n; jc += nc) {
     const int ncur = std::min(nc, n - jc);
     const int b_full = b_in_place ? ncur / NR * NR : 0;  // columns read in place
@@ -208,10 +236,7 @@ template <class V, int MR, int NV>
     for (int ic = 0; ic < m; ic += mc) {
       const int mcur = std::min(mc, m - ic);
       const int a_full = a_in_place ? mcur / MR * MR : 0;  // rows read in place
-      if (a_full < mcur) {
-        pack_a<T, MR>(packed_a + static_cast<int64_t>(a_full) * g.K, g, i0 + ic + a_full,
-                      mcur - a_full);
-      }
+      if (!a_once) pack_a_block(ic, mcur, a_full);
       for (int jr = 0; jr < ncur; jr += NR) {
         const bool b_here = jr < b_full;
         const T* bp = b_here ? g.B + (j0 + jc + jr) : packed_b + static_cast<int64_t>(jr) * g.K;
