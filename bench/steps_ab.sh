@@ -4,11 +4,14 @@
 # of an earlier commit). Prints each run's median tokens/s (moe_rt's summary line, steps after the
 # first) and, per layout, the median over the runs of each binary and their ratio.
 # Usage: bench/steps_ab.sh OLD_MOE_RT NEW_MOE_RT [RUNS=3] [STEPS=20]
-# Layouts: 1 rank x 1 thread, 1 rank x 2 threads, 2 ranks, 8 ranks (1 sequence per rank).
+# Layouts: 1 rank x 1 thread, 1 rank x 2 threads, 2 ranks, 8 ranks (1 sequence per rank); LAYOUTS
+# picks some, e.g. LAYOUTS="1 2" for the first two.
 set -euo pipefail
 old=$1 new=$2 runs=${3:-3} steps=${4:-20}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-layouts=("1 --threads 1" "1 --threads 2" "2" "8")
+all_layouts=("1 --threads 1" "1 --threads 2" "2" "8")
+layouts=()
+for i in ${LAYOUTS:-1 2 3 4}; do layouts+=("${all_layouts[i - 1]}"); done
 median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 for layout in "${layouts[@]}"; do
   read -r np extra <<<"$layout"

@@ -154,11 +154,12 @@ template <class T> void gemm_run(const GemmCall<T>& g) {
     run_block(k, g, 0, g.M, 0, g.N);
     return;
   }
-  // About four tasks a thread, each packing its own operands: split along the dimension whose
-  // split repeats the smaller packing (column blocks each pack all of A's M×K, row blocks all of
-  // B's K×N), in whole register panels. Which task computes an element changes none of its bits.
+  // One task a thread, each packing its own operands: split along the dimension whose split
+  // repeats the smaller packing (column blocks each pack all of A's M×K, row blocks all of B's
+  // K×N), in whole register panels. (Four tasks a thread packed the LM head's [2048, 128] weight
+  // eight times over.) Which task computes an element changes none of its bits.
   const int col_panels = (g.N + k.nr - 1) / k.nr, row_panels = (g.M + k.mr - 1) / k.mr;
-  const int want = 4 * threads;
+  const int want = threads;
   const bool split_cols = int64_t{g.M} <= int64_t{g.N};  // A (M×K) is the smaller to repeat
   const int col_tasks = split_cols ? std::min(col_panels, want) : 1;
   const int row_tasks = split_cols ? 1 : std::min(row_panels, want);
