@@ -10,8 +10,7 @@
 #   mean max_viol     mean over all steps of the step lines' max_viol column, the worst
 #                     (max c − mean c)/mean c over the top-k (or forced) layers: the imbalance
 #   cost              1 − natural/forced median tokens/s, on the natural row of each rank count
-# The OpenBLAS guards OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for these runs (the kernel
-# OpenBLAS then picks is printed); --oversubscribe is added only when the ranks exceed the cores,
+# The GEMM kernels moe_rt ran (its banner's "GEMM:" line) are printed; --oversubscribe is added only when the ranks exceed the cores,
 # --bind-to none only when they are fewer (Open MPI would otherwise bind each rank to one core,
 # where its cores/ranks threads would share it), and the run-as-root variables only as root.
 set -euo pipefail
@@ -46,14 +45,14 @@ for np in $ranks; do
     force=none
     [[ $mode == round-robin ]] && force=round-robin
     log="$tmp/np$np-$mode.log"
-    if ! env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "${moe_launch[@]}" "$moe_build_dir/moe_rt" \
+    if ! "${moe_launch[@]}" "$moe_build_dir/moe_rt" \
         "${moe_model[@]}" --steps "$steps" --force-balance "$force" \
         --stats "$tmp/np$np-$mode.h5" "$@" >"$log" 2>&1; then
       tail -n 30 "$log" >&2
       echo "throughput.sh: moe_rt failed at $np ranks, $mode routing" >&2
       exit 1
     fi
-    [[ -z $kernel ]] && kernel=$(grep -m1 -o 'OpenBLAS.*' "$log" || true)
+    [[ -z $kernel ]] && kernel=$(grep -m1 -o 'GEMM: .*' "$log" || true)
     tps=$(sed -n 's/.*median \([0-9.]*\) tokens\/s.*/\1/p' "$log" | tail -n 1)
     read -r viol counted < <(mean_violation "$log")
     if [[ -z $tps || $counted -eq 0 ]]; then
@@ -72,7 +71,7 @@ done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 echo "${moe_model[1]:-the model of: $*}, $steps steps per run; $cpu, $cores cores"
-echo "BLAS: ${kernel:-unknown}"
+echo "${kernel:-GEMM: unknown}"
 printf '%6s  %-12s %10s %14s %18s\n' ranks mode "tokens/s" "mean max_viol" "cost of imbalance"
 for row in "${rows[@]}"; do
   read -r np mode t v c <<<"$row"
