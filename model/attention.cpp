@@ -1,14 +1,15 @@
-// Attention forward and backward: projections through linear_forward/linear_backward (OpenBLAS),
+// Attention forward and backward: projections through linear_forward/linear_backward (model/gemm/),
 // RoPE as plain loops, the masked softmax core as GEMMs per head and tile of query rows.
 // Legend: B sequences, S sequence length, D model width, H heads, KVH kv heads, hd head dim,
 // W sliding window, Wk keys a query row sees at most, Tq query rows per tile, Kt keys a tile sees;
 // HD = H·hd, KD = KVH·hd row widths of q and k/v.
 //
 // Every sequence is processed on its own, projections included (linear_forward with M = S rows),
-// rather than as one [B·S, D] GEMM: OpenBLAS blocks a GEMM by its M, so one big call could round a
-// row differently for different B. Per sequence, a token's result depends only on its sequence,
-// bitwise, whatever number of sequences a rank holds (B = 1 or 4 per rank, 8 or 2 ranks for the
-// same global batch): the activations of a sequence do not depend on how the batch was split.
+// rather than as one [B·S, D] GEMM (which BLAS libraries round by their M; model/gemm/ does not,
+// but the weight gradients go by sequence anyway). Per sequence, a token's result depends only on
+// its sequence, bitwise, whatever number of sequences a rank holds (B = 1 or 4 per rank, 8 or 2
+// ranks for the same global batch): the activations of a sequence do not depend on how the batch
+// was split.
 //
 // The core runs on GEMMs, per head and per tile of Tq query rows: the tile's queries see the keys
 // [lo, s1) between them (lo = max(0, s0 − Wk + 1)), so with a window only about Tq + Wk − 1 keys

@@ -45,7 +45,9 @@ std::vector<TreeNode> expert_grad_nodes(const ExpertGradLayout& layout, int ep_s
                                         int per_source);
 
 // Fills `rows` for the plan's routing (send and receive sides complete) of N tokens in
-// sequences of S (S = 0: one sequence): collective over `ep` when N / S > 1.
+// sequences of S (S = 0: one sequence): collective over `ep` when N / S > 1. Every rank of the EP
+// group must hold the same N and S (the runtime's ranks all hold --batch-per-rank sequences):
+// the exchange's sizes and whether it runs at all follow from them.
 void expert_seq_rows_exchange(ExpertSeqRows& rows, const DispatchPlan& plan, int N, int S,
                               const ExpertGradLayout& layout, const Comm& ep);
 

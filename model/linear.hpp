@@ -1,5 +1,5 @@
-// A bias-free linear layer out = in·W over OpenBLAS, forward and backward. Used for the router's
-// backward, the experts' projections, attention projections and the LM head.
+// A bias-free linear layer out = in·W over the model's GEMM (model/blas.hpp), forward and backward.
+// Used for the router's backward, the experts' projections, attention projections and the LM head.
 // Legend: N rows/tokens, I input width, O output width (e.g. I = D model width, O = F expert
 // width, E experts or V vocab); D, F, E, K top-k, V as in the rest of model/.
 #pragma once

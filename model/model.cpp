@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "model/embedding.hpp"
+#include "model/expert_grads.hpp"
 #include "model/linear.hpp"
 #include "model/per_sequence.hpp"
 #include "model/rmsnorm.hpp"
@@ -62,7 +63,7 @@ RoutingState routing_state_make(const ModelConfig& c, RoutingMode forced, uint64
   return r;
 }
 
-ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
+ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size, int world_size) {
   const double V = c.vocab, D = c.d_model, L = c.layers, E = c.experts, K = c.top_k, F = c.ffn_dim,
                Fs = static_cast<double>(c.shared_experts) * c.ffn_dim, H = c.heads,
                HD = H * c.head_dim, KD = static_cast<double>(c.kv_heads) * c.head_dim,
@@ -84,6 +85,19 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size) {
   const double rows = moe.R;
   ModelMemory m;
   m.param_bytes = 4.0 * sizeof(float) * (dense + experts);
+  const int W = std::max(world_size, P), G = W / P;
+  if (G > 1 && B > 0) {
+    // Expert gradients of several EP groups (Trainer::reduce_expert_replicas).
+    size_t planes = 1;
+    for (int g = 0; g < G; ++g) {
+      planes = std::max(planes, expert_grad_nodes({g * P * B, W * B, 0}, P, B).size());
+    }
+    // One plane: allreduce_sum_tree's scratch; more: the gathered planes and the top's scratch.
+    const double copies = planes == 1 ? 1.0
+                                      : static_cast<double>(planes - 1) +
+                                            static_cast<double>(G * planes) + tree_sum_depth(W * B);
+    m.param_bytes += sizeof(float) * experts * copies;
+  }
   m.act_bytes = sizeof(float) * acts;
   m.tree_bytes = sizeof(float) * trees;
   // The tensors indexed with int (rows times a width), which must stay below 2^31 elements.

@@ -82,14 +82,17 @@ ModelActSizes model_act_sizes(const ModelConfig& cfg, int B);
 // worst case, every local expert receiving K rows per token of every EP rank). Doubles: the
 // counts may exceed any integer type for configurations that are then refused.
 struct ModelMemory {
-  double param_bytes = 0;  // parameters + gradients + AdamW m, v (fp32)
+  double param_bytes = 0;  // parameters + gradients + AdamW m, v (fp32), replicas' planes included
   double act_bytes = 0;    // saved activations and their gradients (fp32), tree_bytes included
   double tree_bytes = 0;   // the per-sequence weight-gradient partial sums (model/tree_sum.hpp)
   double max_tensor = 0;   // elements of the largest single tensor
   const char* max_tensor_name = "";  // which one, with the options that size it
   double total() const { return param_bytes + act_bytes; }
 };
-ModelMemory model_memory_estimate(const ModelConfig& cfg, int ep_size);
+// With `world_size` ranks (0: one EP group) forming several EP groups, the expert gradients'
+// extra planes, the gathered planes of every group and the tree's scratch (runtime/trainer.cpp,
+// model/expert_grads.hpp) count with the parameters.
+ModelMemory model_memory_estimate(const ModelConfig& cfg, int ep_size, int world_size = 0);
 
 // Everything one step keeps from forward for backward, sized once for B sequences.
 template <class T> struct ModelActs {

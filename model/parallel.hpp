@@ -1,7 +1,7 @@
-// Independent tasks, blocks and rows on the OpenMP threads of a rank (blas_set_threads). OpenBLAS
-// always runs single-threaded (model/blas.cpp), so a task's result is the same whichever thread
-// runs it and however many there are: results never depend on the schedule. An exception thrown
-// by a task is carried out of the parallel region and rethrown.
+// Independent tasks, blocks and rows on the OpenMP threads of a rank (blas_set_threads). A GEMM
+// inside a task runs on the task's thread (model/gemm/), so a task's result is the same whichever
+// thread runs it and however many there are: results never depend on the schedule. An exception
+// thrown by a task is carried out of the parallel region and rethrown.
 #pragma once
 
 #include <omp.h>

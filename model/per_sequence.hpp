@@ -1,8 +1,8 @@
 // Token-row operations done sequence by sequence, so that no bit depends on how many sequences a
 // rank holds (and, with Comm::allreduce_sum_tree, not on the rank count):
-//  - GEMMs whose rows are tokens run on one sequence's S rows at a time: OpenBLAS chooses its
-//    kernel by the matrix shape (a small-matrix kernel below some size), and a kernel may round a
-//    row differently, so the shape must not depend on B;
+//  - GEMMs whose rows are tokens run on one sequence's S rows at a time (a row's bits no longer
+//    depend on the call's row count with the project's GEMM, model/gemm/, but the calls stay
+//    per sequence, where the weight gradients need them anyway);
 //  - weight gradients, sums over tokens, are summed per sequence and the partial sums added along
 //    the fixed tree of model/tree_sum.hpp. Each adds the tree's sum into the gradient, as the
 //    plain backward functions add theirs.

@@ -43,13 +43,14 @@ bool ranks_before(T value_a, int a, T value_b, int b) {
 
 }  // namespace
 
-// Why not BLAS: the logits decide which experts a token goes to, and a different rounding can flip
-// a near-tie. OpenBLAS picks kernels and splits the D sum by matrix size and thread count, so the
-// same token could round differently with a different batch size, rank count or --threads. This
-// loop adds d = 0..D-1 in order, in T, for each (row, expert) on its own: a row's logits depend on
-// that row only, bit for bit, however the tokens are batched or spread over ranks (so the step-0
-// expert loads are exactly the same for W = 1, 2, 4, 8). N·D·E is small next to the experts' GEMMs.
-// (The build must not use -ffast-math, which would let the compiler reorder this sum.)
+// Why not a GEMM: the logits decide which experts a token goes to, and a different rounding can
+// flip a near-tie. A BLAS library picks kernels and splits the D sum by matrix size and thread
+// count, so the same token could round differently with a different batch size, rank count or
+// --threads (model/gemm/'s chain would not, but this loop predates it and costs little). It adds d
+// = 0..D-1 in order, in T, for each (row, expert) on its own: a row's logits depend on that row
+// only, bit for bit, however the tokens are batched or spread over ranks (so the step-0 expert
+// loads are exactly the same for W = 1, 2, 4, 8). N·D·E is small next to the experts' GEMMs. (The
+// build must not use -ffast-math, which would let the compiler reorder this sum.)
 template <class T>
 void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D, int E) {
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)

@@ -23,7 +23,7 @@ namespace detail {
 constexpr double kLn2Hi = 6.93147180369123816490e-01;  // ln 2, the high 32 bits (exact n·hi)
 constexpr double kLn2Lo = 1.90821492927058770002e-10;  // ln 2 − kLn2Hi
 constexpr double kInvLn2 = 1.44269504088896338700e+00;
-// π/2 in three parts of 33 bits each, so that n·part is exact for |n| < 2^20.
+// π/2 as 33 + 33 bits and the rest: n·hi and n·mid are exact for |n| < 2^20.
 constexpr double kPio2Hi = 1.57079632673412561417e+00;
 constexpr double kPio2Mid = 6.07710050630396597660e-11;
 constexpr double kPio2Lo = 2.02226624879595063154e-21;
@@ -70,7 +70,8 @@ inline double cos_reduced(double r) {
   return 1.0 + r2 * p;
 }
 
-// x = n·π/2 + r, |r| <= π/4 (to rounding), for |x| < 2^19·π (RoPE angles, schedules, Box–Muller).
+// x = n·π/2 + r, |r| <= π/4 (to rounding), accurate for |x| < 2^19·π (RoPE angles, schedules,
+// Box–Muller); |x| < 2^62, which sin and cos check first.
 inline double reduce_pio2(double x, int64_t& quadrant) {
   const double n = round_half_away(x * kTwoOverPi);
   quadrant = static_cast<int64_t>(n);
@@ -148,6 +149,8 @@ inline double pow(double x, double y) {
 }
 
 inline double sin(double x) {
+  // NaN for NaN and ±inf, as the C library; past 2^62 the quadrant no longer fits (no use here).
+  if (!(std::abs(x) < 0x1p62)) return std::numeric_limits<double>::quiet_NaN();
   int64_t q = 0;
   const double r = detail::reduce_pio2(x, q);
   switch (q & 3) {
@@ -163,6 +166,8 @@ inline double sin(double x) {
 }
 
 inline double cos(double x) {
+  // NaN for NaN and ±inf, as the C library; past 2^62 the quadrant no longer fits (no use here).
+  if (!(std::abs(x) < 0x1p62)) return std::numeric_limits<double>::quiet_NaN();
   int64_t q = 0;
   const double r = detail::reduce_pio2(x, q);
   switch (q & 3) {

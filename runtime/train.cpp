@@ -316,7 +316,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   // cores: collectives every rank reaches whatever its input (the options were agreed on in main).
   const HostLayout launcher_hosts = host_layout_discover(world);
   const int node_ranks = launcher_hosts.ranks_on_host[launcher_hosts.host_of_rank[rank]];
-  const ModelMemory memory = model_memory_estimate(mc, P);
+  const ModelMemory memory = model_memory_estimate(mc, P, W);
 
   // Everything that can fail on bad input, before any collective a failed rank would miss; then
   // all ranks agree.

@@ -102,7 +102,9 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   }
   for (MoeSaved<float>& layer : acts_.moe) layer.expert_layout = expert_layout;
   d_experts_.resize(experts_.size() * expert_planes_);
-  if (groups_.num_replicas > 1) {
+  if (groups_.num_replicas > 1 && expert_planes_ == 1) {
+    expert_scratch_.resize(experts_.size());  // allreduce_sum_tree's
+  } else if (groups_.num_replicas > 1) {
     expert_gathered_.resize(d_experts_.size() * groups_.num_replicas);
     expert_tree_scratch_.assign(tree_sum_depth(W * B), std::vector<float>(experts_.size()));
   }
@@ -357,10 +359,18 @@ uint64_t Trainer::param_digest() const {
 }
 
 // Every EP group's nodes of its experts' gradient trees (plane n of d_experts_: node n of
-// expert_nodes_[g]) gathered over the replicas, then the tree's top over all sequences added in
-// its fixed order into plane 0: the bits of one EP group holding every sequence.
+// expert_nodes_[g]) added along the rest of the tree over all sequences into plane 0: the bits of
+// one EP group holding every sequence. When each group's sequences are one subtree (P·B a power
+// of two: one node, one plane), the groups' sums are the leaves of that tree's top, which is the
+// tree over the replica ranks: allreduce_sum_tree adds them so, moving each arena about twice.
+// Otherwise every group's nodes are gathered and the top is added on every rank.
 void Trainer::reduce_expert_replicas() {
   const size_t A = experts_.size();
+  if (expert_planes_ == 1) {
+    groups_.replica.allreduce_sum_tree(std::span<float>(d_experts_),
+                                       std::span<float>(expert_scratch_));
+    return;
+  }
   groups_.replica.allgather(std::span<const float>(d_experts_), std::span<float>(expert_gathered_));
   auto known = [&](TreeNode node) -> const float* {
     for (size_t g = 0; g < expert_nodes_.size(); ++g) {

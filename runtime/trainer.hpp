@@ -63,9 +63,10 @@ class Trainer {
   void charge_checkpoint(double seconds) { checkpoint_seconds_ = seconds; }
 
   int ep_size() const { return P_; }
-  // Collective over the world: a 64-bit FNV-1a digest of every parameter's bits, tensor by tensor
-  // in a fixed order (the dense arena as laid out, then per layer each global expert's w1, w3,
-  // w2), so that it depends on neither the rank count nor the EP size. The same on every rank.
+  // Called by every rank (collective over its EP group): a 64-bit FNV-1a digest of every
+  // parameter's bits, tensor by tensor in a fixed order (the dense arena as laid out, then per
+  // layer each global expert's w1, w3, w2), so that it depends on neither the rank count nor the EP
+  // size. The same on every rank.
   uint64_t param_digest() const;
   size_t num_dense_params() const { return dense_.size(); }
   const PhaseTimes& times() const { return times_; }  // of the last step
@@ -111,7 +112,8 @@ class Trainer {
   // the tree's top.
   std::vector<std::vector<TreeNode>> expert_nodes_;
   size_t expert_planes_ = 1;
-  std::vector<float> expert_gathered_;                   // [replicas, planes, experts_.size()]
+  std::vector<float> expert_scratch_;   // one plane a group: allreduce_sum_tree's scratch
+  std::vector<float> expert_gathered_;  // several: [replicas, planes, experts_.size()]
   std::vector<std::vector<float>> expert_tree_scratch_;  // [tree depth][experts_.size()]
   double expert_norm_sq_ = 0.0;                          // Σ over every expert, in a fixed order
   std::vector<double> slowest_ = {0.0, 0.0};  // [step seconds, stop signal], max over ranks

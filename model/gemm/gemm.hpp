@@ -34,7 +34,7 @@ GemmLevel gemm_level();                      // the level GEMMs run at now
 // it, naming the level and the best one it has.
 void gemm_level_force(GemmLevel level);
 void gemm_level_reset();  // back to the best level the CPU has
-// The register tile of the level in use, for the log: e.g. "avx2, 6x16 float tiles".
+// The level in use and its register tile, for the log: e.g. "avx2 (6x16 float tiles)".
 std::string_view gemm_level_description();
 
 namespace gemm_detail {

@@ -17,7 +17,6 @@
 // packed blocks of A's rows and B's columns.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -25,6 +24,16 @@
 
 namespace moe::gemm_detail {
 namespace {
+
+// min and max of internal linkage: std::min and std::max are templates of vague linkage, and an
+// out-of-line copy emitted by a file compiled for AVX-512 could be the one the linker keeps for
+// every file.
+template <class I> constexpr I lesser(I a, I b) {
+  return b < a ? b : a;
+}
+template <class I> constexpr I greater(I a, I b) {
+  return a < b ? b : a;
+}
 
 // Copies a panel of `width` <= W values per k from `lanes` sources into dst (W values per k,
 // zero past `width`): value (k, w) is src[w·src_lane + k·src_k]. Where a source runs along k
@@ -70,7 +79,7 @@ template <class T, int MR>
   for (int p = 0; p < m; p += MR) {
     const int64_t first = g.trans_a ? i0 + p : static_cast<int64_t>(i0 + p) * g.lda;
     pack_panel<T, MR>(dst + static_cast<int64_t>(p) * g.K, g.A + first, lane, step, g.K,
-                      std::min(MR, m - p));
+                      lesser(MR, m - p));
   }
 }
 
@@ -101,7 +110,7 @@ template <class T, int NR>
   for (int q = 0; q < n; q += NR) {
     const int64_t first = g.trans_b ? static_cast<int64_t>(j0 + q) * g.ldb : j0 + q;
     pack_panel<T, NR>(dst + static_cast<int64_t>(q) * g.K, g.B + first, lane, step, g.K,
-                      std::min(NR, n - q));
+                      lesser(NR, n - q));
   }
 }
 
@@ -186,11 +195,11 @@ constexpr int64_t kPackedBBytes = 1024 * 1024;
 
 // Elements of packing space gemm_block needs for a block of m×n at this level.
 template <class T, int MR, int NR> int64_t pack_elements(int m, int n, int K) {
-  const int64_t k = std::max(K, 1);
-  const int64_t mc = std::max<int64_t>(MR, kPackedABytes / (k * int64_t(sizeof(T))) / MR * MR);
-  const int64_t nc = std::max<int64_t>(NR, kPackedBBytes / (k * int64_t(sizeof(T))) / NR * NR);
-  const int64_t rows = std::min<int64_t>(mc, (m + MR - 1) / MR * MR);
-  const int64_t cols = std::min<int64_t>(nc, (n + NR - 1) / NR * NR);
+  const int64_t k = greater(K, 1);
+  const int64_t mc = greater<int64_t>(MR, kPackedABytes / (k * int64_t(sizeof(T))) / MR * MR);
+  const int64_t nc = greater<int64_t>(NR, kPackedBBytes / (k * int64_t(sizeof(T))) / NR * NR);
+  const int64_t rows = lesser<int64_t>(mc, (m + MR - 1) / MR * MR);
+  const int64_t cols = lesser<int64_t>(nc, (n + NR - 1) / NR * NR);
   return (rows + cols) * k;
 }
 
@@ -201,12 +210,12 @@ template <class V, int MR, int NV>
                                               int j0, int n, typename V::T* pack) {
   using T = typename V::T;
   constexpr int NR = NV * V::kLanes;
-  const int64_t k = std::max(g.K, 1);
+  const int64_t k = greater(g.K, 1);
   const int mc =
-      static_cast<int>(std::max<int64_t>(MR, kPackedABytes / (k * int64_t(sizeof(T))) / MR * MR));
+      static_cast<int>(greater<int64_t>(MR, kPackedABytes / (k * int64_t(sizeof(T))) / MR * MR));
   const int nc =
-      static_cast<int>(std::max<int64_t>(NR, kPackedBBytes / (k * int64_t(sizeof(T))) / NR * NR));
-  const int64_t a_elements = std::min<int64_t>(mc, (m + MR - 1) / MR * MR) * k;
+      static_cast<int>(greater<int64_t>(NR, kPackedBBytes / (k * int64_t(sizeof(T))) / NR * NR));
+  const int64_t a_elements = lesser<int64_t>(mc, (m + MR - 1) / MR * MR) * k;
   T* const packed_a = pack;
   T* const packed_b = pack + a_elements;
   // op(A) transposed holds each k's MR values of a panel together already (A[k·lda + i]), and so
@@ -227,14 +236,14 @@ template <class V, int MR, int NV>
   };
   if (a_once) pack_a_block(0, m, a_in_place ? m / MR * MR : 0);
   for (int jc = 0; jc < n; jc += nc) {
-    const int ncur = std::min(nc, n - jc);
+    const int ncur = lesser(nc, n - jc);
     const int b_full = b_in_place ? ncur / NR * NR : 0;  // columns read in place
     if (b_full < ncur) {
       pack_b<T, NR>(packed_b + static_cast<int64_t>(b_full) * g.K, g, j0 + jc + b_full,
                     ncur - b_full);
     }
     for (int ic = 0; ic < m; ic += mc) {
-      const int mcur = std::min(mc, m - ic);
+      const int mcur = lesser(mc, m - ic);
       const int a_full = a_in_place ? mcur / MR * MR : 0;  // rows read in place
       if (!a_once) pack_a_block(ic, mcur, a_full);
       for (int jr = 0; jr < ncur; jr += NR) {
@@ -246,7 +255,7 @@ template <class V, int MR, int NV>
           const T* ap = a_here ? g.A + (i0 + ic + ir) : packed_a + static_cast<int64_t>(ir) * g.K;
           T* c = g.C + static_cast<int64_t>(i0 + ic + ir) * g.ldc + (j0 + jc + jr);
           micro_tile<V, MR, NV>(g.K, ap, a_here ? g.lda : MR, bp, b_step, c, g.ldc,
-                                std::min(MR, mcur - ir), std::min(NR, ncur - jr), g.alpha, g.beta);
+                                lesser(MR, mcur - ir), lesser(NR, ncur - jr), g.alpha, g.beta);
         }
       }
     }

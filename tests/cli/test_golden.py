@@ -132,3 +132,16 @@ def test_first_steps_are_the_committed_bits(run_moe, tmp_path, case_id, ranks, e
         for key in ("loss", "grad_norm", "expert_load", "bias", "params_sha256"):
             assert got[key][step] == want[key][step], (
                 f"{case_id}: step {step}'s {key} differs from the committed bits")
+
+
+def test_moe_rt_does_not_link_a_blas_library(moe_rt_bin):
+    """The model's GEMMs are its own (model/gemm/): no BLAS library is loaded by moe_rt, so none of
+    its kernels can reach a run's bits (the OPENBLAS_CORETYPE cases above then prove nothing more
+    than this does, and both are kept)."""
+    import shutil
+    import subprocess
+    if not shutil.which("ldd"):
+        pytest.skip("no ldd on this machine")
+    libs = subprocess.run(["ldd", moe_rt_bin], capture_output=True, text=True, check=True).stdout
+    for name in ("openblas", "libblas", "mkl", "blis"):
+        assert name not in libs, f"moe_rt loads {name}:\n{libs}"

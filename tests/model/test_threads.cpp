@@ -109,8 +109,8 @@ void expect_bitwise_equal(const StepResult& one, const StepResult& two) {
   EXPECT_TRUE(bitwise_equal(one.experts_after, two.experts_after));
 }
 
-// Whatever OpenBLAS kernel runs (its own threading rounds differently at 1 and 2 threads on some,
-// e.g. OPENBLAS_CORETYPE=Haswell or Zen; the model never uses it).
+// The GEMM's split of a large call follows the thread count, its bits do not (model/gemm/); the
+// CTest label kernels runs this under other OpenBLAS kernels too, which the model never calls.
 TEST_F(Threads, TrainingStepIsBitwiseTheSameOnOneTwoAndThreeThreads) {
   const StepResult one = train_step(1);
   // The step did something: a loss near log V and gradients that are not all zero.
