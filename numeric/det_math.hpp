@@ -12,6 +12,7 @@
 // default) keeps every a·b + c two roundings, so no build fuses them differently.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -28,6 +29,19 @@ constexpr double kPio2Hi = 1.57079632673412561417e+00;
 constexpr double kPio2Mid = 6.07710050630396597660e-11;
 constexpr double kPio2Lo = 2.02226624879595063154e-21;
 constexpr double kTwoOverPi = 6.36619772367581382433e-01;
+
+// 2^n for n in [-1022, 1023], from its exponent bits (exact).
+inline double pow2(int n) {
+  return std::bit_cast<double>(static_cast<uint64_t>(n + 1023) << 52);
+}
+
+// x·2^n for n in [-1074, 1024], rounded once (as ldexp, without the library call): in two exact
+// steps where 2^n itself is no normal number.
+inline double scale2(double x, int n) {
+  if (n > 1023) return x * pow2(1023) * pow2(n - 1023);
+  if (n < -1022) return x * pow2(n + 54) * pow2(-54);
+  return x * pow2(n);
+}
 
 // Rounds to the nearest integer, ties away from zero, without the library.
 inline double round_half_away(double x) {
@@ -103,7 +117,7 @@ inline double exp(double x) {
   p = p * r + 1.0 / 6.0;
   p = p * r + 0.5;
   const double er = 1.0 + (r + r * (r * p));
-  return std::ldexp(er, static_cast<int>(n));  // exact scaling (rounded once if subnormal)
+  return scale2(er, static_cast<int>(n));  // exact scaling (rounded once if subnormal)
 }
 
 // The natural logarithm: NaN below 0, -inf at 0.
@@ -112,8 +126,15 @@ inline double log(double x) {
   if (x != x || x < 0.0) return std::numeric_limits<double>::quiet_NaN();
   if (x == 0.0) return -std::numeric_limits<double>::infinity();
   if (x == std::numeric_limits<double>::infinity()) return x;
+  // x = m·2^e, m in [0.5, 1), from the bits (subnormals scaled up by 2^54 first): exact.
   int e = 0;
-  double m = std::frexp(x, &e);  // x = m·2^e, m in [0.5, 1): exact
+  uint64_t bits = std::bit_cast<uint64_t>(x);
+  if ((bits >> 52) == 0) {
+    bits = std::bit_cast<uint64_t>(x * pow2(54));
+    e = -54;
+  }
+  e += static_cast<int>(bits >> 52) - 1022;
+  double m = std::bit_cast<double>((bits & 0x000fffffffffffffull) | (uint64_t{1022} << 52));
   if (m < 0.70710678118654752440) {
     m *= 2.0;
     --e;
