@@ -1,6 +1,6 @@
 // A test harness around one MoE layer: both arenas (parameters and gradients) laid out for one
 // rank's experts, initialised from the seed, and the layer's saved state. Used by the gradient
-// check (one rank, double) and the expert-parallel invariance test (many ranks, float).
+// check (one rank, double) and the expert-parallel invariance test (many ranks, float and double).
 #pragma once
 
 #include <algorithm>
@@ -25,7 +25,8 @@ template <class T> struct MoeHarness {
   int vocab = 0;
   MoeSaved<T> saved;
 
-  MoeHarness(const MoeDims& d, int ep_size, int rank, uint64_t seed, int V, int num_tokens)
+  MoeHarness(const MoeDims& d, int ep_size, int rank, uint64_t seed, int V, int num_tokens,
+             int max_sequences = 1)
       : dims(d), placement{d.E, ep_size}, ep_rank(rank), vocab(V) {
     off = moe_layout(dense, experts, dims, /*layer=*/3, /*num_layers=*/4, placement, ep_rank);
     dense_params.resize(dense.num_elements);
@@ -39,7 +40,7 @@ template <class T> struct MoeHarness {
     for (int e = 0; e < d.E; ++e) bias[e] = 0.05f * static_cast<float>((e * 7) % 5 - 2);
     hash_table.resize(static_cast<size_t>(V) * d.K);
     hash_table_init(hash_table.data(), V, d.E, d.K, seed, 3);
-    moe_saved_reserve(saved, num_tokens, dims, ep_size, placement.max_local());
+    moe_saved_reserve(saved, num_tokens, dims, ep_size, placement.max_local(), max_sequences);
   }
 
   MoeWeights<T> weights() {

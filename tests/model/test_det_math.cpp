@@ -42,7 +42,8 @@ TEST(DetMath, ExpWithinTwoUlps) {
   expect_close(
       "exp", det::exp, [](double x) { return std::exp(x); }, -1, 1, 2);
   // Results in the subnormal range are scaled in two exact steps and rounded once, as ldexp does.
-  expect_close("exp", det::exp, [](double x) { return std::exp(x); }, -745, -708, 1);
+  expect_close(
+      "exp", det::exp, [](double x) { return std::exp(x); }, -745, -708, 1);
   EXPECT_EQ(det::exp(0.0), 1.0);
   EXPECT_EQ(det::exp(1000.0), std::numeric_limits<double>::infinity());
   EXPECT_EQ(det::exp(-1000.0), 0.0);
