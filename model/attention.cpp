@@ -295,10 +295,11 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
   T* d_k = saved.d_k.data();
   T* d_v = saved.d_v.data();
   // Weight gradients sequence by sequence, added along the fixed tree (model/tree_sum.hpp).
-  saved.tree_q.begin(size_t(D) * HD);
-  saved.tree_k.begin(size_t(D) * KD);
-  saved.tree_v.begin(size_t(D) * KD);
-  saved.tree_o.begin(size_t(HD) * D);
+  // (One sequence: each GEMM adds into the gradient itself, TreeSum::begin_into.)
+  saved.tree_q.begin_into(size_t(D) * HD, B, grads.wq);
+  saved.tree_k.begin_into(size_t(D) * KD, B, grads.wk);
+  saved.tree_v.begin_into(size_t(D) * KD, B, grads.wv);
+  saved.tree_o.begin_into(size_t(HD) * D, B, grads.wo);
   for (int b = 0; b < B; ++b) {
     const int64_t row0 = int64_t{b} * S;
     const T* x = in + row0 * D;
@@ -313,7 +314,7 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
         linear_backward_input(d_concat, d_out + row0 * D, w.wo, S, HD, D);
       } else {
         gemm<T>(true, false, HD, D, S, T(1), saved.concat.data() + row0 * HD, d_out + row0 * D,
-                T(0), saved.tree_o.leaf());
+                saved.tree_o.leaf_beta(), saved.tree_o.leaf());
       }
     });
     saved.tree_o.push();
@@ -336,13 +337,16 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
           linear_backward_input(dx, d_v, w.wv, S, D, KD);
           break;
         case 1:
-          gemm<T>(true, false, D, HD, S, T(1), x, d_q, T(0), saved.tree_q.leaf());
+          gemm<T>(true, false, D, HD, S, T(1), x, d_q, saved.tree_q.leaf_beta(),
+                  saved.tree_q.leaf());
           break;
         case 2:
-          gemm<T>(true, false, D, KD, S, T(1), x, d_k, T(0), saved.tree_k.leaf());
+          gemm<T>(true, false, D, KD, S, T(1), x, d_k, saved.tree_k.leaf_beta(),
+                  saved.tree_k.leaf());
           break;
         default:
-          gemm<T>(true, false, D, KD, S, T(1), x, d_v, T(0), saved.tree_v.leaf());
+          gemm<T>(true, false, D, KD, S, T(1), x, d_v, saved.tree_v.leaf_beta(),
+                  saved.tree_v.leaf());
           break;
       }
     });

@@ -81,8 +81,10 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
   MOE_BLAS_CHECK(C != nullptr, call, shape, where);
   const int64_t size_c = int64_t{M} * N;
   if (K == 0) {
-    // As reference BLAS does: no products, C scaled by beta.
-    for (int64_t i = 0; i < size_c; ++i) C[i] = beta == T(0) ? T(0) : beta * C[i];
+    // No products: the contract's empty chain s = +0 (model/gemm/gemm.hpp), C = s·alpha + beta·C,
+    // which is reference BLAS's beta·C but for the sign of a zero.
+    const T s = alpha != T(1) ? T(0) * alpha : T(0);
+    for (int64_t i = 0; i < size_c; ++i) C[i] = beta == T(0) ? s : s + beta * C[i];
     return;
   }
   MOE_BLAS_CHECK(A != nullptr && B != nullptr, call, shape, where);
@@ -115,9 +117,10 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* 
   if (M == 0 || N == 0) return;
   MOE_BLAS_CHECK(C != nullptr, call, shape, where);
   if (K == 0) {
+    const T s = alpha != T(1) ? T(0) * alpha : T(0);  // as gemm's
     for (int i = 0; i < M; ++i) {
       T* c = C + int64_t{i} * ldc;
-      for (int j = 0; j < N; ++j) c[j] = beta == T(0) ? T(0) : beta * c[j];
+      for (int j = 0; j < N; ++j) c[j] = beta == T(0) ? s : s + beta * c[j];
     }
     return;
   }

@@ -25,8 +25,8 @@ class BlasError : public std::runtime_error {
 // model/gemm/gemm.hpp's contract says. Called outside the model's parallel regions, a GEMM of at
 // least 4 MFLOP is cut into blocks of C that run on the model's threads; no bit depends on that.
 // A is [M,K] ([K,M] if trans_a), B is [K,N] ([N,K] if trans_b), C is [M,N].
-// M == 0 or N == 0: nothing to do, no pointer is read. K == 0: C = beta·C (C = 0 when beta == 0,
-// so that stale NaNs in C do not survive, as BLAS promises for beta == 0).
+// M == 0 or N == 0: nothing to do, no pointer is read. K == 0: the empty chain, C = +0·alpha +
+// beta·C (C = 0 when beta == 0, so that stale NaNs in C do not survive, as BLAS promises).
 // Throws BlasError on a negative dimension, a null pointer to a non-empty matrix, or a matrix of
 // more than INT_MAX elements (the int dimensions would overflow). `where` defaults to the caller's
 // position for the error message.

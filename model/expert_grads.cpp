@@ -58,7 +58,8 @@ void expert_weight_grad(T* d_weight, TreeSum<T>& tree, const T* in, const T* d_o
   const size_t IO = static_cast<size_t>(I) * O;
   for (size_t n = 0; n < rows.nodes.size(); ++n) {
     const TreeNode node = rows.nodes[n];
-    tree.begin(IO);
+    T* out = d_weight + static_cast<int64_t>(n) * layout.plane_stride;
+    tree.begin_into(IO, node.count, out);  // one sequence: straight into the gradient
     for (int q = node.first; q < node.first + node.count; ++q) {
       // The group's sequence q: source s's sequence b, after the source's earlier sequences.
       const int local = q - layout.group_first, s = local / Bs, b = local % Bs;
@@ -68,10 +69,10 @@ void expert_weight_grad(T* d_weight, TreeSum<T>& tree, const T* in, const T* d_o
       for (int e = 0; e < b; ++e) row += counts[e];
       // out = in·W  ->  d_W_leaf[I,O] = in_qᵀ[I,rows]·d_out_q[rows,O] (zero without rows)
       gemm<T>(true, false, I, O, counts[b], T(1), in + static_cast<int64_t>(row) * I,
-              d_out + static_cast<int64_t>(row) * O, T(0), tree.leaf());
+              d_out + static_cast<int64_t>(row) * O, tree.leaf_beta(), tree.leaf());
       tree.push();
     }
-    tree.finish(d_weight + static_cast<int64_t>(n) * layout.plane_stride);
+    tree.finish(out);
   }
 }
 

@@ -30,11 +30,12 @@ void seq_linear_backward_input(T* d_in, const T* d_out, const T* weight, int B, 
 template <class T>
 void seq_linear_weight_backward(T* d_weight, TreeSum<T>& tree, const T* d_out, const T* in, int B,
                                 int S, int I, int O) {
-  tree.begin(static_cast<size_t>(I) * O);
+  tree.begin_into(static_cast<size_t>(I) * O, B, d_weight);
   for (int b = 0; b < B; ++b) {
     const int64_t row0 = int64_t{b} * S;
     // out = in·weight  ->  d_weight_b[I,O] = in_bᵀ[I,S]·d_out_b[S,O]
-    gemm<T>(true, false, I, O, S, T(1), in + row0 * I, d_out + row0 * O, T(0), tree.leaf());
+    gemm<T>(true, false, I, O, S, T(1), in + row0 * I, d_out + row0 * O, tree.leaf_beta(),
+            tree.leaf());
     tree.push();
   }
   tree.finish(d_weight);

@@ -48,12 +48,28 @@ template <class T> class TreeSum {
     }
     count_ = count;
     sizes_.clear();
+    direct_ = nullptr;
   }
 
-  // The next leaf's buffer, to be overwritten by the caller before push().
+  // As begin, for a sum of exactly `leaves` leaves that finish(out) adds into `out`, each leaf
+  // written by a GEMM with beta = leaf_beta(). With one leaf, leaf() is `out` itself and
+  // leaf_beta() 1: the GEMM's C = s + 1·out gives the bits of finish's out += s (IEEE addition
+  // commutes) without the leaf's buffer and its pass.
+  void begin_into(size_t count, int leaves, T* out) {
+    begin(count);
+    if (leaves == 1) direct_ = out;
+  }
+  T leaf_beta() const { return direct_ != nullptr ? T(1) : T(0); }
+
+  // The next leaf's buffer, to be overwritten by the caller before push() (or, after begin_into
+  // of one leaf, the output to add it into).
   T* leaf() {
     if (sizes_.size() >= buffers_.size())
       throw std::logic_error("TreeSum: more leaves than reserved");
+    if (direct_ != nullptr) {
+      if (!sizes_.empty()) throw std::logic_error("TreeSum: more leaves than begin_into said");
+      return direct_;
+    }
     return buffers_[sizes_.size()].data();
   }
 
@@ -74,6 +90,12 @@ template <class T> class TreeSum {
 
   // out[i] += the tree sum of the leaves pushed since begin(); nothing when none were.
   void finish(T* out) {
+    if (direct_ != nullptr) {
+      if (out != direct_) throw std::logic_error("TreeSum::finish: not the output of begin_into");
+      direct_ = nullptr;
+      sizes_.clear();
+      return;
+    }
     while (sizes_.size() >= 2) merge();
     if (sizes_.empty()) return;
     const T* sum = buffers_[0].data();
@@ -95,6 +117,7 @@ template <class T> class TreeSum {
   std::vector<std::vector<T>> buffers_;  // [depth][max_count]; buffer i holds stack entry i
   std::vector<int64_t> sizes_;           // leaves under each stack entry, bottom first
   size_t count_ = 0;
+  T* direct_ = nullptr;  // begin_into of one leaf: its output, written through leaf()
 };
 
 // A node of the tree over [0, total): the sequences [first, first + count).

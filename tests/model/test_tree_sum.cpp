@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/blas.hpp"
 #include "model/rng.hpp"
 #include "model/tree_sum.hpp"
 
@@ -312,6 +313,33 @@ TEST(TreeNodes, ASubtreeIsOneNodeAndAnUnalignedRangeSeveral) {
   EXPECT_THROW(tree_sum_from_nodes(
                    &out, 1, 8, [](TreeNode) -> const float* { return nullptr; }, scratch),
                std::logic_error);
+}
+
+// begin_into: a sum of one leaf written by a GEMM straight into the output (beta = leaf_beta() =
+// 1) has the bits of the leaf's buffer plus finish (out += leaf); with more leaves it is begin.
+TEST(TreeSum, BeginIntoOneLeafHasTheBitsOfTheBufferedSum) {
+  const int M = 7, N = 9, K = 13;
+  for (int leaves : {1, 2, 3}) {
+    const Leaves<float> a = adversarial_leaves<float>(leaves, size_t(M) * K, "tree_sum.into.a");
+    const Leaves<float> b = adversarial_leaves<float>(leaves, size_t(K) * N, "tree_sum.into.b");
+    const Leaves<float> start = adversarial_leaves<float>(1, size_t(M) * N, "tree_sum.into.c");
+    std::vector<float> buffered = start[0], direct = start[0];
+    TreeSum<float> t1, t2;
+    t1.reserve(size_t(M) * N, leaves);
+    t2.reserve(size_t(M) * N, leaves);
+    t1.begin(size_t(M) * N);
+    t2.begin_into(size_t(M) * N, leaves, direct.data());
+    EXPECT_EQ(t2.leaf_beta(), leaves == 1 ? 1.0f : 0.0f);
+    for (int l = 0; l < leaves; ++l) {
+      gemm<float>(false, false, M, N, K, 1.0f, a[l].data(), b[l].data(), 0.0f, t1.leaf());
+      t1.push();
+      gemm<float>(false, false, M, N, K, 1.0f, a[l].data(), b[l].data(), t2.leaf_beta(), t2.leaf());
+      t2.push();
+    }
+    t1.finish(buffered.data());
+    t2.finish(direct.data());
+    EXPECT_TRUE(same_bits(buffered, direct)) << leaves << " leaves";
+  }
 }
 
 }  // namespace
