@@ -35,21 +35,8 @@ struct F64x4 {
   static R add(R a, R b) { return _mm256_add_pd(a, b); }
 };
 
-constexpr int kMR = 6, kNV = 2;
-
-template <class V> int64_t pack_elements(int m, int n, int K) {
-  return gemm_detail::pack_elements<typename V::T, kMR, kNV * V::kLanes>(m, n, K);
-}
-template <class V>
-void block(const GemmCall<typename V::T>& g, int i0, int m, int j0, int n, typename V::T* pack) {
-  gemm_block<V, kMR, kNV>(g, i0, m, j0, n, pack);
-}
-
 }  // namespace
 
-extern const GemmKernels kGemmAvx2 = {
-    {kMR, kNV* F32x8::kLanes, pack_elements<F32x8>, block<F32x8>},
-    {kMR, kNV* F64x4::kLanes, pack_elements<F64x4>, block<F64x4>},
-};
+extern constinit const GemmKernels kGemmAvx2 = level_kernels<F32x8, F64x4, 6, 2>();
 
 }  // namespace moe::gemm_detail

@@ -35,21 +35,8 @@ struct F64x8 {
   static R add(R a, R b) { return _mm512_add_pd(a, b); }
 };
 
-constexpr int kMR = 12, kNV = 2;
-
-template <class V> int64_t pack_elements(int m, int n, int K) {
-  return gemm_detail::pack_elements<typename V::T, kMR, kNV * V::kLanes>(m, n, K);
-}
-template <class V>
-void block(const GemmCall<typename V::T>& g, int i0, int m, int j0, int n, typename V::T* pack) {
-  gemm_block<V, kMR, kNV>(g, i0, m, j0, n, pack);
-}
-
 }  // namespace
 
-extern const GemmKernels kGemmAvx512 = {
-    {kMR, kNV* F32x16::kLanes, pack_elements<F32x16>, block<F32x16>},
-    {kMR, kNV* F64x8::kLanes, pack_elements<F64x8>, block<F64x8>},
-};
+extern constinit const GemmKernels kGemmAvx512 = level_kernels<F32x16, F64x8, 12, 2>();
 
 }  // namespace moe::gemm_detail

@@ -35,7 +35,8 @@ struct GemmKernels {
   GemmKernelsOf<double> f64;
 };
 
-// Each defined in its level's file; the wider ones exist on x86-64 with GCC only.
+// Each defined in its level's file (constinit: no code of a wider level runs before the CPU is
+// checked); the wider ones exist on x86-64 with GCC only.
 extern const GemmKernels kGemmPortable;  // scalar std::fma: any CPU
 extern const GemmKernels kGemmFma128;    // SSE registers with FMA3 (AVX + FMA CPUs)
 extern const GemmKernels kGemmAvx2;      // x86-64-v3: AVX2 + FMA

@@ -35,21 +35,8 @@ struct F64x2 {
   static R add(R a, R b) { return _mm_add_pd(a, b); }
 };
 
-constexpr int kMR = 6, kNV = 2;
-
-template <class V> int64_t pack_elements(int m, int n, int K) {
-  return gemm_detail::pack_elements<typename V::T, kMR, kNV * V::kLanes>(m, n, K);
-}
-template <class V>
-void block(const GemmCall<typename V::T>& g, int i0, int m, int j0, int n, typename V::T* pack) {
-  gemm_block<V, kMR, kNV>(g, i0, m, j0, n, pack);
-}
-
 }  // namespace
 
-extern const GemmKernels kGemmFma128 = {
-    {kMR, kNV* F32x4::kLanes, pack_elements<F32x4>, block<F32x4>},
-    {kMR, kNV* F64x2::kLanes, pack_elements<F64x2>, block<F64x2>},
-};
+extern constinit const GemmKernels kGemmFma128 = level_kernels<F32x4, F64x2, 6, 2>();
 
 }  // namespace moe::gemm_detail

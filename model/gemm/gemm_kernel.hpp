@@ -262,5 +262,19 @@ template <class V, int MR, int NV>
   }
 }
 
+// A level's table (gemm_call.hpp): MR×(NV·lanes) tiles of V32 (float) and V64 (double).
+template <class V, int MR, int NV> int64_t level_pack_elements(int m, int n, int K) {
+  return pack_elements<typename V::T, MR, NV * V::kLanes>(m, n, K);
+}
+template <class V, int MR, int NV>
+void level_block(const GemmCall<typename V::T>& g, int i0, int m, int j0, int n,
+                 typename V::T* pack) {
+  gemm_block<V, MR, NV>(g, i0, m, j0, n, pack);
+}
+template <class V32, class V64, int MR, int NV> constexpr GemmKernels level_kernels() {
+  return {{MR, NV * V32::kLanes, level_pack_elements<V32, MR, NV>, level_block<V32, MR, NV>},
+          {MR, NV * V64::kLanes, level_pack_elements<V64, MR, NV>, level_block<V64, MR, NV>}};
+}
+
 }  // namespace
 }  // namespace moe::gemm_detail

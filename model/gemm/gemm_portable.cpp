@@ -22,20 +22,9 @@ template <class Type> struct Scalar {
   static R add(R a, R b) { return a + b; }
 };
 
-constexpr int kMR = 4, kNV = 4;
-
-template <class T> int64_t pack_elements(int m, int n, int K) {
-  return gemm_detail::pack_elements<T, kMR, kNV * Scalar<T>::kLanes>(m, n, K);
-}
-template <class T> void block(const GemmCall<T>& g, int i0, int m, int j0, int n, T* pack) {
-  gemm_block<Scalar<T>, kMR, kNV>(g, i0, m, j0, n, pack);
-}
-
 }  // namespace
 
-extern const GemmKernels kGemmPortable = {
-    {kMR, kNV, pack_elements<float>, block<float>},
-    {kMR, kNV, pack_elements<double>, block<double>},
-};
+extern constinit const GemmKernels kGemmPortable =
+    level_kernels<Scalar<float>, Scalar<double>, 4, 4>();
 
 }  // namespace moe::gemm_detail
