@@ -12,22 +12,24 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 all_layouts=("1 --threads 1" "1 --threads 2" "2" "8")
 layouts=()
 for i in ${LAYOUTS:-1 2 3 4}; do layouts+=("${all_layouts[i - 1]}"); done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 median() { sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 for layout in "${layouts[@]}"; do
   read -r np extra <<<"$layout"
   flags=(-np "$np" --bind-to none)
   ((np > $(nproc))) && flags+=(--oversubscribe)
-  : >"/tmp/steps_ab.old" && : >"/tmp/steps_ab.new"
+  : >"$tmp/old" && : >"$tmp/new"
   for ((r = 0; r < runs; ++r)); do
     for which in old new; do
       bin=$old && [[ $which == new ]] && bin=$new
       # shellcheck disable=SC2086
       tps=$(mpiexec "${flags[@]}" "$bin" --steps "$steps" --stats none $extra |
         sed -n 's/^summary: .* median \([0-9]*\) tokens\/s/\1/p')
-      echo "$tps" >>"/tmp/steps_ab.$which"
+      echo "$tps" >>"$tmp/$which"
       echo "  ranks $np ${extra:-} $which: $tps tokens/s"
     done
   done
-  o=$(median </tmp/steps_ab.old) n=$(median </tmp/steps_ab.new)
+  o=$(median <"$tmp/old") n=$(median <"$tmp/new")
   echo "ranks $np ${extra:-}: old median $o, new median $n tokens/s, new/old $(awk -v a="$n" -v b="$o" 'BEGIN {printf "%.3f", a / b}')"
 done

@@ -24,6 +24,16 @@ std::vector<TreeNode> expert_grad_nodes(const ExpertGradLayout& layout, int ep_s
   return tree_nodes_within(layout.group_first, layout.group_first + span, total);
 }
 
+std::vector<std::vector<TreeNode>> expert_grad_group_nodes(int world_size, int ep_size,
+                                                           int per_source) {
+  std::vector<std::vector<TreeNode>> groups;
+  for (int g = 0; g < world_size / ep_size; ++g) {
+    groups.push_back(expert_grad_nodes({g * ep_size * per_source, world_size * per_source, 0},
+                                       ep_size, per_source));
+  }
+  return groups;
+}
+
 void expert_seq_rows_exchange(ExpertSeqRows& rows, const DispatchPlan& plan, int N, int S,
                               const ExpertGradLayout& layout, const Comm& ep) {
   const int P = plan.placement.ep_size, max_local = plan.placement.max_local();
@@ -47,7 +57,13 @@ void expert_seq_rows_exchange(ExpertSeqRows& rows, const DispatchPlan& plan, int
     }
     ep.alltoall(std::span<const int>(rows.send), std::span<int>(rows.recv));
   }
-  rows.nodes = expert_grad_nodes(layout, P, Bs);
+  if (rows.nodes_first != layout.group_first || rows.nodes_total != layout.total ||
+      rows.nodes_per_source != Bs) {
+    rows.nodes = expert_grad_nodes(layout, P, Bs);
+    rows.nodes_first = layout.group_first;
+    rows.nodes_total = layout.total;
+    rows.nodes_per_source = Bs;
+  }
 }
 
 template <class T>

@@ -33,16 +33,24 @@ struct ExpertGradLayout {
 };
 
 // The rows behind the leaves, per backward: recv[(s·max_local + i)·Bs + b] rows of source s's
-// sequence b for local expert i; and the tree nodes this EP group sums (node n into plane n).
+// sequence b for local expert i; and the tree nodes this EP group sums (node n into plane n),
+// worked out again only when the layout or Bs changes, not every step.
 struct ExpertSeqRows {
   int per_source = 1;           // Bs
   std::vector<int> send, recv;  // [P, max_local, Bs]
   std::vector<TreeNode> nodes;  // tree_nodes_within(the group's range)
+  int nodes_first = -1, nodes_total = -1, nodes_per_source = -1;  // what `nodes` were made for
 };
 
 // The nodes an EP group of `ep_size` ranks of `per_source` sequences each sums, under `layout`.
 std::vector<TreeNode> expert_grad_nodes(const ExpertGradLayout& layout, int ep_size,
                                         int per_source);
+
+// Every EP group's nodes, group by group, when `world_size` ranks form EP groups of `ep_size`
+// holding `per_source` sequences each (group g's sequences start at g·ep_size·per_source). The
+// planes of the expert gradients a run needs are the most nodes of any group.
+std::vector<std::vector<TreeNode>> expert_grad_group_nodes(int world_size, int ep_size,
+                                                           int per_source);
 
 // Fills `rows` for the plan's routing (send and receive sides complete) of N tokens in
 // sequences of S (S = 0: one sequence): collective over `ep` when N / S > 1. Every rank of the EP

@@ -89,8 +89,8 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size, int world_s
   if (G > 1 && B > 0) {
     // Expert gradients of several EP groups (Trainer::reduce_expert_replicas).
     size_t planes = 1;
-    for (int g = 0; g < G; ++g) {
-      planes = std::max(planes, expert_grad_nodes({g * P * B, W * B, 0}, P, B).size());
+    for (const std::vector<TreeNode>& nodes : expert_grad_group_nodes(W, P, B)) {
+      planes = std::max(planes, nodes.size());
     }
     // One plane: allreduce_sum_tree's scratch; more: the gathered planes and the top's scratch.
     const double copies = planes == 1 ? 1.0

@@ -33,6 +33,13 @@ const char* simd_level_name(SimdLevel level) {
   }
 }
 
+std::optional<SimdLevel> simd_level_parse(std::string_view name) {
+  for (SimdLevel level : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (name == simd_level_name(level)) return level;
+  }
+  return std::nullopt;
+}
+
 bool simd_level_supported(SimdLevel level) {
   return static_cast<int>(level) <= static_cast<int>(kBest);
 }

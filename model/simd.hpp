@@ -8,13 +8,17 @@
 // Other compilers and architectures get the SSE2 (plain) build three times.
 #pragma once
 
+#include <optional>
+#include <string_view>
+
 namespace moe {
 
 enum class SimdLevel { kSse2 = 0, kAvx2 = 1, kAvx512 = 2 };
 
 const char* simd_level_name(SimdLevel level);  // "sse2", "avx2", "avx512"
-bool simd_level_supported(SimdLevel level);    // by this CPU
-SimdLevel simd_level();                        // the level kernels run at now
+std::optional<SimdLevel> simd_level_parse(std::string_view name);
+bool simd_level_supported(SimdLevel level);  // by this CPU
+SimdLevel simd_level();                      // the level kernels run at now
 // Runs the kernels at `level` from now on (tests); std::invalid_argument if the CPU lacks it.
 void simd_level_force(SimdLevel level);
 void simd_level_reset();  // back to the best level the CPU has

@@ -275,13 +275,9 @@ void kernel_levels_from_env() {
     }
   }
   if (const char* v = std::getenv("MOE_RT_SIMD"); v != nullptr && *v != '\0') {
-    const std::string name = v;
-    std::optional<SimdLevel> level;
-    for (SimdLevel l : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
-      if (name == simd_level_name(l)) level = l;
-    }
+    const std::optional<SimdLevel> level = simd_level_parse(v);
     if (!level) {
-      throw ConfigError("MOE_RT_SIMD: unknown elementwise level '" + text_excerpt(name) +
+      throw ConfigError("MOE_RT_SIMD: unknown elementwise level '" + text_excerpt(v) +
                         "' (valid: sse2, avx2, avx512)");
     }
     try {

@@ -94,11 +94,9 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   // rest of the tree.
   const ExpertGradLayout expert_layout{groups_.ep_group * P_ * B, W * B,
                                        static_cast<int64_t>(experts_.size())};
-  for (int g = 0; g < groups_.num_replicas; ++g) {
-    ExpertGradLayout group = expert_layout;
-    group.group_first = g * P_ * B;
-    expert_nodes_.push_back(expert_grad_nodes(group, P_, B));
-    expert_planes_ = std::max(expert_planes_, expert_nodes_.back().size());
+  expert_nodes_ = expert_grad_group_nodes(W, P_, B);
+  for (const std::vector<TreeNode>& nodes : expert_nodes_) {
+    expert_planes_ = std::max(expert_planes_, nodes.size());
   }
   for (MoeSaved<float>& layer : acts_.moe) layer.expert_layout = expert_layout;
   d_experts_.resize(experts_.size() * expert_planes_);

@@ -114,13 +114,6 @@ template <class T, int NR>
   }
 }
 
-// C[i,j] from its chain s: s·alpha unless alpha is 1, then + beta·C unless beta is 0. The
-// vector epilogue below does the same operations lane by lane.
-template <class T> [[gnu::always_inline]] inline T finish(T s, T alpha, T beta, T c) {
-  if (alpha != T(1)) s = s * alpha;
-  return beta == T(0) ? s : s + beta * c;
-}
-
 // One MR×NR tile of C (m×n of it inside C) from an A panel and a B panel over all of K: for each
 // k, MR values of A's column k at ap (then ap += a_step) and NR values of B's row k at bp (then
 // bp += b_step), packed (steps MR and NR) or read where they lie (steps lda and ldb).
@@ -173,7 +166,8 @@ template <class V, int MR, int NV>
     }
     return;
   }
-  // An edge tile: through a buffer, the same operations element by element (alpha is applied).
+  // An edge tile: through a buffer (alpha applied), then + beta·C element by element, as the
+  // vector path does lane by lane.
   alignas(64) T tile[MR * NR];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
@@ -182,7 +176,10 @@ template <class V, int MR, int NV>
   }
   for (int r = 0; r < m; ++r) {
     T* row = c + r * ldc;
-    for (int j = 0; j < n; ++j) row[j] = finish(tile[r * NR + j], T(1), beta, row[j]);
+    for (int j = 0; j < n; ++j) {
+      const T s = tile[r * NR + j];
+      row[j] = beta == T(0) ? s : s + beta * row[j];
+    }
   }
 }
 
@@ -193,14 +190,24 @@ template <class V, int MR, int NV>
 constexpr int64_t kPackedABytes = 160 * 1024;
 constexpr int64_t kPackedBBytes = 1024 * 1024;
 
+// The packed blocks of a call with K: mc rows of A and nc columns of B (whole panels), and for a
+// block of m×n the elements each takes (A's first in the packing space, then B's).
+template <class T, int MR, int NR> struct PackBlocks {
+  int mc, nc;
+  int64_t a_elements, b_elements;
+  PackBlocks(int m, int n, int K) {
+    const int64_t k = greater(K, 1);
+    mc = static_cast<int>(greater<int64_t>(MR, kPackedABytes / (k * int64_t(sizeof(T))) / MR * MR));
+    nc = static_cast<int>(greater<int64_t>(NR, kPackedBBytes / (k * int64_t(sizeof(T))) / NR * NR));
+    a_elements = lesser<int64_t>(mc, (m + MR - 1) / MR * MR) * k;
+    b_elements = lesser<int64_t>(nc, (n + NR - 1) / NR * NR) * k;
+  }
+};
+
 // Elements of packing space gemm_block needs for a block of m×n at this level.
 template <class T, int MR, int NR> int64_t pack_elements(int m, int n, int K) {
-  const int64_t k = greater(K, 1);
-  const int64_t mc = greater<int64_t>(MR, kPackedABytes / (k * int64_t(sizeof(T))) / MR * MR);
-  const int64_t nc = greater<int64_t>(NR, kPackedBBytes / (k * int64_t(sizeof(T))) / NR * NR);
-  const int64_t rows = lesser<int64_t>(mc, (m + MR - 1) / MR * MR);
-  const int64_t cols = lesser<int64_t>(nc, (n + NR - 1) / NR * NR);
-  return (rows + cols) * k;
+  const PackBlocks<T, MR, NR> blocks(m, n, K);
+  return blocks.a_elements + blocks.b_elements;
 }
 
 // C[i0:i0+m, j0:j0+n] of the call, on the calling thread; `pack` has pack_elements(m, n, K)
@@ -210,14 +217,10 @@ template <class V, int MR, int NV>
                                               int j0, int n, typename V::T* pack) {
   using T = typename V::T;
   constexpr int NR = NV * V::kLanes;
-  const int64_t k = greater(g.K, 1);
-  const int mc =
-      static_cast<int>(greater<int64_t>(MR, kPackedABytes / (k * int64_t(sizeof(T))) / MR * MR));
-  const int nc =
-      static_cast<int>(greater<int64_t>(NR, kPackedBBytes / (k * int64_t(sizeof(T))) / NR * NR));
-  const int64_t a_elements = lesser<int64_t>(mc, (m + MR - 1) / MR * MR) * k;
+  const PackBlocks<T, MR, NR> blocks(m, n, g.K);
+  const int mc = blocks.mc, nc = blocks.nc;
   T* const packed_a = pack;
-  T* const packed_b = pack + a_elements;
+  T* const packed_b = pack + blocks.a_elements;
   // op(A) transposed holds each k's MR values of a panel together already (A[k·lda + i]), and so
   // does an untransposed op(B) for its NR values (B[k·ldb + j]). Where a packed copy would be
   // used by at most two panels of the other operand, its cost is not repaid: full panels are
