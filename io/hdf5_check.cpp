@@ -3,10 +3,13 @@
 #include "io/hdf5_check.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 
 namespace moe {
 namespace {
+
+std::atomic<bool> g_close_failed{false};
 
 // The text HDF5 registered for a major or minor error number, e.g. "Dataset", "Write failed".
 std::string h5_message_text(hid_t msg_id) {
@@ -56,6 +59,18 @@ StackText h5_error_stack() {
 
 }  // namespace
 
+Hdf5LibraryHold::Hdf5LibraryHold() {
+  H5dont_atexit();
+}
+
+Hdf5LibraryHold::~Hdf5LibraryHold() {
+  if (!h5_close_failed()) H5close();
+}
+
+bool h5_close_failed() {
+  return g_close_failed.load();
+}
+
 void h5_silence_auto_print() {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
@@ -81,13 +96,19 @@ void H5Id::close() {
   if (id_ < 0) return;
   const hid_t id = std::exchange(id_, H5I_INVALID_HID);
   // Named after the closer's role rather than its spelling: the pointer hides which H5*close.
-  h5_check(closer_(id), "H5*close(handle)", __FILE__, __LINE__);
+  if (closer_(id) < 0) {
+    g_close_failed = true;
+    h5_fail("H5*close(handle)", __FILE__, __LINE__);
+  }
 }
 
 void H5Id::close_quietly() noexcept {
   if (id_ < 0) return;
   const hid_t id = std::exchange(id_, H5I_INVALID_HID);
-  if (closer_(id) < 0) H5Eclear2(H5E_DEFAULT);
+  if (closer_(id) < 0) {
+    g_close_failed = true;
+    H5Eclear2(H5E_DEFAULT);
+  }
 }
 
 H5Id h5_untimed_plist(hid_t plist_class) {

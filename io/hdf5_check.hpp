@@ -26,6 +26,24 @@ class Hdf5Error : public std::runtime_error {
 // HDF5 build, so every entry point that makes HDF5 calls calls this first (it is cheap).
 void h5_silence_auto_print();
 
+// HDF5's library shutdown, held by the program instead of HDF5's own exit handler. A file whose
+// close failed (its last flush hit a full disk: ENOSPC) is left by HDF5 1.10 half torn down in its
+// table of open objects, and the shutdown then dereferences it (a SIGSEGV at exit, exit status
+// 139 where the run had reported its error). The holder constructed first in main() turns the
+// exit handler off (H5dont_atexit) and shuts the library down when it is destroyed, unless a close
+// failed: the process then ends with the files it closed closed, and the failed one left to the
+// system. Every open and close of the program is its own; the holder adds no close of its own.
+class Hdf5LibraryHold {
+ public:
+  Hdf5LibraryHold();
+  ~Hdf5LibraryHold();
+  Hdf5LibraryHold(const Hdf5LibraryHold&) = delete;
+  Hdf5LibraryHold& operator=(const Hdf5LibraryHold&) = delete;
+};
+
+// Whether any H5Id close has failed in this process (the holder then leaves the library as it is).
+bool h5_close_failed();
+
 // hid_t, herr_t and htri_t all report failure as a negative value.
 template <typename T> inline T h5_check(T result, const char* call, const char* file, int line) {
   if (result < 0) h5_fail(call, file, line);

@@ -6,8 +6,13 @@
 // E experts, W ranks, T traced tokens, num_phases timed phases.
 #include "io/stats_writer.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "io/stats_path.hpp"
@@ -15,6 +20,8 @@
 
 namespace moe {
 namespace {
+
+namespace fs = std::filesystem;
 
 // Rows per chunk: the largest power of two whose uncompressed chunk stays within chunk_bytes,
 // at least 1 and at most max_chunk_rows.
@@ -166,24 +173,45 @@ struct StatsWriter::Impl {
   // After a failed append the datasets may differ in length. The file is ended at once, since the
   // error usually ends the process without destructors (rank 0 aborts the job): closed, so no
   // "open for writing" flag stays behind, or removed when it holds no complete row. Says which.
+  // A write that failed past the file's end (a full disk, a file-size limit) leaves the file
+  // shorter than the end HDF5 allocated and recorded in the superblock, and readers refuse it as
+  // truncated. The missing bytes belong to the failed row only: the file is extended to `end`
+  // (a hole, which needs no disk space). "" when done or not needed, else what to run instead.
+  std::string restore_end(const std::string& path, hsize_t end) {
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(path, ec);
+    if (ec || end == 0 || size >= end) return "";
+    if (::truncate(path.c_str(), static_cast<off_t>(end)) == 0) return "";
+    return "; it is " + std::to_string(end - size) + " bytes shorter than its recorded end (" +
+           std::strerror(errno) + "): extend it with 'truncate -s " + std::to_string(end) + " " +
+           path + "' to read it";
+  }
+
   std::string end_after_failure() {
+    // The end HDF5 allocated (H5Fget_filesize: the larger of the file's size and its allocated
+    // end), read before the close.
+    hsize_t end = 0;
+    if (file.valid() && H5Fget_filesize(file.get(), &end) < 0) end = 0;
+    H5Eclear2(H5E_DEFAULT);
     std::string closing;
     try {
       close_file(/*after_failure=*/true);
     } catch (const Hdf5Error& e) {
       closing = e.what();
     }
+    const std::string& path = published ? files.target : files.staging;
     std::string outcome = "statistics file '" + files.path + "' ";
     try {
       if (rows_done == 0 && traces_done == 0 && evals_done == 0) {
-        lock.remove(published ? files.target : files.staging);
+        lock.remove(path);
         outcome += "held no complete step and was removed";
       } else if (closing.empty()) {
-        outcome +=
-            "was closed with its " + std::to_string(rows_done) + " complete step(s), not compacted";
+        outcome += "was closed with its " + std::to_string(rows_done) +
+                   " complete step(s), not compacted" + restore_end(path, end);
       } else {
         outcome += "could not be closed either (" + closing +
-                   "): it may still be marked as open for writing (h5clear -s clears that)";
+                   "): it may still be marked as open for writing (h5clear -s clears that)" +
+                   restore_end(path, end);
       }
     } catch (const FileLockError& e) {
       outcome += "held no complete step, but could not be removed: " + std::string(e.what());

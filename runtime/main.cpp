@@ -8,6 +8,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "io/hdf5_check.hpp"
 #include "runtime/config_agree.hpp"
 #include "runtime/options.hpp"
 #include "runtime/report.hpp"
@@ -45,6 +46,12 @@ int report_end(const moe::TrainSummary& s, bool rank0) {
                      step.c_str(), r.loss, r.grad_norm, s.end_detail.c_str(), checkpoint.c_str());
       }
       return 4;
+    case RunEnd::kStatsFailed:
+      if (rank0) {
+        std::fprintf(stderr, "moe_rt: error: after step %s: %s; stopped without a checkpoint; %s\n",
+                     step.c_str(), s.end_detail.c_str(), checkpoint.c_str());
+      }
+      return 3;
     case RunEnd::kCheckpointFailed:
       if (rank0) {
         std::fprintf(stderr, "moe_rt: error: after step %s: %s; stopped\n", step.c_str(),
@@ -58,6 +65,7 @@ int report_end(const moe::TrainSummary& s, bool rank0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const moe::Hdf5LibraryHold hdf5;  // before any HDF5 call; shuts the library down last
   moe::MpiSession mpi(&argc, &argv);
   moe::stop_signal_install();
   const moe::Comm world = moe::Comm::world();

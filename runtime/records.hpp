@@ -63,6 +63,7 @@ enum class RunEnd {
   kSignal,            // a stop signal: every rank stopped after the same step
   kNonFinite,         // a NaN or Inf loss or gradient norm: that step updated nothing
   kCheckpointFailed,  // a checkpoint could not be written: stopped after the step it followed
+  kStatsFailed,       // a statistics row could not be written: stopped, no checkpoint after it
 };
 
 struct TrainSummary {
@@ -81,9 +82,10 @@ struct TrainSummary {
   int num_hosts = 1;                     // hosts the ranks lie on (comm/host_layout.hpp)
   int top_k = 1;                         // K
   RunEnd end = RunEnd::kCompleted;
-  int stop_signal = 0;          // kSignal: the signal's number
-  int64_t last_step = -1;       // the last step that ran
-  std::string end_detail;       // kNonFinite: where it went non-finite; kCheckpointFailed: why
+  int stop_signal = 0;     // kSignal: the signal's number
+  int64_t last_step = -1;  // the last step that ran
+  std::string end_detail;  // kNonFinite: where it went non-finite; kCheckpointFailed, kStatsFailed
+                           // (rank 0): why
   std::string checkpoint_dir;   // rank 0: where checkpoints go, "" when off
   std::string last_checkpoint;  // rank 0: the newest checkpoint this run wrote, "" if none
   // The parameters after the last step, as one number (Trainer::param_digest): the same on any

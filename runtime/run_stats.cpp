@@ -139,9 +139,18 @@ bool RunStats::close() {
   return !writer_->removed();
 }
 
+template <class F> void RunStats::append_row(const std::string& row, F&& append) {
+  if (!failure_.empty()) return;
+  try {
+    append();
+  } catch (const std::exception& e) {
+    failure_ = "statistics file '" + path_ + "': writing " + row + " failed: " + e.what();
+  }
+}
+
 void RunStats::record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times) {
   world.gather(std::span<const double>(times.seconds), std::span<double>(phase_all_), 0);
-  if (rank_ != 0) return;
+  if (rank_ != 0 || !failure_.empty()) return;
   StepRow row;
   row.step = rec.step;
   row.loss = rec.loss;
@@ -162,11 +171,11 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
   row.rank_overload = rec.rank_overload;
   row.layer_balance_loss = rec.layer_balance_loss;
   row.phase_times = phase_all_;
-  writer_->append(row);
+  append_row("the row of step " + std::to_string(rec.step), [&] { writer_->append(row); });
 }
 
 void RunStats::record_eval(const EvalRecord& rec) {
-  if (rank_ != 0) return;
+  if (rank_ != 0 || !failure_.empty()) return;
   EvalRow row;
   row.step = rec.step;
   row.loss = rec.loss;
@@ -175,7 +184,8 @@ void RunStats::record_eval(const EvalRecord& rec) {
   row.expert_load = rec.expert_load;
   row.load_variance = rec.load_variance;
   row.max_violation = rec.max_violation;
-  writer_->append_eval(row);
+  append_row("the validation row of step " + std::to_string(rec.step),
+             [&] { writer_->append_eval(row); });
 }
 
 void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<float>& acts,
@@ -209,7 +219,7 @@ void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<flo
   }
   world.gather(std::span<const int32_t>(trace_local_), std::span<int32_t>(trace_all_), 0);
   world.gather(std::span<const float>(weights_local_), std::span<float>(weights_all_), 0);
-  if (rank_ != 0) return;
+  if (rank_ != 0 || !failure_.empty()) return;
   // Rank-major blocks to the file's token-major layout: global token r·N + t.
   const size_t T = static_cast<size_t>(W) * N;
   t_ids_.resize(T);
@@ -242,7 +252,8 @@ void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<flo
   row.experts = t_experts_;
   row.weights = t_weights_;
   row.experts_unbiased = t_unbiased_;
-  writer_->append_trace(row);
+  append_row("the routing trace of step " + std::to_string(step),
+             [&] { writer_->append_trace(row); });
 }
 
 }  // namespace moe

@@ -54,13 +54,24 @@ class RunStats {
                     const std::vector<int32_t>& tokens, int seq_len);
   bool is_trace_step(int64_t step) const { return trace_every_ > 0 && step % trace_every_ == 0; }
 
+  // Rank 0: why a row could not be written (a full disk, a failed flush), naming the file and the
+  // row; "" while every row was. After the first failure no more rows are written: the run stops
+  // at the next agreement (Trainer::step's flag, a checkpoint, the end of the run), so that the
+  // file never has a gap a resumed chain would hide. Other ranks: "".
+  const std::string& failure() const { return failure_; }
+
  private:
+  // Rank 0: runs `append` (a writer call) unless a row failed before; a failure is kept, not
+  // thrown, since the other ranks are already in the next step.
+  template <class F> void append_row(const std::string& row, F&& append);
+
   int rank_ = 0, world_size_ = 1, layers_ = 0, top_k_ = 0, trace_every_ = 0;
   int experts_ = 0, groups_ = 1, group_topk_ = 1;  // for the traces' unbiased top-k
   std::vector<RoutingMode> modes_;                 // [L]
   std::string path_;
   bool reserved_ = false;                         // path_ is a name stats_default_path reserved
   bool published_ = false;                        // publish() succeeded
+  std::string failure_;                           // rank 0: see failure()
   std::unique_ptr<StatsWriter> writer_;           // rank 0 only
   std::vector<double> phase_all_;                 // [W, phases] on rank 0
   std::vector<int32_t> trace_local_, trace_all_;  // [2·N + 2·L·N·K] per rank, gathered [W, ...]

@@ -130,11 +130,25 @@ CheckpointHeader checkpoint_header(const RunConfig& cfg, int W, int P,
   return h;
 }
 
+// Collective: whether rank 0 failed to write a statistics row (RunStats::failure). When it did,
+// the run ends here: true, with the summary saying why (on rank 0).
+bool stats_failed_agree(const RunStats* stats, const Comm& world, TrainSummary& summary) {
+  if (stats == nullptr) return false;  // the same on every rank: --stats none or not
+  std::vector<int> failed = {stats->failure().empty() ? 0 : 1};
+  world.broadcast(std::span<int>(failed), 0);
+  if (failed[0] == 0) return false;
+  summary.end = RunEnd::kStatsFailed;
+  summary.end_detail = stats->failure();
+  return true;
+}
+
 // Collective: writes the checkpoint of `step` (rank 0 names it and prunes the folder after) and
 // charges its time to the next step. A failed write ends the run: false, with the summary saying
-// why on every rank.
+// why on every rank. So does a statistics row rank 0 could not write: a checkpoint after it would
+// resume into a chain of files with rows missing.
 bool checkpoint_after(int step, Trainer& trainer, CheckpointHeader& header, const RunConfig& cfg,
-                      const Comm& world, TrainSummary& summary) {
+                      const Comm& world, const RunStats* stats, TrainSummary& summary) {
+  if (stats_failed_agree(stats, world, summary)) return false;
   const double t0 = MPI_Wtime();
   std::string path;
   if (world.rank() == 0) {
@@ -447,10 +461,15 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
       summary.end_detail = trainer->locate_nonfinite();
       break;
     }
+    if (trainer->stats_failed()) {
+      summary.end = RunEnd::kStatsFailed;
+      if (stats) summary.end_detail = stats->failure();
+      break;
+    }
     const bool stop = trainer->stop_signal() != 0;
     if (cfg.checkpoint_every > 0 &&
         (stop || step + 1 == cfg.steps || (step + 1) % cfg.checkpoint_every == 0) &&
-        !checkpoint_after(step, *trainer, checkpoint_template, cfg, world, summary)) {
+        !checkpoint_after(step, *trainer, checkpoint_template, cfg, world, stats.get(), summary)) {
       break;
     }
     if (stop) {
@@ -459,6 +478,8 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
       break;
     }
   }
+  // The last rows (of the final step and evaluation) have no next step to carry their failure.
+  if (summary.end == RunEnd::kCompleted) stats_failed_agree(stats.get(), world, summary);
   if (!summary.steps.empty()) summary.param_digest = trainer->param_digest();
   summarize_phases(summary, world, phase_sum);
   summary.model_gflops =

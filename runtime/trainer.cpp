@@ -155,12 +155,15 @@ StepRecord Trainer::step(int step) {
     }
   }
   // The stop flag travels with the step time: every rank learns of a signal that any rank
-  // received, at the same step boundary, without a collective of its own.
+  // received, at the same step boundary, without a collective of its own. So does a statistics
+  // row that rank 0 could not write (of an earlier step or evaluation).
   slowest_[0] = MPI_Wtime() - t0;
   slowest_[1] = stop_signal_pending();
+  slowest_[2] = stats_ && !stats_->failure().empty() ? 1.0 : 0.0;
   world_.allreduce_max(std::span<double>(slowest_));
   rec.step_time_s = slowest_[0];
   stop_signal_ = static_cast<int>(slowest_[1]);
+  stats_failed_ = slowest_[2] > 0.0;
   rec.tokens_per_s = static_cast<double>(T_) / rec.step_time_s;
   if (stats_) {
     const double s0 = MPI_Wtime();

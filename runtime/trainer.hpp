@@ -51,6 +51,9 @@ class Trainer {
   // Agreed by every rank at the end of the last step: the stop signal any rank had received
   // by then (0: none), and whether its loss or gradient norm was not finite.
   int stop_signal() const { return stop_signal_; }
+  // Whether rank 0 failed to write a statistics row before this step's end (RunStats::failure),
+  // learnt by every rank at the same step boundary.
+  bool stats_failed() const { return stats_failed_; }
   bool nonfinite() const { return nonfinite_; }
   // Collective, after a non-finite step: where the forward first went non-finite on any rank
   // ("the output of layer 3's MoE block", ... "the logits"), and the first dense tensor whose
@@ -116,10 +119,12 @@ class Trainer {
   std::vector<float> expert_gathered_;  // several: [replicas, planes, experts_.size()]
   std::vector<std::vector<float>> expert_tree_scratch_;  // [tree depth][experts_.size()]
   double expert_norm_sq_ = 0.0;                          // Σ over every expert, in a fixed order
-  std::vector<double> slowest_ = {0.0, 0.0};  // [step seconds, stop signal], max over ranks
+  // [step seconds, stop signal, a statistics row failed on rank 0], max over ranks
+  std::vector<double> slowest_ = {0.0, 0.0, 0.0};
   double stats_seconds_ = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
   double checkpoint_seconds_ = 0.0;  // a checkpoint after the previous step
   int stop_signal_ = 0;
+  bool stats_failed_ = false;
   bool nonfinite_ = false;
 };
 
