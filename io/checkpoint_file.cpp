@@ -7,13 +7,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <string_view>
+#include <tuple>
 #include <utility>
 
+#include "io/file_lock.hpp"
 #include "io/hdf5_check.hpp"
 #include "io/input_file.hpp"
 
@@ -122,15 +127,45 @@ bool has_dataset(hid_t file, const std::string& name) {
   }
 }
 
-// The step of a final checkpoint name "step-NNNNNNNN.h5", or -1 for any other name.
+constexpr size_t kRunIdDigits = 16;
+
+bool is_run_id(std::string_view id) {
+  return id.size() == kRunIdDigits && std::all_of(id.begin(), id.end(), [](char c) {
+           return std::isxdigit(c) && !std::isupper(c);
+         });
+}
+
+// The step of a final checkpoint name, "step-NNNNNNNN.h5" or "step-NNNNNNNN.<run id>.h5", or -1
+// for any other name.
 int64_t step_of_name(const std::string& name) {
   int64_t step = -1;
   int end = 0;
-  if (std::sscanf(name.c_str(), "step-%" SCNd64 ".h5%n", &step, &end) == 1 &&
-      static_cast<size_t>(end) == name.size() && step >= 0 && name == checkpoint_file_name(step)) {
-    return step;
+  if (std::sscanf(name.c_str(), "step-%" SCNd64 "%n", &step, &end) != 1 || step < 0) return -1;
+  const std::string rest = name.substr(static_cast<size_t>(end));
+  const std::string id = rest.size() == 1 + kRunIdDigits + 3 ? rest.substr(1, kRunIdDigits) : "";
+  return name == checkpoint_file_name(step, is_run_id(id) ? id : "") ? step : -1;
+}
+
+// The runs a lineage names, each with the step its successor continued from.
+std::vector<std::pair<std::string, int64_t>> lineage_entries(const std::string& lineage) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  size_t begin = 0;
+  while (begin < lineage.size()) {
+    size_t end = lineage.find(';', begin);
+    if (end == std::string::npos) end = lineage.size();
+    const std::string entry = lineage.substr(begin, end - begin);
+    const size_t at = entry.rfind('@');
+    if (at != std::string::npos) {
+      out.emplace_back(entry.substr(0, at), std::strtoll(entry.c_str() + at + 1, nullptr, 10));
+    }
+    begin = end + 1;
   }
-  return -1;
+  return out;
+}
+
+// "run 0123456789abcdef", or "checkpoints without a run id" for older ones.
+std::string run_text(const std::string& run_id) {
+  return run_id.empty() ? "checkpoints without a run id" : "run " + run_id;
 }
 
 }  // namespace
@@ -178,6 +213,9 @@ CheckpointWriter::CheckpointWriter(std::string final_path, const CheckpointHeade
     h5_write_string_attr(f, "created", h.created);
     h5_write_string_attr(f, "stats_path", h.stats_path);
     h5_write_string_attr(f, "data", h.data_description);
+    h5_write_string_attr(f, "run_id", h.run_id);
+    h5_write_attr(f, "run_started", H5T_STD_I64LE, H5T_NATIVE_INT64, &h.run_started);
+    h5_write_string_attr(f, "lineage", h.lineage);
   });
 }
 
@@ -314,12 +352,22 @@ CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_un
     h.created = read_string_attr(f, "created");
     h.stats_path = read_string_attr(f, "stats_path");
     h.data_description = read_string_attr(f, "data");
+    // Absent from checkpoints written before runs had ids.
+    if (MOE_H5_CHECK(H5Aexists(f, "run_id")) > 0) h.run_id = read_string_attr(f, "run_id");
+    if (MOE_H5_CHECK(H5Aexists(f, "run_started")) > 0) {
+      h.run_started = read_scalar_attr<int64_t>(f, "run_started", H5T_NATIVE_INT64);
+    }
+    if (MOE_H5_CHECK(H5Aexists(f, "lineage")) > 0) h.lineage = read_string_attr(f, "lineage");
   } catch (const Hdf5Error& e) {
     throw file_error(path, std::string("has a damaged or incomplete header: ") + e.what());
   }
   if (h.step < 0 || h.global_batch < 1) {
     throw file_error(path, "has an invalid header (step " + std::to_string(h.step) +
                                ", global batch " + std::to_string(h.global_batch) + ")");
+  }
+  if (!h.run_id.empty() && !is_run_id(h.run_id)) {
+    throw file_error(path, "has an invalid header (run id '" + h.run_id.substr(0, 40) +
+                               "' is not 16 hex digits)");
   }
 }
 
@@ -345,10 +393,10 @@ void CheckpointReader::read_ints(const std::string& name, std::span<int32_t> out
 // ---- directories
 // ----------------------------------------------------------------------------------
 
-std::string checkpoint_file_name(int64_t step) {
+std::string checkpoint_file_name(int64_t step, const std::string& run_id) {
   char name[40];
-  std::snprintf(name, sizeof name, "step-%08" PRId64 ".h5", step);
-  return name;
+  std::snprintf(name, sizeof name, "step-%08" PRId64, step);
+  return std::string(name) + (run_id.empty() ? "" : "." + run_id) + ".h5";
 }
 
 std::vector<std::pair<int64_t, std::string>> checkpoint_list(const std::string& dir) {
@@ -362,20 +410,83 @@ std::vector<std::pair<int64_t, std::string>> checkpoint_list(const std::string& 
   return found;
 }
 
-std::string checkpoint_resolve(const std::string& path) {
+std::vector<CheckpointEntry> checkpoint_catalog(const std::string& dir) {
+  std::vector<CheckpointEntry> entries;
+  for (const auto& [step, path] : checkpoint_list(dir)) {
+    const CheckpointHeader h = CheckpointReader(path).header();
+    if (h.step != step) {
+      throw file_error(path, "its header says step " + std::to_string(h.step) +
+                                 ", its name another: a renamed checkpoint?");
+    }
+    entries.push_back({step, path, h.run_id, h.run_started, h.lineage});
+  }
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.run_started, a.run_id, a.step) < std::tie(b.run_started, b.run_id, b.step);
+  });
+  return entries;
+}
+
+bool checkpoint_on_branch(const CheckpointEntry& e, const std::string& run_id,
+                          const std::string& lineage) {
+  if (e.run_id == run_id) return true;
+  for (const auto& [run, step] : lineage_entries(lineage)) {
+    if (e.run_id == run && e.step <= step) return true;
+  }
+  return false;
+}
+
+std::string checkpoint_resolve(const std::string& path, std::string* note) {
+  if (note != nullptr) note->clear();
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   if (!fs::exists(status)) throw file_error(path, "no such file or directory");
   if (!fs::is_directory(status)) return path;
   if (ec) throw file_error(path, "cannot be inspected: " + ec.message());
-  const auto found = checkpoint_list(path);
-  if (found.empty()) {
+  const std::vector<CheckpointEntry> all = checkpoint_catalog(path);
+  if (all.empty()) {
     throw file_error(path, "the directory holds no complete checkpoint (no step-NNNNNNNN.h5)");
   }
-  return found.back().second;
+  // The run that started last, its newest checkpoint: the catalog's last entry.
+  const CheckpointEntry& newest = all.back();
+  if (note != nullptr) {
+    int64_t others = 0;
+    const CheckpointEntry* other_newest = nullptr;
+    for (const CheckpointEntry& e : all) {
+      if (checkpoint_on_branch(e, newest.run_id, newest.lineage)) continue;
+      ++others;
+      if (other_newest == nullptr || e.step > other_newest->step) other_newest = &e;
+    }
+    const bool several = std::any_of(all.begin(), all.end(),
+                                     [&](const auto& e) { return e.run_id != newest.run_id; });
+    if (several) {
+      *note = "'" + path + "' holds checkpoints of more than one run: continuing " +
+              run_text(newest.run_id) + " (the one started last) from its newest, '" + newest.path +
+              "'";
+      if (others > 0) {
+        *note += "; " + std::to_string(others) + " checkpoint(s) of other branches are kept " +
+                 "there (the newest: step " + std::to_string(other_newest->step) + " of " +
+                 run_text(other_newest->run_id) + ", '" + other_newest->path +
+                 "'): name a file to continue one of them";
+      }
+    }
+  }
+  return newest.path;
 }
 
-std::vector<std::string> checkpoint_prune(const std::string& dir, int keep) {
+std::string checkpoint_path_for(const std::string& dir, int64_t step, const std::string& run_id) {
+  const std::string plain = (fs::path(dir) / checkpoint_file_name(step)).string();
+  std::error_code ec;
+  if (!fs::exists(plain, ec)) return plain;
+  try {
+    if (CheckpointReader(plain).header().run_id == run_id) return plain;
+  } catch (const CheckpointError&) {
+    // Not a checkpoint this run can read: not replaced either.
+  }
+  return (fs::path(dir) / checkpoint_file_name(step, run_id)).string();
+}
+
+std::vector<std::string> checkpoint_prune(const std::string& dir, int keep,
+                                          const std::string& run_id, const std::string& lineage) {
   std::vector<std::string> warnings;
   auto remove = [&](const fs::path& p) {
     std::error_code ec;
@@ -383,9 +494,19 @@ std::vector<std::string> checkpoint_prune(const std::string& dir, int keep) {
       warnings.push_back("cannot remove old checkpoint '" + p.string() + "': " + ec.message());
     }
   };
-  const auto found = checkpoint_list(dir);
-  for (size_t i = 0; i + static_cast<size_t>(std::max(1, keep)) < found.size(); ++i) {
-    remove(found[i].second);
+  std::vector<std::pair<int64_t, std::string>> branch;
+  try {
+    for (const CheckpointEntry& e : checkpoint_catalog(dir)) {
+      if (checkpoint_on_branch(e, run_id, lineage)) branch.emplace_back(e.step, e.path);
+    }
+  } catch (const CheckpointError& e) {
+    // A file the catalog cannot read is no one's to remove: nothing is pruned this time.
+    warnings.push_back(std::string("old checkpoints not pruned: ") + e.what());
+    branch.clear();
+  }
+  std::sort(branch.begin(), branch.end());
+  for (size_t i = 0; i + static_cast<size_t>(std::max(1, keep)) < branch.size(); ++i) {
+    remove(branch[i].second);
   }
   std::error_code ec;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
@@ -397,5 +518,60 @@ std::vector<std::string> checkpoint_prune(const std::string& dir, int keep) {
   }
   return warnings;
 }
+
+// ---- the folder's lock
+// ------------------------------------------------------------------------------
+
+struct CheckpointFolderLock::Impl {
+  std::string dir, path;
+  FileLock lock;
+  bool created = false;  // the folder did not exist before
+};
+
+CheckpointFolderLock::CheckpointFolderLock(const std::string& dir, const std::string& holder)
+    : impl_(std::make_unique<Impl>()) {
+  std::error_code ec;
+  impl_->dir = dir;
+  impl_->created = fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) {
+    throw CheckpointError("checkpoint folder '" + dir + "': cannot create it" +
+                          (ec ? ": " + ec.message() : std::string(": not a directory")));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw CheckpointError("checkpoint folder '" + dir + "' is not writable");
+  }
+  impl_->path = (fs::path(dir) / kCheckpointLockName).string();
+  try {
+    if (FileLock::create(impl_->path, impl_->lock) == FileLock::Outcome::kBusy) {
+      std::string other;
+      std::ifstream in(impl_->path);
+      std::getline(in, other);
+      throw CheckpointError("checkpoint folder '" + dir + "' is in use by another live run (" +
+                            (other.empty() ? impl_->path + " is locked" : other) +
+                            "): wait for it to end, or choose another --checkpoint-dir");
+    }
+    impl_->lock.write_text(holder + "\n");
+  } catch (const FileLockError& e) {
+    throw CheckpointError("checkpoint folder '" + dir + "': cannot lock it: " + e.what());
+  }
+}
+
+CheckpointFolderLock::~CheckpointFolderLock() {
+  if (!impl_ || !impl_->lock.held()) return;
+  try {
+    impl_->lock.remove(impl_->path);
+  } catch (const FileLockError&) {
+    // Left behind: the next run finds it unlocked and removes it (FileLock::create).
+  }
+  impl_->lock.release();
+  // A folder this run created and left empty (set-up failed, or it stopped before its first
+  // checkpoint) goes too; fs::remove leaves a folder that holds anything.
+  std::error_code ec;
+  if (impl_->created) fs::remove(impl_->dir, ec);
+}
+
+CheckpointFolderLock::CheckpointFolderLock() = default;
+CheckpointFolderLock::CheckpointFolderLock(CheckpointFolderLock&&) noexcept = default;
+CheckpointFolderLock& CheckpointFolderLock::operator=(CheckpointFolderLock&&) noexcept = default;
 
 }  // namespace moe

@@ -23,6 +23,7 @@ namespace moe {
 
 inline constexpr const char* kCheckpointFormat = "moe_rt.checkpoint";
 inline constexpr int32_t kCheckpointFormatVersion = 1;
+inline constexpr const char* kCheckpointLockName = ".moe_rt.lock";
 
 // An unusable checkpoint or checkpoint path. The message names the file and the problem.
 class CheckpointError : public std::runtime_error {
@@ -43,6 +44,15 @@ struct CheckpointHeader {
   std::string created;          // ISO-8601 local time with offset
   std::string stats_path;       // the statistics file of the run that wrote it, absolute; "" none
   std::string data_description;
+  // The run that wrote it: a random id (16 hex digits) new for every start and every resume, and
+  // when that run started (ns since the Unix epoch), which orders the runs of a folder. Older
+  // checkpoints have neither ("" and 0).
+  std::string run_id;
+  int64_t run_started = 0;
+  // The runs it continues, oldest first, "<run id>@<step>;..." (each resumed from that run's
+  // checkpoint of that step); "" for a run started afresh. With run_id, it says which branch of
+  // resumes the checkpoint lies on (checkpoint_on_branch).
+  std::string lineage;
 };
 
 // Writes one checkpoint. Nothing appears under `final_path` until commit() succeeds.
@@ -90,19 +100,69 @@ class CheckpointReader {
   std::unique_ptr<Impl> impl_;
 };
 
-// "step-00000011.h5": the file name of the checkpoint taken at the end of step `step`.
-std::string checkpoint_file_name(int64_t step);
+// "step-00000011.h5": the file name of the checkpoint taken at the end of step `step`. With a
+// run id, "step-00000011.<run id>.h5": the name a run uses when the plain one holds another run's
+// checkpoint (a branch resumed from an older checkpoint of a folder).
+std::string checkpoint_file_name(int64_t step, const std::string& run_id = "");
+
+// One complete checkpoint of a folder and the run that wrote it (from its header).
+struct CheckpointEntry {
+  int64_t step = -1;
+  std::string path;
+  std::string run_id;       // "" for a checkpoint older than run ids
+  int64_t run_started = 0;  // 0 for those
+  std::string lineage;
+};
 
 // The complete checkpoints of `dir` (final names only), oldest first, as (step, path).
 std::vector<std::pair<int64_t, std::string>> checkpoint_list(const std::string& dir);
 
-// `path` itself when it is a file; for a directory its newest complete checkpoint. Throws
-// CheckpointError when the path is missing, or the directory holds no complete checkpoint.
-std::string checkpoint_resolve(const std::string& path);
+// The complete checkpoints of `dir` with their runs, ordered by the run's start, then by step.
+// Reads every header. Throws CheckpointError naming a file whose header cannot be read.
+std::vector<CheckpointEntry> checkpoint_catalog(const std::string& dir);
 
-// Removes all but the newest `keep` (>= 1) complete checkpoints of `dir`, and temporary files
-// that a killed writer left behind. Failures are returned as warnings, never thrown: a
-// checkpoint that cannot be removed costs disk space, not correctness.
-std::vector<std::string> checkpoint_prune(const std::string& dir, int keep);
+// Whether `e` lies on the branch of run `run_id` that continues `lineage`: written by that run, or
+// by a run of its lineage at or before the step the branch continued from.
+bool checkpoint_on_branch(const CheckpointEntry& e, const std::string& run_id,
+                          const std::string& lineage);
+
+// `path` itself when it is a file; for a directory the newest checkpoint of the run that started
+// last (a folder may hold several runs, or branches of one). `note`, when given, gets one
+// sentence naming that run and any checkpoints of other branches left in the folder ("" when
+// there are none, or for a file). Throws CheckpointError when the path is missing, or the
+// directory holds no complete checkpoint or one whose header cannot be read.
+std::string checkpoint_resolve(const std::string& path, std::string* note = nullptr);
+
+// Where run `run_id` writes its checkpoint of `step` in `dir`: checkpoint_file_name(step), unless
+// a file of that name holds another run's checkpoint, which is never replaced: then the name with
+// the run id.
+std::string checkpoint_path_for(const std::string& dir, int64_t step, const std::string& run_id);
+
+// Removes all but the newest `keep` (>= 1) checkpoints of `dir` on the branch of run `run_id`
+// (checkpoint_on_branch with `lineage`), and temporary files that a killed writer left behind
+// (CheckpointFolderLock: no other writer lives). Checkpoints of other branches and runs are never
+// removed. Failures are returned as warnings, never thrown: a checkpoint that cannot be removed
+// costs disk space, not correctness.
+std::vector<std::string> checkpoint_prune(const std::string& dir, int keep,
+                                          const std::string& run_id, const std::string& lineage);
+
+// One live run owns a checkpoint folder: the lock file ".moe_rt.lock" in it (FileLock: released
+// by the system however the run ends), holding a line that names the run. Creates the folder when
+// missing, and removes it again if nothing was written to it.
+class CheckpointFolderLock {
+ public:
+  CheckpointFolderLock();
+  // Throws CheckpointError naming the folder when another live run holds it (with the holder's
+  // line), or when the folder cannot be created or locked.
+  CheckpointFolderLock(const std::string& dir, const std::string& holder);
+  ~CheckpointFolderLock();  // removes the lock file, and the folder if it created it and it is
+                            // empty
+  CheckpointFolderLock(CheckpointFolderLock&&) noexcept;
+  CheckpointFolderLock& operator=(CheckpointFolderLock&&) noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace moe

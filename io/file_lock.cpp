@@ -104,6 +104,20 @@ void FileLock::remove(const std::string& path) const {
   }
 }
 
+void FileLock::write_text(const std::string& text) const {
+  if (::ftruncate(fd_, 0) != 0)
+    throw FileLockError(std::string("lock file: ftruncate failed: ") + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n =
+        ::pwrite(fd_, text.data() + done, text.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw FileLockError(std::string("lock file: write failed: ") + std::strerror(errno));
+    done += static_cast<size_t>(n);
+  }
+}
+
 FileLock::Outcome FileLock::lock_existing(const std::string& path, FileLock& out) {
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     // O_NONBLOCK: opening a FIFO must not wait for a reader (it is refused just below).

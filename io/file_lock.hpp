@@ -64,6 +64,9 @@ class FileLock {
   // Unlinks `path` if it names the locked file (the lock stays until release). Throws
   // FileLockError.
   void remove(const std::string& path) const;
+  // Replaces the locked file's contents with `text` (who holds it, for the message of a process
+  // that finds it busy). Throws FileLockError.
+  void write_text(const std::string& text) const;
   // Closes the descriptor, and the lock goes with it. Never throws.
   void release() noexcept;
 

@@ -122,7 +122,9 @@ void write_root_attributes(hid_t file, const StatsHeader& h) {
   for (const auto& [name, value] : ints) h5_write_int_attr(file, name, value);
   const std::vector<int32_t> hosts = rank_hosts(h);
   h5_write_int_attr(file, "num_hosts", 1 + *std::max_element(hosts.begin(), hosts.end()));
+  if (!h.run_id.empty()) h5_write_string_attr(file, "run_id", h.run_id);
   if (!h.resumed_from.empty()) {
+    h5_write_string_attr(file, "resumed_from_run", h.resumed_from_run);
     h5_write_string_attr(file, "resumed_from", h.resumed_from);
     h5_write_attr(file, "resumed_from_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &h.resumed_from_step);
   }

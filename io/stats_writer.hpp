@@ -71,6 +71,12 @@ struct StatsHeader {
   // Written as root attributes only when resumed_from is not empty.
   std::string resumed_from;
   int64_t resumed_from_step = -1;
+  // The run that wrote this file (16 hex digits, as its checkpoints record it), and the run whose
+  // checkpoint it resumed ("" when that checkpoint had no run id): a reader joining a chain checks
+  // that the predecessor file is that run's. run_id is written whenever it is not empty,
+  // resumed_from_run with resumed_from.
+  std::string run_id;
+  std::string resumed_from_run;
 };
 
 // One step, global values (already reduced over ranks).

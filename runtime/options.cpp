@@ -158,10 +158,10 @@ RunConfig config_from_text(const std::string& text, const std::string& origin) {
 // continued ones given again. An option that changes the arithmetic and differs is refused.
 RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
                        const std::vector<ConfigEntry>& file) {
-  std::string path;
+  std::string path, note;
   CheckpointHeader h;
   try {
-    path = checkpoint_resolve(requested.resume);
+    path = checkpoint_resolve(requested.resume, &note);
     h = CheckpointReader(path).header();
   } catch (const CheckpointError& e) {
     throw ConfigError(std::string("--resume: ") + e.what());
@@ -194,8 +194,15 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
     }
   }
   cfg.config_path = requested.config_path;
-  cfg.resume_point = {
-      path, h.step, h.global_batch, h.stats_path, h.data_description, given("batch-per-rank")};
+  cfg.resume_point = {path,
+                      h.step,
+                      h.global_batch,
+                      h.stats_path,
+                      h.data_description,
+                      given("batch-per-rank"),
+                      h.run_id,
+                      h.lineage,
+                      note};
   if (cfg.steps <= h.step + 1) {
     throw ConfigError("--steps=" + std::to_string(cfg.steps) + ": checkpoint '" + path +
                       "' has already run " + std::to_string(h.step + 1) +

@@ -27,6 +27,9 @@ struct ResumePoint {
   std::string stats_path;    // the statistics file of the run that wrote it, "" for none
   std::string data_description;  // the data it trained on, as TokenSource::describe() said
   bool batch_given = false;      // --batch-per-rank was given for the resumed run
+  std::string run_id;            // the run that wrote the checkpoint ("" for an older checkpoint)
+  std::string lineage;           // the runs that run continued (CheckpointHeader::lineage)
+  std::string note;              // what a --resume folder held besides (checkpoint_resolve)
   bool active() const { return step >= 0; }
 };
 

@@ -48,7 +48,7 @@ void drop_reservation(const std::string& path) {
 RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
                    const HostLayout& hosts, const RoutingState& routing,
                    const std::string& data_description, const std::string& val_data_description,
-                   double entropy_floor)
+                   double entropy_floor, const std::string& run_id)
     : rank_(rank),
       world_size_(world_size),
       layers_(cfg.model.layers),
@@ -108,6 +108,8 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   h.val_data_description = val_data_description;
   h.resumed_from = cfg.resume_point.stats_path;
   h.resumed_from_step = cfg.resume_point.step;
+  h.run_id = run_id;
+  h.resumed_from_run = cfg.resume_point.run_id;
   try {
     writer_ = std::make_unique<StatsWriter>(path_, overwrite, h);
   } catch (...) {

@@ -23,10 +23,11 @@ class RunStats {
   // Not collective. On rank 0: resolves the path (--stats, else a new runs/<model>-<time>.h5),
   // checks it (refusing one of the run's input files) and creates the file under a staging name
   // (StatsWriter); throws StatsPathError or Hdf5Error on a bad path. Other ranks only remember
-  // the shape.
+  // the shape. `run_id`: this run's (RunIdentity), recorded with the run it resumed.
   RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size, const HostLayout& hosts,
            const RoutingState& routing, const std::string& data_description,
-           const std::string& val_data_description, double entropy_floor);
+           const std::string& val_data_description, double entropy_floor,
+           const std::string& run_id);
   // Without publish(): the staging file is removed and the path left as it was (a name reserved
   // under runs/ is removed too).
   ~RunStats();

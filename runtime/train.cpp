@@ -3,13 +3,16 @@
 #include "runtime/train.hpp"
 
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <new>
+#include <random>
 #include <string>
 #include <thread>
 
@@ -81,10 +84,40 @@ void memory_check(const ModelMemory& m, int node_ranks, double data_bytes = 0) {
   }
 }
 
+// This run's identity in its checkpoints and statistics file (rank 0): a random id, new for every
+// start and every resume, and when it started. Neither touches the run's arithmetic.
+struct RunIdentity {
+  std::string id;       // 16 hex digits
+  int64_t started = 0;  // ns since the Unix epoch
+  std::string lineage;  // the runs it continues (CheckpointHeader::lineage)
+};
+
+RunIdentity run_identity_make(const RunConfig& cfg) {
+  RunIdentity r;
+  std::random_device device;
+  const uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
+  char id[17];
+  std::snprintf(id, sizeof id, "%016" PRIx64, bits);
+  r.id = id;
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  r.started = static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  const ResumePoint& p = cfg.resume_point;
+  if (p.active()) {
+    r.lineage =
+        p.lineage + (p.lineage.empty() ? "" : ";") + p.run_id + "@" + std::to_string(p.step);
+  }
+  return r;
+}
+
 // The checkpoint folder (rank 0): --checkpoint-dir; when resuming, the resumed checkpoint's
 // folder, so that checkpoints of one run stay together; else beside the statistics file,
-// "<stats file without .h5>-checkpoints". Created here; "" when checkpointing is off.
-std::string checkpoint_dir_prepare(const RunConfig& cfg, const std::string& stats_path) {
+// "<stats file without .h5>-checkpoints". Created and locked here (one live run per folder);
+// "" when checkpointing is off. `note` gets a sentence when the folder holds checkpoints of
+// other branches, which this run keeps.
+std::string checkpoint_dir_prepare(const RunConfig& cfg, const std::string& stats_path,
+                                   const RunIdentity& run, CheckpointFolderLock& lock,
+                                   std::string& note) {
   if (cfg.checkpoint_every == 0) return "";
   namespace fs = std::filesystem;
   fs::path dir = cfg.checkpoint_dir;
@@ -97,13 +130,23 @@ std::string checkpoint_dir_prepare(const RunConfig& cfg, const std::string& stat
     dir = stem.replace_extension().string() + "-checkpoints";
   }
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) {
-    throw CheckpointError("checkpoint folder '" + dir.string() + "': cannot create it" +
-                          (ec ? ": " + ec.message() : std::string(": not a directory")));
+  if (!stats_path.empty() && fs::absolute(dir, ec) == fs::absolute(stats_path, ec)) {
+    throw CheckpointError("--checkpoint-dir '" + dir.string() +
+                          "' is the statistics file's path; choose another folder or --stats");
   }
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    throw CheckpointError("checkpoint folder '" + dir.string() + "' is not writable");
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  lock = CheckpointFolderLock(dir.string(), "run " + run.id + ", process " +
+                                                std::to_string(::getpid()) + " on " + host +
+                                                ", started " + stats_now_iso8601());
+  int64_t others = 0;
+  for (const CheckpointEntry& e : checkpoint_catalog(dir.string())) {
+    others += checkpoint_on_branch(e, run.id, run.lineage) ? 0 : 1;
+  }
+  if (others > 0) {
+    note = "checkpoint folder '" + dir.string() + "' also holds " + std::to_string(others) +
+           " checkpoint(s) of other runs or branches: they are kept, and --resume of the folder "
+           "continues this run";
   }
   return dir.string();
 }
@@ -112,7 +155,8 @@ std::string checkpoint_dir_prepare(const RunConfig& cfg, const std::string& stat
 // configuration is written with the schedule's horizon resolved, so that a resumed run that
 // extends --steps keeps the schedule it started with.
 CheckpointHeader checkpoint_header(const RunConfig& cfg, int W, int P,
-                                   const std::string& stats_path, const std::string& data) {
+                                   const std::string& stats_path, const std::string& data,
+                                   const RunIdentity& run) {
   CheckpointHeader h;
   RunConfig resolved = cfg;
   resolved.lr_decay_steps = lr_horizon(cfg);
@@ -127,6 +171,9 @@ CheckpointHeader checkpoint_header(const RunConfig& cfg, int W, int P,
   h.model = cfg.model_name;
   h.program_version = std::string("moe_rt ") + MOE_RT_VERSION;
   h.data_description = data;
+  h.run_id = run.id;
+  h.run_started = run.started;
+  h.lineage = run.lineage;
   return h;
 }
 
@@ -152,7 +199,7 @@ bool checkpoint_after(int step, Trainer& trainer, CheckpointHeader& header, cons
   const double t0 = MPI_Wtime();
   std::string path;
   if (world.rank() == 0) {
-    path = (std::filesystem::path(summary.checkpoint_dir) / checkpoint_file_name(step)).string();
+    path = checkpoint_path_for(summary.checkpoint_dir, step, header.run_id);
     header.step = step;
     header.created = stats_now_iso8601();
   }
@@ -165,7 +212,8 @@ bool checkpoint_after(int step, Trainer& trainer, CheckpointHeader& header, cons
   }
   if (world.rank() == 0) {
     summary.last_checkpoint = path;
-    for (const std::string& w : checkpoint_prune(summary.checkpoint_dir, cfg.keep_checkpoints)) {
+    for (const std::string& w : checkpoint_prune(summary.checkpoint_dir, cfg.keep_checkpoints,
+                                                 header.run_id, header.lineage)) {
       std::fprintf(stderr, "moe_rt: warning: %s\n", w.c_str());
     }
   }
@@ -335,6 +383,9 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
   std::unique_ptr<RunStats> stats;
   std::unique_ptr<CheckpointReader> resume;
   CheckpointHeader checkpoint_template;
+  const RunIdentity identity = run_identity_make(cfg);
+  CheckpointFolderLock folder_lock;  // rank 0, while checkpointing
+  std::string folder_note;
   TrainSummary summary;
   std::string error;
   int64_t data_private_bytes = 0, data_mapped_bytes = 0;
@@ -381,13 +432,15 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     summary.layer_modes = routing.modes;
     if (cfg.stats_path != kNoStats) {
       stats = std::make_unique<RunStats>(cfg, rank, W, P, hosts, routing, summary.data_description,
-                                         summary.val_data_description, summary.entropy_floor);
+                                         summary.val_data_description, summary.entropy_floor,
+                                         identity.id);
       summary.stats_path = stats->path();
     }
     if (rank == 0) {
-      summary.checkpoint_dir = checkpoint_dir_prepare(cfg, summary.stats_path);
+      summary.checkpoint_dir =
+          checkpoint_dir_prepare(cfg, summary.stats_path, identity, folder_lock, folder_note);
       checkpoint_template =
-          checkpoint_header(cfg, W, P, summary.stats_path, summary.data_description);
+          checkpoint_header(cfg, W, P, summary.stats_path, summary.data_description, identity);
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -436,6 +489,9 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
                       static_cast<size_t>(model_expert_params(mc)), memory,
                       summary.data_description, summary.val_data_description, summary.stats_path,
                       data_private_bytes, data_mapped_bytes, host_layout_describe(hosts, P)});
+    for (const std::string& note : {cfg.resume_point.note, folder_note}) {
+      if (!note.empty()) std::printf("moe_rt: note: %s\n", note.c_str());
+    }
   }
   const int first_step = static_cast<int>(cfg.resume_point.step + 1);  // 0 unless resuming
   summary.steps.reserve(cfg.steps - first_step);

@@ -62,6 +62,8 @@ inline std::vector<int32_t> table_values(int64_t step) {
   return v;
 }
 
+inline constexpr const char* kRunId = "0123456789abcdef";  // header_of_step's run
+
 inline CheckpointHeader header_of_step(int64_t step) {
   CheckpointHeader h;
   h.step = step;
@@ -75,12 +77,18 @@ inline CheckpointHeader header_of_step(int64_t step) {
   h.created = "2026-01-02T03:04:05+00:00";
   h.stats_path = "/runs/crash-" + std::to_string(step) + ".h5";
   h.data_description = "synthetic: step " + std::to_string(step);
+  h.run_id = kRunId;
+  h.run_started = 1767323045000000001;
+  h.lineage = "00000000000000aa@3;00000000000000ab@5";
   return h;
 }
 
-// The checkpoint of `step` in `dir`, committed; pruning is the caller's.
-inline void write_checkpoint(const std::string& dir, int64_t step) {
-  CheckpointWriter w(dir + "/" + checkpoint_file_name(step), header_of_step(step));
+// The checkpoint of `step` in `dir`, committed; pruning is the caller's. `h` replaces the header
+// of header_of_step when given; the name is checkpoint_path_for's for its run.
+inline void write_checkpoint(const std::string& dir, int64_t step,
+                             const CheckpointHeader* h = nullptr) {
+  const CheckpointHeader header = h != nullptr ? *h : header_of_step(step);
+  CheckpointWriter w(checkpoint_path_for(dir, step, header.run_id), header);
   for (int t = 0; t < kNumFloatTensors; ++t) {
     w.write_floats(kFloatTensors[t].name, float_values(step, t));
   }

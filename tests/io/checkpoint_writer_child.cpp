@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
       say('b');
       moe::checkpoint_test::write_checkpoint(dir, s);
       say('c');
-      for (const std::string& w : moe::checkpoint_prune(dir, 2)) {
+      for (const std::string& w : moe::checkpoint_prune(dir, 2, moe::checkpoint_test::kRunId, "")) {
         std::fprintf(stderr, "checkpoint_writer_child: %s\n", w.c_str());
       }
       say('p');

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint_test_data.hpp"
 #include "checkpoint_test_util.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/hdf5_check.hpp"
@@ -417,13 +418,27 @@ TEST(CheckpointReaderErrors, MissingDatasetWrongSizeWrongType) {
 
 // ---- directories ------------------------------------------------------------------------------
 
+// A checkpoint of run `run_id` (started at `started`, continuing `lineage`) at `step` in `dir`.
+void write_run_checkpoint(const std::string& dir, int64_t step, const std::string& run_id,
+                          int64_t started, const std::string& lineage = "") {
+  CheckpointHeader h = checkpoint_test::header_of_step(step);
+  h.run_id = run_id;
+  h.run_started = started;
+  h.lineage = lineage;
+  checkpoint_test::write_checkpoint(dir, step, &h);
+}
+
+constexpr const char* kRunA = "aaaaaaaaaaaaaaaa";
+constexpr const char* kRunB = "bbbbbbbbbbbbbbbb";
+
 TEST(CheckpointDirectory, ResolveFileDirectoryAndMissing) {
   TempDir dir;
   const std::string folder = dir.path().string();
   touch(dir.file("anything.h5"));
   EXPECT_EQ(checkpoint_resolve(dir.file("anything.h5")), dir.file("anything.h5"));
-  // Step 10 is the newest by step number; step 2 is the newest by time.
-  for (int s : {10, 9, 2}) touch(dir.file(checkpoint_file_name(s)));
+  // Step 10 is the run's newest by step; step 2 is the newest by file time, which counts for
+  // nothing.
+  for (int s : {10, 9, 2}) write_run_checkpoint(folder, s, kRunA, 100);
   fs::last_write_time(
       dir.file(checkpoint_file_name(10)),
       fs::last_write_time(dir.file(checkpoint_file_name(2))) - std::chrono::hours(1));
@@ -432,8 +447,12 @@ TEST(CheckpointDirectory, ResolveFileDirectoryAndMissing) {
   touch(dir.file("step-12.h5"));
   touch(dir.file(checkpoint_file_name(13) + ".bak"));
   touch(dir.file("step-000000014.h5"));
+  touch(dir.file("step-00000016.ABCDEF0123456789.h5"));  // not a run id: upper case
+  touch(dir.file("step-00000016.0123.h5"));
   fs::create_directory(dir.file(checkpoint_file_name(15)));
-  EXPECT_EQ(checkpoint_resolve(folder), dir.file(checkpoint_file_name(10)));
+  std::string note = "stale";
+  EXPECT_EQ(checkpoint_resolve(folder, &note), dir.file(checkpoint_file_name(10)));
+  EXPECT_EQ(note, "");  // one run: nothing to say
   EXPECT_EQ(checkpoint_resolve(folder + "/"),
             (dir.path() / "" / checkpoint_file_name(10)).string());
   const auto list = checkpoint_list(folder);
@@ -444,6 +463,10 @@ TEST(CheckpointDirectory, ResolveFileDirectoryAndMissing) {
 
   const std::string missing = dir.file("gone");
   expect_mentions(error_of([&] { checkpoint_resolve(missing); }), {missing, "no such file"});
+  // A file under a checkpoint's name whose header cannot be read stops the choice, named.
+  touch(dir.file(checkpoint_file_name(30)), "not a checkpoint");
+  expect_mentions(error_of([&] { checkpoint_resolve(folder); }),
+                  {dir.file(checkpoint_file_name(30)), "not an HDF5 file"});
 }
 
 TEST(CheckpointDirectory, ResolveRefusesADirectoryWithoutACompleteCheckpoint) {
@@ -459,35 +482,110 @@ TEST(CheckpointDirectory, ResolveRefusesADirectoryWithoutACompleteCheckpoint) {
                   {folder, "no complete checkpoint"});
 }
 
-TEST(CheckpointDirectory, PruneKeepsTheNewestAndRemovesStaleTemporaries) {
+// Run A wrote 3, 7, ..., 23; run B resumed from A's step 7 and wrote 11 and 15 (beside A's of the
+// same steps, under names with its id) and 17: the folder's newest run is B, whatever the steps.
+TEST(CheckpointDirectory, ResolveTakesTheNewestOfTheRunStartedLastAndSaysWhatElseIsThere) {
   TempDir dir;
   const std::string folder = dir.path().string();
-  for (int s : {1, 2, 3, 5, 8}) touch(dir.file(checkpoint_file_name(s)));
+  for (int s = 3; s <= 23; s += 4) write_run_checkpoint(folder, s, kRunA, 100);
+  const std::string lineage = std::string(kRunA) + "@7";
+  for (int s : {11, 15, 17}) write_run_checkpoint(folder, s, kRunB, 200, lineage);
+  EXPECT_TRUE(fs::exists(dir.file(checkpoint_file_name(11, kRunB))));
+  EXPECT_TRUE(fs::exists(dir.file(checkpoint_file_name(11))));  // A's, not replaced
+  EXPECT_EQ(CheckpointReader(dir.file(checkpoint_file_name(11))).header().run_id, kRunA);
+  EXPECT_EQ(checkpoint_path_for(folder, 17, kRunB), dir.file(checkpoint_file_name(17)));
+  EXPECT_EQ(checkpoint_path_for(folder, 19, kRunB), dir.file(checkpoint_file_name(19, kRunB)));
+  EXPECT_EQ(checkpoint_path_for(folder, 19, kRunA), dir.file(checkpoint_file_name(19)));
+  EXPECT_EQ(checkpoint_path_for(folder, 40, kRunA), dir.file(checkpoint_file_name(40)));
+
+  std::string note;
+  EXPECT_EQ(checkpoint_resolve(folder, &note), dir.file(checkpoint_file_name(17)));
+  // A's 11, 15, 19 and 23 lie on another branch; its 3 and 7 are B's history too.
+  expect_mentions(note, {"run " + std::string(kRunB), "4 checkpoint(s) of other branches",
+                         "step 23 of run " + std::string(kRunA)});
+
+  // Branches: B's own, and A's up to the step B continued from.
+  const auto catalog = checkpoint_catalog(folder);
+  ASSERT_EQ(catalog.size(), 9u);
+  std::vector<int64_t> on_b;
+  for (const CheckpointEntry& e : catalog) {
+    if (checkpoint_on_branch(e, kRunB, lineage)) on_b.push_back(e.step);
+  }
+  EXPECT_EQ(on_b, (std::vector<int64_t>{3, 7, 11, 15, 17}));
+}
+
+TEST(CheckpointDirectory, PruneKeepsTheNewestOfItsBranchAndNeverAnotherBranch) {
+  TempDir dir;
+  const std::string folder = dir.path().string();
+  for (int s : {1, 2, 3, 5, 8}) write_run_checkpoint(folder, s, kRunA, 100);
+  const std::string lineage = std::string(kRunA) + "@3";  // B continued A's step 3
+  for (int s : {4, 6, 7}) write_run_checkpoint(folder, s, kRunB, 200, lineage);
   const std::vector<std::string> stale = {checkpoint_file_name(9) + ".tmp",
-                                          checkpoint_file_name(1) + ".tmp"};
+                                          checkpoint_file_name(1) + ".tmp",
+                                          checkpoint_file_name(4, kRunB) + ".tmp"};
   const std::vector<std::string> unrelated = {
       "notes.txt",    "step-1.h5", "other.tmp", "x.h5.tmp", checkpoint_file_name(3) + ".bak",
       "step-1.h5.tmp"};
   for (const std::string& name : stale) touch(dir.file(name));
   for (const std::string& name : unrelated) touch(dir.file(name));
-  EXPECT_TRUE(checkpoint_prune(folder, 2).empty());
+  EXPECT_TRUE(checkpoint_prune(folder, 2, kRunB, lineage).empty());
   std::vector<std::string> left;
   for (const fs::directory_entry& e : fs::directory_iterator(dir.path())) {
     left.push_back(e.path().filename().string());
   }
   std::sort(left.begin(), left.end());
+  // B's branch (A's 1, 2, 3, B's 4, 6, 7) keeps 6 and 7; A's 5 and 8 are another branch's.
   std::vector<std::string> want = unrelated;
-  want.push_back(checkpoint_file_name(5));
-  want.push_back(checkpoint_file_name(8));
+  for (int s : {5, 6, 7, 8}) want.push_back(checkpoint_file_name(s));
   std::sort(want.begin(), want.end());
   EXPECT_EQ(left, want);
 
-  EXPECT_TRUE(checkpoint_prune(folder, 5).empty());  // fewer than K: nothing to remove
-  EXPECT_EQ(checkpoint_list(folder).size(), 2u);
-  EXPECT_TRUE(checkpoint_prune(folder, 0).empty());  // the newest always stays
-  ASSERT_EQ(checkpoint_list(folder).size(), 1u);
-  EXPECT_EQ(checkpoint_list(folder)[0].first, 8);
-  EXPECT_TRUE(checkpoint_prune(dir.file("gone"), 2).empty());  // never throws
+  EXPECT_TRUE(checkpoint_prune(folder, 5, kRunB, lineage).empty());  // fewer than K
+  EXPECT_EQ(checkpoint_list(folder).size(), 4u);
+  EXPECT_TRUE(checkpoint_prune(folder, 0, kRunB, lineage).empty());  // the newest always stays
+  EXPECT_EQ(checkpoint_list(folder).size(), 3u);
+  // Run A alone (its lineage is empty): 5 and 8 are its own.
+  EXPECT_TRUE(checkpoint_prune(folder, 1, kRunA, "").empty());
+  std::vector<int64_t> steps;
+  for (const auto& [step, path] : checkpoint_list(folder)) steps.push_back(step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{7, 8}));
+  // A file the catalog cannot read: nothing is removed, and the warning says why.
+  touch(dir.file(checkpoint_file_name(2)), "damaged");
+  const auto warnings = checkpoint_prune(folder, 1, kRunB, lineage);
+  ASSERT_EQ(warnings.size(), 1u);
+  expect_mentions(warnings[0], {"not pruned", checkpoint_file_name(2)});
+  EXPECT_EQ(checkpoint_list(folder).size(), 3u);
+  EXPECT_TRUE(checkpoint_prune(dir.file("gone"), 2, kRunA, "").empty());  // never throws
+}
+
+TEST(CheckpointDirectory, OneLiveRunPerFolder) {
+  TempDir dir;
+  const std::string folder = dir.file("ck/inner");
+  const std::string lock_file = folder + "/" + kCheckpointLockName;
+  {
+    CheckpointFolderLock first(folder, "run 1, process 7 on host-a");
+    EXPECT_TRUE(fs::exists(lock_file));
+    expect_mentions(error_of([&] { CheckpointFolderLock second(folder, "run 2"); }),
+                    {"checkpoint folder '" + folder + "' is in use by another live run",
+                     "run 1, process 7 on host-a", "--checkpoint-dir"});
+  }
+  // Released: the lock file and the empty folder it created are gone, its parent stays.
+  EXPECT_FALSE(fs::exists(folder));
+  EXPECT_TRUE(fs::exists(dir.file("ck")));
+  {
+    CheckpointFolderLock again(folder, "run 3");
+    write_run_checkpoint(folder, 1, kRunA, 100);
+  }
+  EXPECT_TRUE(fs::exists(dir.file("ck/inner/" + checkpoint_file_name(1))));  // kept: not empty
+  EXPECT_FALSE(fs::exists(lock_file));
+  // A lock file left by a killed run is no one's: taken over.
+  touch(lock_file, "run 4, killed");
+  CheckpointFolderLock after_kill(folder, "run 5");
+  EXPECT_TRUE(fs::exists(lock_file));
+  // A path that is a file cannot be a folder.
+  touch(dir.file("plain"));
+  expect_mentions(error_of([&] { CheckpointFolderLock bad(dir.file("plain"), "run 6"); }),
+                  {dir.file("plain"), "cannot create it"});
 }
 
 }  // namespace
