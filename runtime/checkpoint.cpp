@@ -4,8 +4,13 @@
 // routing/hash_tables [L_h, V, K]. docs/checkpoints.md.
 #include "runtime/checkpoint.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <utility>
 #include <vector>
+
+#include "model/router.hpp"
 
 namespace moe {
 namespace {
@@ -101,6 +106,46 @@ void checkpoint_load(const CheckpointReader& r, const TrainState& s) {
   read_arena(r, s.layout->experts, {s.experts, s.experts_m, s.experts_v});
   r.read_floats("routing/bias", s.routing->bias);
   r.read_ints("routing/hash_tables", s.routing->hash_tables);
+  // The checksums say the bytes are those written; what they say is checked as a file reader
+  // checks its input, before the run replaces anything (its statistics file included).
+  auto fail = [&](const std::string& problem) {
+    throw CheckpointError("checkpoint '" + r.path() + "': " + problem);
+  };
+  const std::array<const char*, 3> kinds = {"parameter", "AdamW first moment",
+                                            "AdamW second moment"};
+  for (const auto& [layout, arrays] :
+       {std::pair{s.layout->dense, std::array{s.dense, s.dense_m, s.dense_v}},
+        std::pair{s.layout->experts, std::array{s.experts, s.experts_m, s.experts_v}}}) {
+    for (int a = 0; a < 3; ++a) {
+      for (const ParamEntry& e : layout.entries) {
+        const std::span<const float> values = arrays[a].subspan(e.offset, e.count);
+        const auto bad = std::find_if(values.begin(), values.end(), [a](float v) {
+          return !std::isfinite(v) || (a == 2 && v < 0.0f);  // v is a mean of squares
+        });
+        if (bad != values.end()) {
+          fail(std::string(kArrays[a]) + e.name + " holds " +
+               (a == 2 && std::isfinite(*bad) ? "a negative" : "a non-finite") + " " + kinds[a] +
+               " (" + std::to_string(*bad) + " at element " + std::to_string(bad - values.begin()) +
+               ")");
+        }
+      }
+    }
+  }
+  const std::vector<float>& bias = s.routing->bias;
+  if (const auto bad =
+          std::find_if(bias.begin(), bias.end(), [](float v) { return !std::isfinite(v); });
+      bad != bias.end()) {
+    fail("routing/bias holds a non-finite value at element " + std::to_string(bad - bias.begin()));
+  }
+  const ModelConfig& mc = *s.model;
+  const size_t table = static_cast<size_t>(mc.vocab) * mc.top_k;
+  for (int l = 0; l < mc.hash_layers; ++l) {
+    try {
+      hash_table_validate(&s.routing->hash_tables[l * table], mc.vocab, mc.experts, mc.top_k);
+    } catch (const std::exception& e) {
+      fail("routing/hash_tables, layer " + std::to_string(l) + ": " + e.what());
+    }
+  }
 }
 
 }  // namespace moe

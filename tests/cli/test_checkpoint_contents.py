@@ -1,0 +1,87 @@
+"""A checkpoint's contents are checked as the file readers check their input, before the resumed
+run replaces anything: hash tables (every id an expert, no expert twice in a row, as for a
+--hash-table file), finite parameters, moments and bias, non-negative second moments. A bad one
+ends set-up with one line naming the checkpoint and what is wrong, exit status 2, and the
+statistics file at --stats (--overwrite) left as it was."""
+import hashlib
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import launcher, run_env
+
+MICRO = ["--model", "micro"]
+
+
+def moe(moe_rt_bin, args, np_=1, timeout=120):
+    try:
+        return subprocess.run(launcher(np_) + [moe_rt_bin] + [str(a) for a in args],
+                              env=run_env(), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"moe_rt {args} hung for more than {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(moe_rt_bin, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("contents")
+    proc = moe(moe_rt_bin, MICRO + ["--steps", 4, "--checkpoint-every", 4, "--checkpoint-dir",
+                                    folder / "ck", "--stats", folder / "a.h5"], np_=2)
+    assert proc.returncode == 0, proc.stderr
+    return folder / "ck" / "step-00000003.h5"
+
+
+def hash_row_repeat(values):
+    values[0, 5, 1] = values[0, 5, 0]
+
+
+def hash_out_of_range(values):
+    values[0, 0, 0] = 99
+
+
+def nan_parameter(values):
+    values[3] = np.nan
+
+
+def negative_second_moment(values):
+    values[0] = -1e-6
+
+
+def infinite_bias(values):
+    values[1] = np.inf
+
+
+CASES = [
+    ("routing/hash_tables", hash_out_of_range, ["routing/hash_tables, layer 0", "99"]),
+    ("routing/hash_tables", hash_row_repeat, ["routing/hash_tables, layer 0", "twice"]),
+    ("param/embed", nan_parameter, ["param/embed", "non-finite parameter"]),
+    ("adam_v/embed", negative_second_moment, ["adam_v/embed", "negative AdamW second moment"]),
+    ("routing/bias", infinite_bias, ["routing/bias", "non-finite"]),
+]
+
+
+@pytest.mark.parametrize("dataset,change,words", CASES,
+                         ids=[c[1].__name__ for c in CASES])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_bad_checkpoint_is_refused_before_anything_is_replaced(moe_rt_bin, checkpoint, tmp_path,
+                                                                 dataset, change, words, ranks):
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(checkpoint.read_bytes())
+    with h5py.File(bad, "r+") as f:  # h5py rewrites the chunk's Fletcher-32 checksum
+        values = f[dataset][...]
+        change(values)
+        f[dataset][...] = values
+    stats = tmp_path / "old.h5"
+    stats.write_bytes(b"an earlier statistics file, to be left as it is")
+    before = hashlib.sha256(stats.read_bytes()).hexdigest()
+    proc = moe(moe_rt_bin, ["--resume", bad, "--steps", 8, "--stats", stats, "--overwrite"],
+               np_=ranks)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("moe_rt: error")]
+    assert len(errors) == 1, proc.stderr
+    assert f"checkpoint '{bad}'" in errors[0], errors[0]
+    for word in words:
+        assert word in errors[0], errors[0]
+    assert hashlib.sha256(stats.read_bytes()).hexdigest() == before
+    assert not list(tmp_path.glob("old.h5.*"))  # no staging file left either
