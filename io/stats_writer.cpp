@@ -192,6 +192,20 @@ struct StatsWriter::Impl {
     return outcome;
   }
 
+  // After a failed creation, leaves no half-made file behind: closes what is open and removes
+  // the staging file.
+  void abandon_staging() {
+    steps.clear(), trace.clear(), eval.clear();
+    file.close_quietly();
+    try {
+      lock.remove(files.staging);
+    } catch (const FileLockError&) {
+      // Left as a leftover that the next run removes (stats_staging_create); the first error is
+      // the one to report.
+    }
+    lock.release();
+  }
+
   // Writes one row per column, flushing before the last column (the step index) and after it:
   // a step index on disk means the rest of its row is on disk too.
   void append_row(std::vector<H5RowDataset>& columns, const std::vector<const void*>& values,
@@ -241,17 +255,12 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
         MOE_H5_CHECK(H5Fcreate(m.files.staging.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())),
         H5Fclose);
     m.create_objects(h, storage);
+  } catch (const Hdf5Error& e) {
+    // HDF5's message names the call, not the file.
+    m.abandon_staging();
+    throw Hdf5Error("statistics file '" + m.files.path + "': cannot be created: " + e.what());
   } catch (...) {
-    // Leave no half-made file behind: close what is open and remove the staging file.
-    m.steps.clear(), m.trace.clear(), m.eval.clear();
-    m.file.close_quietly();
-    try {
-      m.lock.remove(m.files.staging);
-    } catch (const FileLockError&) {
-      // Left as a leftover that the next run removes (stats_staging_create); the first error is
-      // the one to report.
-    }
-    m.lock.release();
+    m.abandon_staging();
     throw;
   }
 }
