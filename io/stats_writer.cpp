@@ -115,8 +115,10 @@ void write_root_attributes(hid_t file, const StatsHeader& h) {
   for (const auto& [name, value] : ints) h5_write_int_attr(file, name, value);
   const std::vector<int32_t> hosts = rank_hosts(h);
   h5_write_int_attr(file, "num_hosts", 1 + *std::max_element(hosts.begin(), hosts.end()));
-  if (!h.resumed_from.empty()) {
-    h5_write_string_attr(file, "resumed_from", h.resumed_from);
+  // A run resumed from one that kept no statistics file (--stats none) has no predecessor to name,
+  // but its rows still start after the checkpoint's step.
+  if (!h.resumed_from.empty()) h5_write_string_attr(file, "resumed_from", h.resumed_from);
+  if (h.resumed_from_step >= 0) {
     h5_write_attr(file, "resumed_from_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &h.resumed_from_step);
   }
 }

@@ -117,6 +117,20 @@ def test_resume_bitwise_from_2_ranks_on_1(moe_rt_bin, tmp_path):
         assert f["steps/step"][0] == 8
 
 
+def test_resume_of_a_run_without_statistics_records_its_step(moe_rt_bin, tmp_path):
+    # The first run kept no statistics file: the resumed run's file has no predecessor to name,
+    # but still says where its rows begin (it used to say nothing, and read as a run from step 0).
+    ok(moe_rt_bin, MICRO + ["--steps", 4, "--stats", "none", "--checkpoint-every", 2,
+                            "--checkpoint-dir", tmp_path / "ck"], 1)
+    ok(moe_rt_bin, ["--resume", tmp_path / "ck", "--steps", 6, "--stats", tmp_path / "b.h5"], 1)
+    with h5py.File(tmp_path / "b.h5", "r") as f:
+        assert "resumed_from" not in f.attrs
+        assert f.attrs["resumed_from_step"] == 3
+        assert list(f["steps/step"][...]) == [4, 5]
+    run = load_run(str(tmp_path / "b.h5"))
+    assert list(run.steps) == [4, 5] and run.segments[0].resumed_from_step == 3
+
+
 def test_resume_bitwise_from_two_ep_groups_to_one(moe_rt_bin, tmp_path):
     # micro has 4 experts: 8 ranks form two EP groups of 4, whose expert gradients are added
     # along the sequence tree (model/expert_grads.hpp); resumed on 2 ranks (one group).
