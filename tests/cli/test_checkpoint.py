@@ -3,6 +3,7 @@ the exact state at another), the statistics chain of a resumed run, stop signals
 and mpirun's), the non-finite stop, a kill during checkpoint writes, and bad checkpoints.
 docs/checkpoints.md says what each promise is."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -372,6 +373,26 @@ def test_options_that_change_the_arithmetic_are_the_checkpoints(moe_rt_bin, good
     assert proc.returncode == 2, proc.stderr
     errors = error_lines(proc.stderr)
     assert len(errors) == 1 and all(w in errors[0] for w in words), proc.stderr
+
+
+def test_documented_dataset_shapes_are_the_files(good_checkpoint):
+    # docs/checkpoints.md's table of what a checkpoint holds: every tensor (param/, adam_m/,
+    # adam_v/) is 1-D, and the routing datasets have the shapes given there.
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "checkpoints.md")).read()
+    shapes = dict(re.findall(r"^\| `(routing/\w+)` \| `\[([^\]]*)\]`", doc, re.M))
+    assert sorted(shapes) == ["routing/bias", "routing/hash_tables"], shapes
+    assert "one 1-D dataset per tensor" in doc
+    with h5py.File(good_checkpoint, "r") as f:
+        config = dict(line.split(" = ", 1) for line in f.attrs["config"].splitlines()
+                      if " = " in line)
+        size = {"L": config["layers"], "E": config["experts"], "L_h": config["hash-layers"],
+                "V": config["vocab"], "K": config["top-k"]}
+        for name, shape in shapes.items():
+            dims = [int(np.prod([int(size[s]) for s in d.strip().split("·")]))
+                    for d in shape.split(",")]
+            assert list(f[name].shape) == dims, (name, shape)
+        for group in ("param", "adam_m", "adam_v"):
+            assert all(f[group][n].ndim == 1 for n in f[group]), group
 
 
 def test_resume_prints_the_checkpoints_configuration(moe_rt_bin, good_checkpoint):
