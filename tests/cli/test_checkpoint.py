@@ -213,6 +213,25 @@ def test_sigint_to_mpirun_ends_within_seconds_with_a_closed_file(moe_rt_bin, tmp
     assert assert_closed_cleanly(stats) >= 5
 
 
+def test_stop_message_is_a_line_of_its_own_in_a_merged_log(moe_rt_bin, tmp_path):
+    # mpirun forwards the ranks' stdout (step lines) and stderr (the stop message) separately;
+    # once signalled it reads the rest of stdout only as the job ends, in pieces, and the message
+    # overtook them, landing inside a step line (3 of 4 runs). A few runs, each logged as
+    # `mpirun ... 2>&1` would.
+    for attempt in range(3):
+        stats = tmp_path / f"m{attempt}.h5"
+        proc = subprocess.Popen(launcher(2) + [moe_rt_bin] + MICRO +
+                                ["--steps", str(10**6), "--stats", str(stats)],
+                                env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        wait_for_rows(stats, 200, proc)
+        os.kill(proc.pid, signal.SIGTERM)
+        log, _ = finish(proc, 30)
+        stops = [line for line in log.splitlines() if "stopped by SIGTERM" in line]
+        assert len(stops) == 1, log[-2000:]
+        assert stops[0].startswith("moe_rt: stopped by SIGTERM after step "), stops[0]
+
+
 def test_a_second_signal_ends_the_rank_at_once(moe_rt_bin, tmp_path):
     # The first signal asks for a stop after the step; the second, while that step, its
     # checkpoint and the close still run (100+ ms for deepseek4-tiny), takes the default action.
