@@ -1,9 +1,11 @@
-// Out-of-line part of MOE_H5_CHECK (HDF5's error stack as one line of text), H5Id, and the small
-// write and copy helpers of io/hdf5_check.hpp.
+// Out-of-line part of MOE_H5_CHECK (HDF5's error stack as one short line of text), H5Id, and the
+// small write and copy helpers of io/hdf5_check.hpp.
 #include "io/hdf5_check.hpp"
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 namespace moe {
@@ -11,47 +13,84 @@ namespace {
 
 std::atomic<bool> g_close_failed{false};
 
-// The text HDF5 registered for a major or minor error number, e.g. "Dataset", "Write failed".
-std::string h5_message_text(hid_t msg_id) {
-  char text[256] = {0};
-  if (H5Eget_msg(msg_id, nullptr, text, sizeof text) < 0) return "?";
-  return text;
-}
-
 struct StackText {
-  std::string all;        // every entry, outermost first
+  std::string outermost;  // the first entry's description: what the called function says failed
   std::string innermost;  // the last entry's description: the cause (e.g. the system's errno)
 };
 
-// H5Ewalk2 callback: appends one stack entry, "func: desc (major: X, minor: Y)".
+// H5Ewalk2 callback: keeps the first and the last entry's description.
 herr_t h5_collect_entry(unsigned depth, const H5E_error2_t* entry, void* client) {
   auto* text = static_cast<StackText*>(client);
-  if (depth > 0) text->all.append("; ");
-  text->all.append(entry->func_name ? entry->func_name : "?");
-  text->all.append(": ");
   // Some descriptions embed a ctime() string and its newline; the message stays one line.
   std::string desc = entry->desc ? entry->desc : "";
   std::replace(desc.begin(), desc.end(), '\n', ' ');
-  text->all.append(desc);
-  text->all.append(" (major: " + h5_message_text(entry->maj_num) +
-                   ", minor: " + h5_message_text(entry->min_num) + ")");
-  text->innermost = desc;
+  if (depth == 0) text->outermost = desc;
+  text->innermost = std::move(desc);
   return 0;
 }
 
-StackText h5_error_stack() {
+// The value of `key = 'value'` or `key = value,` in a description, "" if absent.
+std::string h5_desc_value(const std::string& desc, const std::string& key) {
+  const size_t at = desc.find(key + " = ");
+  if (at == std::string::npos) return "";
+  size_t begin = at + key.size() + 3;
+  if (begin < desc.size() && desc[begin] == '\'') {
+    const size_t end = desc.find('\'', begin + 1);
+    return end == std::string::npos ? "" : desc.substr(begin + 1, end - begin - 1);
+  }
+  return desc.substr(begin, desc.find(',', begin) - begin);
+}
+
+// A description that carries the system's error (the file drivers': "file write failed: time =
+// ..., filename = '...', file descriptor = 3, errno = 28, error message = 'No space left on
+// device', buf = ..., ...") shortened to "file write failed: No space left on device (errno 28)".
+// Any other is kept, cut at 160 characters.
+std::string h5_short_desc(const std::string& desc) {
+  const std::string message = h5_desc_value(desc, "error message");
+  if (!message.empty()) {
+    const std::string errno_text = h5_desc_value(desc, "errno");
+    return desc.substr(0, desc.find(": ")) + ": " + message +
+           (errno_text.empty() ? "" : " (errno " + errno_text + ")");
+  }
+  constexpr size_t kMaxDescChars = 160;
+  return desc.size() <= kMaxDescChars ? desc : desc.substr(0, kMaxDescChars) + "...";
+}
+
+// "what the call says failed: the innermost cause", each shortened, the cause once if the two
+// begin alike (H5Fopen's "unable to open file" over the driver's "unable to open file: ...").
+std::string h5_cause(const StackText& stack) {
+  const std::string outer = h5_short_desc(stack.outermost);
+  const std::string inner = h5_short_desc(stack.innermost);
+  if (inner.empty() || inner == outer) return outer;
+  if (outer.empty() || inner.compare(0, outer.size(), outer) == 0) return inner;
+  return outer + ": " + inner;
+}
+
+// MOE_RT_HDF5_STACK set (and not "0"): every failed call prints HDF5's whole error stack.
+bool h5_stack_wanted() {
+  const char* value = std::getenv("MOE_RT_HDF5_STACK");
+  return value != nullptr && *value != '\0' && std::string(value) != "0";
+}
+
+// The walked stack's first and last entries; with MOE_RT_HDF5_STACK, the whole stack on stderr.
+StackText h5_error_stack(const std::string& where) {
   // Walk a copy: H5Eget_msg is itself an API call and would clear the live stack under the walk.
   // H5Eget_current_stack also clears the current stack, ready for the next call.
   StackText text;
   const hid_t stack = H5Eget_current_stack();
   if (stack < 0) {
-    text.all = "the HDF5 error stack could not be read";
+    text.outermost = "the HDF5 error stack could not be read";
     return text;
   }
   if (H5Eget_num(stack) <= 0) {
-    text.all = "no HDF5 error stack";
+    text.outermost = "no HDF5 error stack";
   } else if (H5Ewalk2(stack, H5E_WALK_DOWNWARD, h5_collect_entry, &text) < 0) {
-    text.all += " [error stack walk failed]";
+    text.outermost += " [error stack walk failed]";
+  }
+  if (h5_stack_wanted()) {
+    std::fprintf(stderr, "moe_rt: HDF5 error stack of %s:\n", where.c_str());
+    if (H5Eprint2(stack, stderr) < 0) std::fputs("  (the stack could not be printed)\n", stderr);
+    std::fflush(stderr);
   }
   H5Eclose_stack(stack);
   return text;
@@ -76,11 +115,16 @@ void h5_silence_auto_print() {
 }
 
 void h5_fail(const char* call, const char* file, int line) {
-  // The cause first (often the system's own words, "No space left on device"), then the stack.
-  const StackText stack = h5_error_stack();
-  const std::string cause = stack.innermost.empty() ? "" : ": " + stack.innermost;
-  throw Hdf5Error("HDF5 call failed: " + std::string(call) + cause + " (" + file + ":" +
-                  std::to_string(line) + "); HDF5 stack: " + stack.all);
+  // One short line: the function, what failed and its innermost cause (often the system's own
+  // words, "No space left on device"), and the source line without its folders. The whole stack
+  // (600 to 4,500 characters, one entry per HDF5 layer) only with MOE_RT_HDF5_STACK, on stderr.
+  const std::string call_text(call);
+  const std::string function = call_text.substr(0, call_text.find('('));
+  const std::string path(file);
+  const std::string where =
+      function + " (" + path.substr(path.find_last_of('/') + 1) + ":" + std::to_string(line) + ")";
+  const StackText stack = h5_error_stack(where);
+  throw Hdf5Error("HDF5 " + where + " failed: " + h5_cause(stack));
 }
 
 H5Id& H5Id::operator=(H5Id&& other) noexcept {

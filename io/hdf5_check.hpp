@@ -1,7 +1,8 @@
 // HDF5 error checking, handle ownership and the few write helpers io/ needs. Every HDF5 call goes
-// through MOE_H5_CHECK, which throws Hdf5Error naming the call, HDF5's own error-stack text and
-// file:line. HDF5's automatic stack printing is switched off (h5_silence_auto_print) so that the
-// text appears once, inside the exception, instead of on stderr. H5Id owns one identifier.
+// through MOE_H5_CHECK, which throws Hdf5Error naming the function, what failed and its innermost
+// cause from HDF5's error stack, and file:line, in one short line. HDF5's automatic stack printing
+// is switched off (h5_silence_auto_print); with MOE_RT_HDF5_STACK=1 in the environment a failed
+// call prints the whole stack on stderr. H5Id owns one identifier.
 // Only the statistics writer (rank 0) uses HDF5, so messages name no rank: io/ links no MPI.
 #pragma once
 
@@ -18,8 +19,9 @@ class Hdf5Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Builds the message from the current error stack (the call, its innermost cause, then every
-// entry on one line), clears the stack and throws. Out of line so the macro stays small.
+// Builds the message from the current error stack ("HDF5 H5Fopen (file.cpp:12) failed: unable to
+// open file: No such file or directory (errno 2)"), clears the stack and throws. Out of line so
+// the macro stays small.
 [[noreturn]] void h5_fail(const char* call, const char* file, int line);
 
 // Turns off HDF5's automatic printing of error stacks. The setting is per thread in a thread-safe

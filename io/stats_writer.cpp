@@ -123,9 +123,13 @@ void write_root_attributes(hid_t file, const StatsHeader& h) {
   const std::vector<int32_t> hosts = rank_hosts(h);
   h5_write_int_attr(file, "num_hosts", 1 + *std::max_element(hosts.begin(), hosts.end()));
   if (!h.run_id.empty()) h5_write_string_attr(file, "run_id", h.run_id);
+  // A run resumed from one that kept no statistics file (--stats none) has no predecessor to name,
+  // but its rows still start after the checkpoint's step.
   if (!h.resumed_from.empty()) {
-    h5_write_string_attr(file, "resumed_from_run", h.resumed_from_run);
     h5_write_string_attr(file, "resumed_from", h.resumed_from);
+    h5_write_string_attr(file, "resumed_from_run", h.resumed_from_run);
+  }
+  if (h.resumed_from_step >= 0) {
     h5_write_attr(file, "resumed_from_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &h.resumed_from_step);
   }
 }
@@ -222,6 +226,20 @@ struct StatsWriter::Impl {
     return outcome;
   }
 
+  // After a failed creation, leaves no half-made file behind: closes what is open and removes
+  // the staging file.
+  void abandon_staging() {
+    steps.clear(), trace.clear(), eval.clear();
+    file.close_quietly();
+    try {
+      lock.remove(files.staging);
+    } catch (const FileLockError&) {
+      // Left as a leftover that the next run removes (stats_staging_create); the first error is
+      // the one to report.
+    }
+    lock.release();
+  }
+
   // Writes one row per column, flushing before the last column (the step index) and after it:
   // a step index on disk means the rest of its row is on disk too.
   void append_row(std::vector<H5RowDataset>& columns, const std::vector<const void*>& values,
@@ -271,17 +289,12 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
         MOE_H5_CHECK(H5Fcreate(m.files.staging.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get())),
         H5Fclose);
     m.create_objects(h, storage);
+  } catch (const Hdf5Error& e) {
+    // HDF5's message names the call, not the file.
+    m.abandon_staging();
+    throw Hdf5Error("statistics file '" + m.files.path + "': cannot be created: " + e.what());
   } catch (...) {
-    // Leave no half-made file behind: close what is open and remove the staging file.
-    m.steps.clear(), m.trace.clear(), m.eval.clear();
-    m.file.close_quietly();
-    try {
-      m.lock.remove(m.files.staging);
-    } catch (const FileLockError&) {
-      // Left as a leftover that the next run removes (stats_staging_create); the first error is
-      // the one to report.
-    }
-    m.lock.release();
+    m.abandon_staging();
     throw;
   }
 }

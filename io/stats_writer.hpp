@@ -66,9 +66,10 @@ struct StatsHeader {
   int trace_tokens = 0;                    // T; 0 = no /trace group
   bool eval = false;                       // validation rows: the /eval group
   std::string val_data_description;        // with eval: root attribute val_data
-  // A resumed run: the statistics file of the run it continues (absolute path) and the last step
-  // of that file it keeps (its checkpoint's step); rows here start at resumed_from_step + 1.
-  // Written as root attributes only when resumed_from is not empty.
+  // A resumed run: the statistics file of the run it continues (absolute path; "" when that run
+  // kept none) and the last step of that file it keeps (its checkpoint's step); rows here start
+  // at resumed_from_step + 1. Root attributes: resumed_from when not empty, resumed_from_step
+  // when >= 0 (-1: not resumed).
   std::string resumed_from;
   int64_t resumed_from_step = -1;
   // The run that wrote this file (16 hex digits, as its checkpoints record it), and the run whose

@@ -40,16 +40,20 @@ struct PhaseTimes {
   double& operator[](Phase p) { return seconds[static_cast<int>(p)]; }
 };
 
+// The phases' clock. A step's own time is measured on it too, so that its phases, which lie
+// within the step, never add up to more than the step's time.
+using PhaseClock = std::chrono::steady_clock;
+inline double phase_seconds_since(PhaseClock::time_point start) {
+  return std::chrono::duration<double>(PhaseClock::now() - start).count();
+}
+
 class ScopedPhase {
  public:
   ScopedPhase(PhaseTimes* times, Phase phase) : times_(times), phase_(phase) {
-    if (times_) start_ = std::chrono::steady_clock::now();
+    if (times_) start_ = PhaseClock::now();
   }
   ~ScopedPhase() {
-    if (times_) {
-      (*times_)[phase_] +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    }
+    if (times_) (*times_)[phase_] += phase_seconds_since(start_);
   }
   ScopedPhase(const ScopedPhase&) = delete;
   ScopedPhase& operator=(const ScopedPhase&) = delete;
@@ -57,7 +61,7 @@ class ScopedPhase {
  private:
   PhaseTimes* times_;
   Phase phase_;
-  std::chrono::steady_clock::time_point start_;
+  PhaseClock::time_point start_;
 };
 
 }  // namespace moe

@@ -1,6 +1,6 @@
 // checkpoint_save and checkpoint_load: a Trainer's state to and from a checkpoint file. Datasets:
 // param/<tensor>, adam_m/<tensor>, adam_v/<tensor> for every tensor of both arenas (expert
-// tensors "layers.<l>.moe.experts.<global id>.w1|w3|w2"), routing/bias [L, E] and
+// tensors "layers.<l>.moe.experts.<global id>.w1|w3|w2"), routing/bias [L·E] (flat) and
 // routing/hash_tables [L_h, V, K]. docs/checkpoints.md.
 #include "runtime/checkpoint.hpp"
 

@@ -31,10 +31,17 @@ int report_end(const moe::TrainSummary& s, bool rank0) {
       return 0;
     case RunEnd::kSignal:
       if (rank0) {
-        std::fprintf(stderr, "moe_rt: stopped by %s after step %s; %s%s%s\n",
-                     moe::stop_signal_name(s.stop_signal), step.c_str(), checkpoint.c_str(),
-                     s.last_checkpoint.empty() ? "" : "; continue with --resume ",
-                     s.last_checkpoint.empty() ? "" : s.checkpoint_dir.c_str());
+        // Under mpirun the step lines (stdout) and this line (stderr) are forwarded separately:
+        // once signalled, mpirun reads the rest of stdout only as the job ends, in pieces that
+        // need not end at a line's end, and this line may overtake them. Starting with a newline,
+        // in one write, it stands on a line of its own in a log of both streams.
+        const std::string line =
+            std::string(moe::stop_signal_under_launcher() ? "\n" : "") + "moe_rt: stopped by " +
+            moe::stop_signal_name(s.stop_signal) + " after step " + step + "; " + checkpoint +
+            (s.last_checkpoint.empty() ? "" : "; continue with --resume " + s.checkpoint_dir) +
+            "\n";
+        std::fflush(stdout);
+        std::fwrite(line.data(), 1, line.size(), stderr);
       }
       return 128 + s.stop_signal;
     case RunEnd::kNonFinite:

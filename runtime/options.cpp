@@ -335,6 +335,17 @@ void run_config_validate(const RunConfig& cfg) {
     throw ConfigError("--lr-decay-steps must be >= 0 (0 = --steps), got " +
                       std::to_string(cfg.lr_decay_steps));
   }
+  // The cosine runs from the end of the warmup to the horizon (lr_at_step): a horizon at most one
+  // step past the warmup leaves it no step to decay in, and the rate stays at --lr. Not checked
+  // on resume: a checkpoint records the resolved horizon, --steps for a run that was all warmup.
+  if (cfg.lr_decay_steps > 0 && cfg.lr_decay_steps <= cfg.warmup_steps + 1 &&
+      !cfg.resume_point.active()) {
+    throw ConfigError("--lr-decay-steps=" + std::to_string(cfg.lr_decay_steps) +
+                      " with --warmup-steps=" + std::to_string(cfg.warmup_steps) +
+                      " leaves the learning rate no step to decay in (the cosine starts after "
+                      "the warmup): give --lr-decay-steps >= " +
+                      std::to_string(cfg.warmup_steps + 2) + ", or 0 for --steps");
+  }
   if (cfg.checkpoint_every < 0) {
     throw ConfigError("--checkpoint-every must be >= 0 (0 = off), got " +
                       std::to_string(cfg.checkpoint_every));

@@ -87,9 +87,12 @@ void report_phases(const PhaseSummary& p) {
                 100.0 * p.mean_ms[i] / p.step_ms,
                 p.mean_ms[i] > 0 ? p.max_ms[i] / p.mean_ms[i] : 1.0);
   }
+  // Each rank's phases lie within its step's time (the step's clock includes the statistics
+  // append charged to it), and step_ms is the slowest rank's: a negative rest can only be the
+  // rounding of the sums, never time, and is shown as 0.
+  const double rest = std::max(0.0, p.step_ms - accounted);
   std::printf("  %-14s %9.2f %11s %6.1f%%   (waiting: collectives, slower ranks, CPU sharing)\n",
-              "unaccounted", p.step_ms - accounted, "",
-              100.0 * (p.step_ms - accounted) / p.step_ms);
+              "unaccounted", rest, "", 100.0 * rest / p.step_ms);
   std::printf("  %-14s %9.2f\n", "step", p.step_ms);
   if (p.mean_ms[checkpoint] > 0) {
     std::printf("  %-14s %9.2f %11.2f   per step, written between steps\n", "checkpoint",

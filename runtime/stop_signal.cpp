@@ -63,6 +63,10 @@ int stop_signal_pending() {
   return g_pending.load(std::memory_order_relaxed);
 }
 
+bool stop_signal_under_launcher() {
+  return g_under_launcher;
+}
+
 const char* stop_signal_name(int signal_number) {
   switch (signal_number) {
     case SIGTERM:

@@ -15,6 +15,10 @@ void stop_signal_install();
 // cheap to read (one atomic load).
 int stop_signal_pending();
 
+// Started by a launcher (mpirun, srun), as stop_signal_install found: the standard streams are
+// the launcher's pipes or pseudo-terminals, each forwarded on its own.
+bool stop_signal_under_launcher();
+
 // "SIGTERM", "SIGINT", "SIGUSR1", else "a signal".
 const char* stop_signal_name(int signal_number);
 

@@ -127,7 +127,7 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
 }
 
 StepRecord Trainer::step(int step) {
-  const double t0 = MPI_Wtime();
+  const PhaseClock::time_point t0 = PhaseClock::now();
   times_.reset();
   times_[Phase::kStats] = stats_seconds_;
   times_[Phase::kCheckpoint] = std::exchange(checkpoint_seconds_, 0.0);
@@ -154,10 +154,13 @@ StepRecord Trainer::step(int step) {
       stats_->record_trace(world_, step, acts_, tokens_, mc_.seq_len);
     }
   }
-  // The stop flag travels with the step time: every rank learns of a signal that any rank
-  // received, at the same step boundary, without a collective of its own. So does a statistics
-  // row that rank 0 could not write (of an earlier step or evaluation).
-  slowest_[0] = MPI_Wtime() - t0;
+  // The step's time includes the previous step's statistics append, which ran after that step's
+  // time was taken and is charged to this step's "stats" phase: without it the phases could add
+  // up to more than the step (a negative "unaccounted" in the phase table). The stop flag travels
+  // with the step time: every rank learns of a signal that any rank received, at the same step
+  // boundary, without a collective of its own. So does a statistics row that rank 0 could not
+  // write (of an earlier step or evaluation).
+  slowest_[0] = phase_seconds_since(t0) + stats_seconds_;
   slowest_[1] = stop_signal_pending();
   slowest_[2] = stats_ && !stats_->failure().empty() ? 1.0 : 0.0;
   world_.allreduce_max(std::span<double>(slowest_));
@@ -166,9 +169,9 @@ StepRecord Trainer::step(int step) {
   stats_failed_ = slowest_[2] > 0.0;
   rec.tokens_per_s = static_cast<double>(T_) / rec.step_time_s;
   if (stats_) {
-    const double s0 = MPI_Wtime();
+    const PhaseClock::time_point s0 = PhaseClock::now();
     stats_->record_step(world_, rec, times_);
-    stats_seconds_ = MPI_Wtime() - s0;
+    stats_seconds_ = phase_seconds_since(s0);
   }
   return rec;
 }

@@ -314,16 +314,15 @@ def read_strings(f, name):
 
 
 def resume_attributes(path, attrs):
-    """(resumed_from, resumed_from_step) of a resumed run's file, (None, None) of any other."""
+    """(resumed_from, resumed_from_step) of a resumed run's file, (None, None) of any other;
+    (None, step) of a run resumed from one that kept no statistics file (--stats none)."""
     source, step = attrs.get("resumed_from"), attrs.get("resumed_from_step")
     if source is None and step is None:
         return None, None
-    if source is None or step is None:
-        have, lack = ("resumed_from", "resumed_from_step") if step is None else (
-            "resumed_from_step", "resumed_from")
-        raise StatsError(f"{path}: root attribute {have} without {lack} "
+    if step is None:
+        raise StatsError(f"{path}: root attribute resumed_from without resumed_from_step "
                          f"(a resumed run's file has both)")
-    if not isinstance(source, str) or not source:
+    if source is not None and (not isinstance(source, str) or not source):
         raise StatsError(f"{path}: root attribute resumed_from is {source!r}, expected the "
                          f"predecessor's path as a string")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:

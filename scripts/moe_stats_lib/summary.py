@@ -110,12 +110,17 @@ def summary_segment_lines(run):
     """The files of a resumed run, oldest first, or where a file read alone resumed from; no
     lines for a run that was never resumed."""
     segments = run.segments
-    if len(segments) == 1 and segments[0].resumed_from is None:
-        return []
+    first = segments[0]
+    # The oldest file may have resumed a run that wrote no statistics file (--stats none).
+    unrecorded = ([("resumed", f"after step {first.resumed_from_step} from a run that kept no "
+                               f"statistics file")]
+                  if first.resumed_from is None and first.resumed_from_step is not None else [])
     if len(segments) == 1:
-        return [("resumed", f"after step {segments[0].resumed_from_step} from "
-                            f"{segments[0].resumed_from} (not read: this file alone)")]
-    lines = [("files", f"{len(segments)}, oldest first")]
+        if first.resumed_from is None:
+            return unrecorded
+        return [("resumed", f"after step {first.resumed_from_step} from "
+                            f"{first.resumed_from} (not read: this file alone)")]
+    lines = unrecorded + [("files", f"{len(segments)}, oldest first")]
     for i, segment in enumerate(segments):
         lines.append(("", segment_text(segment, segments[i - 1] if i else None)))
     return lines

@@ -52,6 +52,14 @@ def test_bad_option(run_moe, args, words):
     assert_one_clear_error(run_moe(MICRO + args), *words)
 
 
+def test_decay_horizon_within_the_warmup_is_refused(run_moe):
+    # The cosine starts after the warmup: --lr-decay-steps 5 after 20 warmup steps used to be
+    # accepted, and the learning rate never decayed.
+    proc = run_moe(MICRO + ["--warmup-steps", "20", "--lr-decay-steps", "5", "--stats", "none"])
+    assert proc.returncode == 2, proc.stderr
+    assert_one_clear_error(proc, "--lr-decay-steps=5", "--warmup-steps=20")
+
+
 def test_unknown_preset_lists_the_valid_ones(run_moe):
     assert_one_clear_error(run_moe(["--model", "nope"]), "--model", "deepseek4-tiny", "micro")
 

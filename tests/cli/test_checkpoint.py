@@ -3,6 +3,7 @@ the exact state at another), the statistics chain of a resumed run, stop signals
 and mpirun's), the non-finite stop, a kill during checkpoint writes, and bad checkpoints.
 docs/checkpoints.md says what each promise is."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -117,6 +118,20 @@ def test_resume_bitwise_from_2_ranks_on_1(moe_rt_bin, tmp_path):
         assert f["steps/step"][0] == 8
 
 
+def test_resume_of_a_run_without_statistics_records_its_step(moe_rt_bin, tmp_path):
+    # The first run kept no statistics file: the resumed run's file has no predecessor to name,
+    # but still says where its rows begin (it used to say nothing, and read as a run from step 0).
+    ok(moe_rt_bin, MICRO + ["--steps", 4, "--stats", "none", "--checkpoint-every", 2,
+                            "--checkpoint-dir", tmp_path / "ck"], 1)
+    ok(moe_rt_bin, ["--resume", tmp_path / "ck", "--steps", 6, "--stats", tmp_path / "b.h5"], 1)
+    with h5py.File(tmp_path / "b.h5", "r") as f:
+        assert "resumed_from" not in f.attrs
+        assert f.attrs["resumed_from_step"] == 3
+        assert list(f["steps/step"][...]) == [4, 5]
+    run = load_run(str(tmp_path / "b.h5"))
+    assert list(run.steps) == [4, 5] and run.segments[0].resumed_from_step == 3
+
+
 def test_resume_bitwise_from_two_ep_groups_to_one(moe_rt_bin, tmp_path):
     # micro has 4 experts: 8 ranks form two EP groups of 4, whose expert gradients are added
     # along the sequence tree (model/expert_grads.hpp); resumed on 2 ranks (one group).
@@ -196,6 +211,25 @@ def test_sigint_to_mpirun_ends_within_seconds_with_a_closed_file(moe_rt_bin, tmp
     assert proc.returncode != 0
     assert "stopped by SIGTERM after step" in err, err
     assert assert_closed_cleanly(stats) >= 5
+
+
+def test_stop_message_is_a_line_of_its_own_in_a_merged_log(moe_rt_bin, tmp_path):
+    # mpirun forwards the ranks' stdout (step lines) and stderr (the stop message) separately;
+    # once signalled it reads the rest of stdout only as the job ends, in pieces, and the message
+    # overtook them, landing inside a step line (3 of 4 runs). A few runs, each logged as
+    # `mpirun ... 2>&1` would.
+    for attempt in range(3):
+        stats = tmp_path / f"m{attempt}.h5"
+        proc = subprocess.Popen(launcher(2) + [moe_rt_bin] + MICRO +
+                                ["--steps", str(10**6), "--stats", str(stats)],
+                                env=run_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        wait_for_rows(stats, 200, proc)
+        os.kill(proc.pid, signal.SIGTERM)
+        log, _ = finish(proc, 30)
+        stops = [line for line in log.splitlines() if "stopped by SIGTERM" in line]
+        assert len(stops) == 1, log[-2000:]
+        assert stops[0].startswith("moe_rt: stopped by SIGTERM after step "), stops[0]
 
 
 def test_a_second_signal_ends_the_rank_at_once(moe_rt_bin, tmp_path):
@@ -358,6 +392,26 @@ def test_options_that_change_the_arithmetic_are_the_checkpoints(moe_rt_bin, good
     assert proc.returncode == 2, proc.stderr
     errors = error_lines(proc.stderr)
     assert len(errors) == 1 and all(w in errors[0] for w in words), proc.stderr
+
+
+def test_documented_dataset_shapes_are_the_files(good_checkpoint):
+    # docs/checkpoints.md's table of what a checkpoint holds: every tensor (param/, adam_m/,
+    # adam_v/) is 1-D, and the routing datasets have the shapes given there.
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "checkpoints.md")).read()
+    shapes = dict(re.findall(r"^\| `(routing/\w+)` \| `\[([^\]]*)\]`", doc, re.M))
+    assert sorted(shapes) == ["routing/bias", "routing/hash_tables"], shapes
+    assert "one 1-D dataset per tensor" in doc
+    with h5py.File(good_checkpoint, "r") as f:
+        config = dict(line.split(" = ", 1) for line in f.attrs["config"].splitlines()
+                      if " = " in line)
+        size = {"L": config["layers"], "E": config["experts"], "L_h": config["hash-layers"],
+                "V": config["vocab"], "K": config["top-k"]}
+        for name, shape in shapes.items():
+            dims = [int(np.prod([int(size[s]) for s in d.strip().split("·")]))
+                    for d in shape.split(",")]
+            assert list(f[name].shape) == dims, (name, shape)
+        for group in ("param", "adam_m", "adam_v"):
+            assert all(f[group][n].ndim == 1 for n in f[group]), group
 
 
 def test_resume_prints_the_checkpoints_configuration(moe_rt_bin, good_checkpoint):

@@ -161,6 +161,21 @@ TEST(StatsFullDisk, AFileWithStepsIsClosedWithThem) {
   expect_step_rows(file.get(), rows);
 }
 
+// The full disk's error is one line short enough to read, naming the file and the system's cause
+// (HDF5's whole error stack made it 600 to 4,500 characters).
+TEST(StatsFullDisk, TheErrorIsOneShortLineNamingFileAndCause) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  WriterProcess writer({"full-disk", path, "2"});
+  const std::string said = writer.read_all();
+  const int status = writer.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ": " << said;
+  EXPECT_NE(said.find("No space left on device (errno 28)"), std::string::npos) << said;
+  EXPECT_NE(said.find("statistics file '" + path + "'"), std::string::npos) << said;
+  EXPECT_EQ(said.find('\n'), std::string::npos) << said;
+  EXPECT_LT(said.size(), 240 + path.size()) << said;
+}
+
 // The writer appends one row per request; the reader (this process) refreshes and sees each row
 // appear. The reader must be another process: a second H5Fopen in the writer's process succeeds
 // but shares the writer's open file (HDF5 matches the inode), so it would see rows through the

@@ -260,17 +260,47 @@ TEST(StatsWriter, CloseCompactsTheFile) {
     expect_step_rows(open_file(dir.file(name)).get(), 300, true);
 }
 
-TEST(StatsWriter, Hdf5ErrorNamesTheCallTheStackAndTheLine) {
+// The message is one short line: the function, what failed, the system's error and the source
+// line without its folders; HDF5's whole stack (hundreds to thousands of characters, source paths
+// and major/minor classes of every layer) only with MOE_RT_HDF5_STACK, on stderr.
+TEST(StatsWriter, Hdf5ErrorIsOneShortLineWithTheCause) {
   h5_silence_auto_print();
+  ::unsetenv("MOE_RT_HDF5_STACK");
+  testing::internal::CaptureStderr();
   try {
     MOE_H5_CHECK(H5Fopen("/nonexistent/moe.h5", H5F_ACC_RDONLY, H5P_DEFAULT));
-    FAIL() << "opening a missing file succeeded";
+    ADD_FAILURE() << "opening a missing file succeeded";
   } catch (const Hdf5Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("H5Fopen(\"/nonexistent/moe.h5\""), std::string::npos) << what;
-    EXPECT_NE(what.find("unable to open file"), std::string::npos) << what;
-    EXPECT_NE(what.find("test_stats_writer.cpp:"), std::string::npos) << what;
+    EXPECT_EQ(what.rfind("HDF5 H5Fopen (test_stats_writer.cpp:", 0), 0u) << what;
+    EXPECT_NE(what.find("unable to open file: No such file or directory (errno 2)"),
+              std::string::npos)
+        << what;
+    EXPECT_LT(what.size(), 200u) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_EQ(what.find("major"), std::string::npos) << what;
   }
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+TEST(StatsWriter, Hdf5StackOnStderrWithTheVariable) {
+  h5_silence_auto_print();
+  ::setenv("MOE_RT_HDF5_STACK", "1", 1);
+  testing::internal::CaptureStderr();
+  std::string what;
+  try {
+    MOE_H5_CHECK(H5Fopen("/nonexistent/moe.h5", H5F_ACC_RDONLY, H5P_DEFAULT));
+  } catch (const Hdf5Error& e) {
+    what = e.what();
+  }
+  const std::string stack = testing::internal::GetCapturedStderr();
+  ::unsetenv("MOE_RT_HDF5_STACK");
+  EXPECT_LT(what.size(), 200u) << what;  // the line stays short
+  EXPECT_NE(stack.find("HDF5 error stack of H5Fopen (test_stats_writer.cpp:"), std::string::npos)
+      << stack;
+  EXPECT_NE(stack.find("#000"), std::string::npos) << stack;
+  EXPECT_NE(stack.find("H5Fopen(): unable to open file"), std::string::npos) << stack;
+  EXPECT_NE(stack.find("'/nonexistent/moe.h5'"), std::string::npos) << stack;
 }
 
 // If h5dump (hdf5-tools) is installed, it reads the header of a written file.

@@ -247,6 +247,26 @@ def test_no_chain_reads_one_file(tmp_path, cli):
     assert code == 0, err
 
 
+def test_resumed_from_a_run_without_statistics(tmp_path, cli):
+    # Its run resumed one that ran with --stats none: resumed_from_step alone, no predecessor.
+    first = sf.write_stats(str(tmp_path / "first.h5"), sf.rows_of(WHOLE, 7, 14),
+                           attrs={"resumed_from_step": np.int64(6)})
+    run = moe_stats.load_run(first)
+    np.testing.assert_array_equal(run.steps, np.arange(7, 14))
+    assert run.segments[0].resumed_from is None and run.segments[0].resumed_from_step == 6
+    code, out, err = cli("summary", first)
+    assert code == 0, err
+    assert "resumed   after step 6 from a run that kept no statistics file" in out
+    # As the oldest file of a chain.
+    second = sf.write_segment(str(tmp_path / "second.h5"), WHOLE, 14, sf.NUM_STEPS, first)
+    run = moe_stats.load_run(second)
+    np.testing.assert_array_equal(run.steps, np.arange(7, sf.NUM_STEPS))
+    code, out, err = cli("summary", second)
+    assert code == 0, err
+    assert "resumed   after step 6 from a run that kept no statistics file" in out
+    assert "files" in out
+
+
 def one_error_line(cli, *argv):
     code, out, err = cli(*argv)
     assert code == 2 and out == "" and len(err.splitlines()) == 1, err

@@ -76,8 +76,9 @@ def missing_predecessor(path):
                           attrs=sf.resume_attrs(path + ".gone.h5", 0))
 
 
-def resume_step_alone(path):
-    return sf.write_stats(path, sf.build_run("A"), attrs={"resumed_from_step": 4})
+def resume_source_alone(path):
+    # resumed_from_step alone is a run resumed from one without statistics (--stats none).
+    return sf.write_stats(path, sf.build_run("A"), attrs={"resumed_from": path + ".0.h5"})
 
 
 def negative_resume_step(path):
@@ -101,7 +102,7 @@ CASES = {
     "truncated": (truncated, ["truncated file"]),
     "nan_version": (nan_version, ["no integer 'format_version'"]),
     "missing_predecessor": (missing_predecessor, ["predecessor", "not found", "--no-chain"]),
-    "resume_step_alone": (resume_step_alone, ["resumed_from_step without resumed_from"]),
+    "resume_source_alone": (resume_source_alone, ["resumed_from without resumed_from_step"]),
     "negative_resume_step": (negative_resume_step, ["resumed_from_step is -3"]),
     "load_is_a_group": (with_dataset("routing/expert_load", None),
                         ["/routing/expert_load is not a dataset"]),

@@ -230,6 +230,18 @@ TEST(Options, ImpossibleValuesNameTheOption) {
   expect_config_error({"--threads", "-1"}, {"--threads"});
 }
 
+// The cosine decays from the end of the warmup to --lr-decay-steps: a horizon within one step of
+// the warmup's end would leave the rate at --lr for the whole run.
+TEST(Options, DecayHorizonWithinTheWarmupIsRefusedNamingBoth) {
+  expect_config_error({"--warmup-steps", "20", "--lr-decay-steps", "5"},
+                      {"--lr-decay-steps=5", "--warmup-steps=20", "no step to decay", ">= 22"});
+  expect_config_error({"--warmup-steps", "20", "--lr-decay-steps", "21"},
+                      {"--lr-decay-steps=21", "--warmup-steps=20"});
+  EXPECT_EQ(parse({"--warmup-steps", "20", "--lr-decay-steps", "22"}).lr_decay_steps, 22);
+  // 0 means --steps: a run shorter than its warmup stays legal (it is all warmup).
+  EXPECT_EQ(parse({"--warmup-steps", "20", "--steps", "5"}).lr_decay_steps, 0);
+}
+
 TEST(Options, BadConfigFilesNameTheFileAndKey) {
   TempDir dir;
   const std::string missing = write_file(dir, "present.cfg", "") + ".absent";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "model/phase_timer.hpp"
 #include "runtime/options.hpp"
 #include "runtime/presets.hpp"
 #include "runtime/train.hpp"
@@ -82,6 +83,54 @@ TEST(RunStats, FileHoldsExactlyWhatTheRunComputed) {
     EXPECT_GT(total, 0.0);
     std::filesystem::remove(path);
   }
+}
+
+// The phases of a step lie within its time, the statistics append that each step's "stats"
+// phase carries from the step before included: on every rank and step their sum (the checkpoint,
+// written between steps, aside) is at most the step's time, and the phase table's rest is not
+// negative. The append used to fall outside the step's clock (a negative "unaccounted").
+TEST(RunStats, PhasesAddUpToNoMoreThanTheStep) {
+  const Comm world = Comm::world();
+  std::vector<int64_t> pid = {static_cast<int64_t>(getpid())};
+  world.broadcast(std::span<int64_t>(pid), 0);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("moe_rt_phase_sum_" + std::to_string(pid[0]) + ".h5"))
+                               .string();
+  RunConfig cfg;
+  cfg.model_name = "micro";
+  cfg.model = preset_model("micro");
+  cfg.steps = 8;
+  cfg.threads = 1;
+  cfg.stats_path = path;
+  cfg.overwrite = true;
+  const TrainSummary run = train_run(cfg, world, /*quiet=*/true);
+  world.barrier();
+  if (world.rank() != 0) return;
+  // Sums of a few dozen durations against one difference of clock readings: rounding only.
+  constexpr double kRounding = 1e-9;
+  double accounted = 0;
+  for (int p = 0; p < kNumPhases; ++p) {
+    if (p != static_cast<int>(Phase::kCheckpoint)) accounted += run.phases.mean_ms[p];
+  }
+  EXPECT_GE(run.phases.step_ms - accounted, -kRounding * 1e3);
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const auto step_time = read_all<double>(f, "/steps/step_time_s", H5T_NATIVE_DOUBLE);
+  const auto phases = read_all<double>(f, "/perf/phase_time", H5T_NATIVE_DOUBLE);
+  H5Fclose(f);
+  const size_t W = static_cast<size_t>(world.size());
+  ASSERT_EQ(step_time.size(), static_cast<size_t>(cfg.steps));
+  ASSERT_EQ(phases.size(), step_time.size() * W * kNumPhases);
+  for (size_t s = 0; s < step_time.size(); ++s) {
+    for (size_t r = 0; r < W; ++r) {
+      double sum = 0;
+      for (int p = 0; p < kNumPhases; ++p) {
+        if (p != static_cast<int>(Phase::kCheckpoint)) sum += phases[(s * W + r) * kNumPhases + p];
+      }
+      EXPECT_LE(sum, step_time[s] + kRounding) << "step " << s << ", rank " << r;
+    }
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace
