@@ -19,13 +19,15 @@
         per-layer balance metrics, per-rank load, expert-load histograms.
     moe_stats.py watch RUN.h5 [--interval S] [--timeout S]
         follows a running job's file: a line per new step and a per-layer balance table; ends
-        when the writer closes the file or is gone.
+        when the writer closes the file or is gone. Reads the named file only (of a resumed
+        run, the file being written now).
     moe_stats.py traces RUN.h5 [--no-chain]
         from the per-token traces (--trace-every): routing stability between traced steps,
         routing of frequent and rare tokens, and what the bias changes.
 
     A resumed run's file names its predecessor (root attributes resumed_from, resumed_from_step):
-    the whole chain of files is read as one run, unless --no-chain reads the named file alone.
+    the whole chain of files is read as one run, unless --no-chain reads the named file alone
+    (watch always reads the named file alone).
 
 The file layout is documented in docs/hdf5-schema.md, its analysis in docs/analysis.md. A file
 that is still being written, or whose writer was killed, is opened for SWMR reading; only rows
