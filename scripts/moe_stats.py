@@ -19,13 +19,15 @@
         per-layer balance metrics, per-rank load, expert-load histograms.
     moe_stats.py watch RUN.h5 [--interval S] [--timeout S]
         follows a running job's file: a line per new step and a per-layer balance table; ends
-        when the writer closes the file or is gone.
+        when the writer closes the file or is gone. Reads the named file only (of a resumed
+        run, the file being written now).
     moe_stats.py traces RUN.h5 [--no-chain]
         from the per-token traces (--trace-every): routing stability between traced steps,
         routing of frequent and rare tokens, and what the bias changes.
 
     A resumed run's file names its predecessor (root attributes resumed_from, resumed_from_step):
-    the whole chain of files is read as one run, unless --no-chain reads the named file alone.
+    the whole chain of files is read as one run, unless --no-chain reads the named file alone
+    (watch always reads the named file alone).
 
 The file layout is documented in docs/hdf5-schema.md, its analysis in docs/analysis.md. A file
 that is still being written, or whose writer was killed, is opened for SWMR reading; only rows
@@ -102,6 +104,20 @@ def positive_int(text):
     return int(text)
 
 
+# Past this a figure's pixels no longer fit in memory (8 x 6.5 inches at 1200 dpi: 300 MB of RGBA;
+# at 100000 dpi Agg fails to allocate); print needs 300 to 600.
+MAX_DPI = 1200
+
+
+def dpi_value(text):
+    """argparse type: --dpi, a whole number from 1 to MAX_DPI."""
+    value = positive_int(text)
+    if value > MAX_DPI:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_DPI} (print needs 300 to 600), "
+                                         f"got {text!r}")
+    return value
+
+
 def positive_float(text):
     try:
         value = float(text)
@@ -170,8 +186,9 @@ def build_parser():
     p.add_argument("--out", required=True, help="output folder (created if missing)")
     p.add_argument("--format", default="png", type=formats,
                    help="png, pdf, svg, or several comma-separated (default png)")
-    p.add_argument("--dpi", type=positive_int, default=80,
-                   help="resolution of PNG files and of heatmap pixels (default 80)")
+    p.add_argument("--dpi", type=dpi_value, default=80,
+                   help=f"resolution of PNG files and of heatmap pixels, 1 to {MAX_DPI} "
+                        f"(default 80)")
     p.add_argument("--label", action="append", default=[], metavar="NAME",
                    help="name of run A in legends and titles; again for run B")
     p.add_argument("--layers", type=int_list, metavar="L,...",

@@ -21,7 +21,14 @@ decoding gives back the exact text) is trained on the train documents only, up t
 Shard format (io/token_data.hpp): 256 little-endian int32 (magic 20240520, version 1, token
 count, zeros), then the tokens as little-endian uint16. The same inputs and options give
 byte-identical shards and tokenizer.json. Bad input ends with one line naming the problem and
-exit status 2.
+exit status 2; so does an output that cannot be written (--out under a file, a read-only or full
+file system): the three files are written as NAME.tmp and renamed together, and a failure
+removes the .tmp files and leaves any earlier output as it was.
+
+The moe_rt command printed at the end is one moe_rt accepts for these shards (8 ranks of
+deepseek4-tiny, the --vocab and --seq-len given): a validation shard too short for moe_rt's 4
+evaluation batches gets the --eval-batches that fit, and one too short for a single batch is left
+out of the command, with a warning on stderr.
 """
 import argparse
 import os
@@ -40,6 +47,8 @@ SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS = 20240520, 1, 256
 MIN_VOCAB = 257          # the 256 byte tokens and <|endoftext|>
 MAX_VOCAB = 1 << 16      # ids must fit uint16
 PRESET_VOCAB, PRESET_SEQ_LEN = 2048, 256   # deepseek4-tiny's V and S
+PRESET_BATCH_PER_RANK, PRESET_EVAL_BATCHES = 1, 4   # its B, and moe_rt's default --eval-batches
+SUGGESTED_RANKS = 8      # the printed command's mpirun -np
 
 
 class InputError(Exception):
@@ -175,15 +184,49 @@ def encode(tokenizer, texts, label):
 
 
 def write_shard(path, tokens):
-    if len(tokens) >= 1 << 31:
-        raise InputError(f"{len(tokens)} tokens do not fit one shard's int32 count: "
-                         "use --max-bytes")
+    """The shard at `path` (the caller renames it into place)."""
     header = np.zeros(SHARD_HEADER_INTS, dtype="<i4")
     header[:3] = SHARD_MAGIC, SHARD_VERSION, len(tokens)
-    with open(path + ".tmp", "wb") as f:
+    with open(path, "wb") as f:
         f.write(header.tobytes())
         f.write(tokens.astype("<u2").tobytes())
-    os.replace(path + ".tmp", path)
+
+
+def write_outputs(out, train, val, tokenizer):
+    """train.bin, val.bin and tokenizer.json in `out`: each written to NAME.tmp, then all three
+    renamed into place, so that a failure (read-only or full file system, --out under a file)
+    leaves neither a .tmp file nor a mix of old and new files. Returns {name: path}."""
+    for name, tokens in (("train", train), ("validation", val)):
+        if len(tokens) >= 1 << 31:
+            raise InputError(f"the {name} shard's {len(tokens)} tokens do not fit one shard's "
+                             f"int32 count: use --max-bytes")
+    paths = {n: os.path.join(out, n) for n in ("train.bin", "val.bin", "tokenizer.json")}
+    written = []
+    try:
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"cannot make the output folder '{out}': "
+                             f"{err.strerror or err}") from None
+        for name, tokens in (("train.bin", train), ("val.bin", val)):
+            written.append(paths[name] + ".tmp")
+            write_shard(written[-1], tokens)
+        written.append(paths["tokenizer.json"] + ".tmp")
+        tokenizer.save(written[-1], pretty=True)
+        for tmp in written:
+            os.replace(tmp, tmp[:-len(".tmp")])
+    except OSError as err:
+        raise InputError(f"cannot write '{written[-1][:-len('.tmp')]}': "
+                         f"{err.strerror or err}") from None
+    except Exception as err:      # tokenizers reports a failed save as an Exception of its own
+        if not written:
+            raise
+        raise InputError(f"cannot write '{written[-1][:-len('.tmp')]}': {err}") from None
+    finally:
+        for tmp in written:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return paths
 
 
 def parse_args(argv):
@@ -225,12 +268,32 @@ def parse_args(argv):
         name = "python-docs" if args.input is None else \
             os.path.splitext(os.path.basename(os.path.normpath(args.input)))[0]
         args.out = os.path.join("data", name)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise InputError(f"output '{args.out}' exists and is not a folder")
     if os.path.exists(args.out) and not args.overwrite:
         raise InputError(f"output folder '{args.out}' exists: "
                          "pass --overwrite to replace its shards")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise InputError(f"output '{args.out}' exists and is not a folder")
+    check_output_folder(args.out)
     return args
+
+
+def check_output_folder(out):
+    """Refuses, before the corpus is read, an --out that cannot be made: one under a file, or
+    under a folder this process cannot write (a read-only file system included)."""
+    parent = os.path.abspath(out)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise InputError(f"output '{out}': '{parent}' is not a folder")
+    target = os.path.abspath(out) if os.path.isdir(out) else parent
+    try:
+        read_only = bool(os.statvfs(target).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False         # no statvfs here: the write itself reports the problem
+    if read_only:
+        raise InputError(f"output '{out}': '{target}' is on a read-only file system")
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise InputError(f"output '{out}': cannot write in '{target}'")
 
 
 def main(argv=None):
@@ -249,23 +312,14 @@ def main(argv=None):
                 raise InputError(f"corpus too small: the {name} shard would hold {len(tokens)} "
                                  f"tokens, a sample of --seq-len {args.seq_len} needs "
                                  f"{args.seq_len + 1}")
-        os.makedirs(args.out, exist_ok=True)
-        paths = {n: os.path.join(args.out, n) for n in ("train.bin", "val.bin", "tokenizer.json")}
-        write_shard(paths["train.bin"], train)
-        write_shard(paths["val.bin"], val)
-        tokenizer.save(paths["tokenizer.json"] + ".tmp", pretty=True)
-        os.replace(paths["tokenizer.json"] + ".tmp", paths["tokenizer.json"])
+        paths = write_outputs(args.out, train, val, tokenizer)
     except InputError as e:
         print(f"prepare_data.py: error: {e}", file=sys.stderr)
         return 2
     corpus_bytes = sum(len(t.encode("utf-8")) for t in train_texts + val_texts)
     num_eot = len(train_texts) + len(val_texts)   # one <|endoftext|> per document, no text
     bytes_per_token = corpus_bytes / (len(train) + len(val) - num_eot)
-    binary = os.path.relpath(os.path.join(ROOT, "build", "moe_rt"))
-    vocab = [] if args.vocab == PRESET_VOCAB else ["--vocab", str(args.vocab)]
-    command = ["mpirun", "-np", "8", binary, "--model", "deepseek4-tiny"] + vocab + \
-        ["--data", "tokens:" + paths["train.bin"], "--val-data", "tokens:" + paths["val.bin"],
-         "--eval-every", "50"]
+    command, note = train_command(args, paths, len(val))
     print(f"corpus      {args.input or DEFAULT_CORPUS + ' (' + DEFAULT_CORPUS_NAME + ')'}")
     print(f"documents   {len(docs)} ({len(train_texts)} train, {len(val_texts)} validation)"
           + (f", {skipped} files skipped as not UTF-8" if skipped else "")
@@ -276,7 +330,40 @@ def main(argv=None):
     print(f"validation  {paths['val.bin']}: {len(val)} tokens")
     print(f"bytes/token {bytes_per_token:.3f}")
     print(f"train with  {shlex.join(command)}")
+    if note:
+        print(f"prepare_data.py: warning: {note}", file=sys.stderr)
     return 0
+
+
+def eval_batches_that_fit(num_val_tokens, seq_len):
+    """moe_rt's --eval-batches for the validation shard, at most its default: every evaluation
+    reads --eval-batches x ranks x batch-per-rank sequences of S tokens, and the last target,
+    without wrapping around (runtime/train.cpp refuses a shorter file). 0: not one batch fits."""
+    per_batch = SUGGESTED_RANKS * PRESET_BATCH_PER_RANK * seq_len
+    return min(PRESET_EVAL_BATCHES, (num_val_tokens - 1) // per_batch)
+
+
+def train_command(args, paths, num_val_tokens):
+    """The moe_rt command printed at the end, one moe_rt accepts for these shards, and a note
+    (None, or what the command leaves out and why)."""
+    binary = os.path.relpath(os.path.join(ROOT, "build", "moe_rt"))
+    command = ["mpirun", "-np", str(SUGGESTED_RANKS), binary, "--model", "deepseek4-tiny"]
+    if args.vocab != PRESET_VOCAB:
+        command += ["--vocab", str(args.vocab)]
+    if args.seq_len != PRESET_SEQ_LEN:
+        command += ["--seq-len", str(args.seq_len)]
+    command += ["--data", "tokens:" + paths["train.bin"]]
+    batches = eval_batches_that_fit(num_val_tokens, args.seq_len)
+    if batches == 0:
+        needed = SUGGESTED_RANKS * PRESET_BATCH_PER_RANK * args.seq_len + 1
+        return command, (f"the validation shard's {num_val_tokens} tokens are too few for one "
+                         f"evaluation on {SUGGESTED_RANKS} ranks ({needed} tokens), so the "
+                         f"command trains without --val-data; give more text or a larger "
+                         f"--val-fraction to evaluate")
+    command += ["--val-data", "tokens:" + paths["val.bin"], "--eval-every", "50"]
+    if batches < PRESET_EVAL_BATCHES:
+        command += ["--eval-batches", str(batches)]
+    return command, None
 
 
 if __name__ == "__main__":

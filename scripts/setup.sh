@@ -78,9 +78,9 @@ if [[ -n "$missing_py" ]]; then
       exit 1
     fi
     # Debian 12 packages neither pyarrow, tensorboard nor tokenizers: pip into the user's
-    # site-packages (~/.local), which leaves Debian's own files alone. Without the first two,
-    # export --format parquet and the tensorboard command say what is missing, and their tests
-    # are skipped; tokenizers is required (checked below).
+    # site-packages (~/.local), which leaves Debian's own files alone. All three are required
+    # (checked below): without pyarrow or tensorboard, export --format parquet and the
+    # tensorboard command could not run, and their tests would only be skipped.
     rest=$(py_missing)
     # Debian 12's numpy is 1.24; pyarrow 19 and later need numpy 2 (seen: "pyarrow requires NumPy
     # 2.0 or newer"), so take the last release built for numpy 1 there.
@@ -91,13 +91,15 @@ if [[ -n "$missing_py" ]]; then
     if [[ -n "$rest" ]]; then
       if ! "$py" -m pip --version >/dev/null 2>&1; then apt_install python3-pip || true; fi
       # shellcheck disable=SC2086
-      if ! "$py" -m pip install -q --user --break-system-packages $rest >>"$log" 2>&1 ||
-          [[ -n "$(py_missing)" ]] || ! "$py" -c 'import pyarrow, tensorboard' >/dev/null 2>&1; then
-        echo "setup: warning: could not install $rest for $py; export --format parquet and" \
-          "moe_stats.py tensorboard need pyarrow and tensorboard" >&2
-      fi
+      "$py" -m pip install -q --user --break-system-packages $rest >>"$log" 2>&1 || true
     fi
   fi
-  "$py" -c 'import numpy, h5py, matplotlib, pandas, pytest, tokenizers' ||
-    { echo "setup: Python packages still not importable by $py" >&2; exit 1; }
+  # Every module must import (pip may install a wheel that then fails to load).
+  still=$(py_missing)
+  if [[ -n "$still" ]] || ! "$py" -c "import $(IFS=,; echo "${py_modules[*]}")" >>"$log" 2>&1; then
+    echo "setup: error: $py cannot import ${still:-every required Python package}" \
+      "after the install (required: ${py_modules[*]}); the log follows" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
 fi

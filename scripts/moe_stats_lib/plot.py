@@ -124,6 +124,9 @@ def save(plt, fig, out_dir, filename, dpi, formats=("png",)):
                     from None
             except ValueError as err:  # e.g. an image too large for the --dpi asked
                 raise StatsError(f"{path}: cannot draw the figure ({err})") from None
+            except MemoryError:
+                raise StatsError(f"{path}: cannot draw the figure (not enough memory for "
+                                 f"{dpi} dpi)") from None
             paths.append(path)
     finally:
         plt.close(fig)

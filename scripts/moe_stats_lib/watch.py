@@ -16,8 +16,13 @@ How the writer's state is told, without HDF5:
 Where the file system has no locks (ENOLCK), the watch cannot tell a dead writer from a live one
 and runs until the flags clear, Ctrl-C or --timeout.
 
+A file that exists but is too short to open (a writer that has only just created it) is retried
+for OPEN_GRACE_S seconds, then refused as not a statistics file. The watch follows the one file
+named: a resumed run's file is followed from its first row, and the watch says which file it was
+resumed from (summary and the other commands read the whole chain).
+
 Exit codes: 0 the writer closed the file (or it was closed already), 1 the writer is gone, 124
---timeout, 130 Ctrl-C; 2 an error (as every command).
+--timeout, 130 Ctrl-C; 2 an error (as every command), a damaged file included.
 
 Shapes: L layers, E experts.
 """
@@ -33,7 +38,7 @@ import numpy as np
 
 from .metrics import load_metrics
 from .stats_file import (StatsError, check_format, complete_rows, decode, open_stats_file,
-                         read_strings, routing_label)
+                         read_strings, resume_attributes, routing_label)
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 F_OFD_GETLK = getattr(fcntl, "F_OFD_GETLK", 36)   # Linux; Python >= 3.9 names it
@@ -42,6 +47,10 @@ FLOCK_FORMAT = "hhqqi4x"                          # struct flock on Linux: type,
 STEP_NAMES = ("steps/step", "steps/loss", "steps/balance_loss", "steps/grad_norm", "steps/lr",
               "steps/tokens_per_s", "routing/expert_load")
 EXIT_CLOSED, EXIT_GONE, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 124, 130
+# A file shorter than this cannot be opened yet: its writer has only just created it. How long the
+# watch waits for such a file to become readable before refusing it.
+SUPERBLOCK_MIN_BYTES = 512
+OPEN_GRACE_S = 10.0
 
 
 def superblock_flags(fd):
@@ -95,16 +104,27 @@ class Follower:
         except BaseException:
             os.close(self.fd)
             raise
+        try:
+            self.read_header(path)
+        except BaseException as err:
+            self.close()
+            if isinstance(err, (OSError, RuntimeError, KeyError)):  # HDF5 could not read it
+                raise StatsError(f"{path}: cannot read, the file is truncated or damaged "
+                                 f"({str(err).splitlines()[0]})") from None
+            raise
+        self.rows = 0
+
+    def read_header(self, path):
         attrs = {k: decode(v) for k, v in self.f.attrs.items()}
         check_format(path, attrs)
         self.top_k = attrs.get("top_k")
+        self.resumed = resume_attributes(path, attrs)
         missing = [name for name in STEP_NAMES if name not in self.f]
         if missing or "layers/routing" not in self.f:
             raise StatsError(f"{path}: missing dataset /{(missing or ['layers/routing'])[0]}")
         self.routing = read_strings(self.f, "layers/routing")
         self.optional = [name for name in ("routing/balance_loss", "routing/rank_overload")
                          if name in self.f]
-        self.rows = 0
 
     def close(self):
         self.f.close()
@@ -183,17 +203,25 @@ def wait_for_file(path, deadline, out, sleep):
     return True
 
 
-def watch(path, out, interval=2.0, timeout=None, tty=None, sleep=time.sleep):
-    """Follows `path`; returns the exit code (EXIT_*). Raises StatsError for a bad file."""
+def watch(path, out, interval=2.0, timeout=None, tty=None, sleep=time.sleep, grace=None):
+    """Follows `path`; returns the exit code (EXIT_*). Raises StatsError for a bad file, and for
+    one still too short to read after `grace` seconds (default OPEN_GRACE_S)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     tty = out.isatty() if tty is None else tty
     try:
         if not wait_for_file(path, deadline, out, sleep):
             out.write(f"{path}: did not appear within {timeout:g} s\n")
             return EXIT_TIMEOUT
-        follower = open_with_retry(path, deadline, sleep)
+        follower = open_with_retry(path, deadline, sleep,
+                                   OPEN_GRACE_S if grace is None else grace)
+        if follower is None:
+            out.write(f"{path}: not readable within {timeout:g} s\n")
+            return EXIT_TIMEOUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    if follower.resumed[0] is not None:
+        out.write(f"{path} resumed after step {follower.resumed[1]} from {follower.resumed[0]}; "
+                  f"watch follows this file only (summary reads the whole run)\n")
     table_height = 0
     last = None
     code = None
@@ -234,17 +262,29 @@ def watch(path, out, interval=2.0, timeout=None, tty=None, sleep=time.sleep):
         follower.close()
 
 
-def open_with_retry(path, deadline, sleep):
-    """A Follower of `path`; retried while the file is still too young to hold a superblock
-    (a writer that has just created it), until the deadline."""
+def open_with_retry(path, deadline, sleep, grace):
+    """A Follower of `path`, or None when the deadline passed first. A file too short to hold a
+    superblock is retried (a writer that has just created it) for at most `grace` seconds: moe_rt
+    writes the superblock as it creates the file, so a file still that short after the grace
+    period is not a statistics file being written (an empty file left by something else) and is
+    refused with StatsError."""
+    grace_end = time.monotonic() + grace
     while True:
         try:
             return Follower(path)
         except StatsError:
-            if deadline is not None and time.monotonic() >= deadline:
+            try:
+                size = os.path.getsize(path)
+            except FileNotFoundError:
+                raise StatsError(f"{path}: removed while opening it") from None
+            if size >= SUPERBLOCK_MIN_BYTES:
                 raise
-            if os.path.getsize(path) >= 512:
-                raise
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            if now >= grace_end:
+                raise StatsError(f"{path}: not a statistics file ({size} bytes, still too short "
+                                 f"to read after {grace:g} s)") from None
             sleep(0.2)
         except FileNotFoundError:
             raise StatsError(f"{path}: removed while opening it") from None

@@ -52,7 +52,7 @@ def main():
     import pytest  # only now: a machine that skips needs no pytest
 
     # -s: the measured times and bytes the tests print appear in the CTest log.
-    return pytest.main(["-q", "-s", "-p", "no:cacheprovider", HERE] + sys.argv[1:])
+    return pytest.main(["-q", "-rs", "-s", "-p", "no:cacheprovider", HERE] + sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -132,11 +132,25 @@ def test_figure_that_cannot_be_written(cli, run_a, tmp_path):
     assert "expert_load_A.png" in err and "cannot write" in err
 
 
-@pytest.mark.parametrize("dpi", ["0", "-5", "x"])
-def test_bad_dpi_is_a_usage_error(cli, run_a, tmp_path, dpi):
+@pytest.mark.parametrize("dpi", ["0", "-5", "x", "1201", "100000"])
+def test_bad_dpi_is_a_usage_error(cli, run_a, tmp_path, dpi, capsys):
+    # 100000 dpi once reached matplotlib and ended in a MemoryError traceback.
     with pytest.raises(SystemExit) as info:
         cli("plot", run_a, "--out", tmp_path / "figures", f"--dpi={dpi}")
     assert info.value.code == 2
+    assert "argument --dpi" in capsys.readouterr().err
+    assert not (tmp_path / "figures").exists()
+
+
+def test_a_figure_without_the_memory_for_its_pixels_is_one_line(cli, run_a, tmp_path,
+                                                                 monkeypatch):
+    def no_memory(*args, **kwargs):
+        raise MemoryError("std::bad_alloc")
+
+    monkeypatch.setattr("matplotlib.figure.Figure.savefig", no_memory)
+    code, out, err = cli("plot", run_a, "--out", tmp_path / "figures", "--dpi", "1200")
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "cannot draw the figure (not enough memory for 1200 dpi)" in err
 
 
 def test_plot_into_an_unwritable_place(cli, run_a, tmp_path):

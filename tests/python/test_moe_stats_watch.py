@@ -1,13 +1,16 @@
 """`moe_stats.py watch`: follows a file being written and ends when the writer closes it, says so
 when the writer is gone (killed), and stops at --timeout. On fixture writers (h5py in SWMR mode,
 holding the lock moe_rt's writer holds) and on real moe_rt runs (MOE_RT_BIN)."""
+import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
 
+import moe_stats
 import stats_fixture as sf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -138,3 +141,71 @@ def test_on_a_terminal_the_table_is_redrawn_in_place(tmp_path):
     assert text.count(table) >= 2
     height = 1 + 2 + sf.NUM_LAYERS          # blank line, title, header, a line per layer
     assert text.count(f"\x1b[{height}F\x1b[J") == text.count(table) - 1
+
+
+def damaged_copies(source, folder):
+    """Copies of `source` with 8 bytes of 0xff written over its metadata, one every 97 bytes
+    (root attributes, group and dataset headers): the reads HDF5 fails in several ways."""
+    data = open(source, "rb").read()
+    for offset in range(48, 4096, 97):
+        path = folder / f"damaged{offset}.h5"
+        path.write_bytes(data[:offset] + b"\xff" * 8 + data[offset + 8:])
+        yield path
+
+
+def test_a_damaged_file_is_one_line_and_exit_2(cli, run_a, tmp_path):
+    # Without the header's reads wrapped, HDF5's KeyError, RuntimeError or OSError ended the
+    # watch in a traceback and exit 1, the code that means "the writer was killed".
+    refused = 0
+    for path in damaged_copies(run_a, tmp_path):
+        code, out, err = cli("watch", path, "--interval", "0.05", "--timeout", "2")
+        assert code in (0, 2), (path, code, out, err)
+        if code == 2:
+            refused += 1
+            assert err.count("\n") == 1 and err.startswith(f"moe_stats.py: error: {path}: "), err
+    assert refused > 0
+
+
+def test_an_empty_file_is_refused_after_the_grace_period(tmp_path):
+    # A 0-byte file no writer fills: refused once the grace period has passed, instead of a wait
+    # without end (no --timeout).
+    path = tmp_path / "empty.h5"
+    path.write_bytes(b"")
+    proc = watch(path, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == (f"moe_stats.py: error: {path}: not a statistics file (0 bytes, still "
+                           f"too short to read after {moe_stats._watch.OPEN_GRACE_S:g} s)\n")
+
+
+def test_an_empty_file_within_the_timeout_is_a_timeout(cli, tmp_path):
+    path = tmp_path / "empty.h5"
+    path.write_bytes(b"")
+    code, out, err = cli("watch", path, "--interval", "0.05", "--timeout", "0.3")
+    assert code == 124 and f"{path}: not readable within 0.3 s" in out, out + err
+
+
+def test_a_file_that_is_filled_within_the_grace_period_is_followed(run_a, tmp_path):
+    # A writer that created the file and writes its superblock a moment later.
+    path = tmp_path / "late.h5"
+    path.write_bytes(b"")
+    sleeps = []
+
+    def sleep_then_fill(seconds):
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            shutil.copyfile(run_a, path)
+
+    code = moe_stats._watch.watch(str(path), io.StringIO(), interval=0.05, sleep=sleep_then_fill)
+    assert code == 0 and len(sleeps) >= 2
+
+
+def test_a_resumed_file_says_that_only_it_is_followed(cli, tmp_path):
+    first, second = tmp_path / "a.h5", tmp_path / "b.h5"
+    sf.write_segment(str(first), sf.build_run("A"), 0, 10)
+    sf.write_segment(str(second), sf.build_run("A"), 10, sf.NUM_STEPS, predecessor=str(first),
+                     step=9)
+    code, out, err = cli("watch", second, "--interval", "0.05")
+    assert code == 0, out + err
+    assert out.startswith(f"{second} resumed after step 9 from {first}; watch follows this file "
+                          f"only (summary reads the whole run)\n")
+    assert step_numbers(out) == list(range(10, sf.NUM_STEPS))

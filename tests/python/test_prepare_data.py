@@ -4,6 +4,7 @@ byte-identical reruns, one message and exit 2 for each bad input, the packaged d
 (a slice of it), and a short moe_rt run on the shard (needs MOE_RT_BIN, skipped without it)."""
 import glob
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -95,7 +96,7 @@ def test_summary_names_counts_and_the_command(prepared, corpus):
     assert "1 files skipped as not UTF-8" in stdout
     num_train = read_shard(out / "train.bin")[0][2]
     assert f"train.bin: {num_train} tokens" in stdout
-    assert f"--vocab {VOCAB} --data tokens:{out / 'train.bin'}" in stdout
+    assert f"--vocab {VOCAB} --seq-len {SEQ_LEN} --data tokens:{out / 'train.bin'}" in stdout
     assert "bytes/token" in stdout
 
 
@@ -187,3 +188,182 @@ def test_moe_rt_trains_on_the_shard(prepared):
     assert all(np.isfinite(float(s[1])) for s in steps[:3])
     assert len(steps[2]) == 10 and np.isfinite(float(steps[2][8]))  # validation after the last
     assert "validation loss" in proc.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# Output that cannot be written: one line, exit 2, no .tmp file left behind.
+
+
+def assert_refused(proc, message):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("prepare_data.py: error: ") and message in last, proc.stderr
+
+
+def leftovers(folder):
+    return sorted(str(p) for p in folder.rglob("*.tmp")) if folder.exists() else []
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(tmpfs) at tmp_path/mnt with the given options; unmounted after the test. Skipped
+    (saying why) where this process may not mount."""
+    mounted = []
+
+    def mount(options):
+        point = tmp_path / f"mnt{len(mounted)}"
+        point.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()}): the injected "
+                        f"failures below cover the same paths")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in mounted:
+        subprocess.run(["umount", str(point)], check=False)
+
+
+def test_an_output_under_a_file_is_refused(corpus, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    proc = prepare("--input", corpus[0], "--out", blocker / "shards", "--vocab", VOCAB,
+                   "--seq-len", SEQ_LEN)
+    assert_refused(proc, f"output '{blocker / 'shards'}': '{blocker}' is not a folder")
+    assert blocker.read_text() == "not a folder"
+
+
+def test_an_output_that_is_a_file_is_refused(corpus, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    proc = prepare("--input", corpus[0], "--out", blocker, "--vocab", VOCAB)
+    assert_refused(proc, f"output '{blocker}' exists and is not a folder")   # not "--overwrite"
+
+
+def test_a_read_only_output_is_refused(corpus, tmpfs):
+    folder = tmpfs("ro,size=64k")
+    proc = prepare("--input", corpus[0], "--out", folder / "shards", "--vocab", VOCAB,
+                   "--seq-len", SEQ_LEN)
+    assert_refused(proc, f"'{folder}' is on a read-only file system")
+
+
+def test_a_full_output_is_refused_and_leaves_no_tmp_file(corpus, tmpfs):
+    folder = tmpfs("size=64k")             # the shards of the corpus need about 200 kB
+    out = folder / "shards"
+    proc = prepare("--input", corpus[0], "--out", out, "--vocab", VOCAB, "--seq-len", SEQ_LEN)
+    assert_refused(proc, "No space left on device")
+    assert leftovers(folder) == [] and sorted(os.listdir(out)) == []
+
+
+@pytest.fixture
+def prepare_module(monkeypatch):
+    scripts = os.path.join(ROOT, "scripts")
+    monkeypatch.syspath_prepend(scripts)
+    import prepare_data
+    return prepare_data
+
+
+@pytest.mark.parametrize("failing", ["train.bin.tmp", "val.bin.tmp"])
+def test_an_injected_full_disk_leaves_no_tmp_file_and_no_mix(prepare_module, corpus, tmp_path,
+                                                             monkeypatch, capsys, failing):
+    # The same failure as the tmpfs test, where mount is not allowed: the write of one shard
+    # fails with ENOSPC. An --overwrite of an earlier output keeps all of the earlier files.
+    out = tmp_path / "shards"
+    args = ["--input", str(corpus[0]), "--out", str(out), "--vocab", str(VOCAB),
+            "--seq-len", str(SEQ_LEN)]
+    assert prepare_module.main(args) == 0
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    real_open = open
+
+    class FullFile:
+        def __init__(self, path):
+            self.file = real_open(path, "wb")
+
+        def write(self, data):
+            raise OSError(28, "No space left on device", str(self.file.name))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+    def full_open(path, mode="r", *rest, **kwargs):
+        if os.path.basename(str(path)) == failing:
+            return FullFile(path)
+        return real_open(path, mode, *rest, **kwargs)
+
+    monkeypatch.setattr(prepare_module, "open", full_open, raising=False)
+    capsys.readouterr()
+    assert prepare_module.main(args + ["--overwrite", "--seed", "7"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (f"prepare_data.py: error: cannot write '{out / failing[:-4]}': No space "
+                       f"left on device")
+    assert leftovers(out) == []
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+
+
+# --------------------------------------------------------------------------------------------
+# A small corpus: the printed command is one moe_rt runs.
+
+
+def printed_command(stdout):
+    line = [line for line in stdout.splitlines() if line.startswith("train with  ")][0]
+    return shlex.split(line[len("train with  "):])
+
+
+def run_printed(command, binary):
+    """The printed command on this machine: mpirun -np 8 through the test launcher, one step."""
+    assert command[:3] == ["mpirun", "-np", "8"]
+    run = launcher(8) + [binary] + command[4:] + ["--steps", "1", "--stats", "none"]
+    return subprocess.run(run, env=run_env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def paragraphs(tmp_path):
+    """A one-document corpus of distinct sentences, as many as asked."""
+    def write(count):
+        path = tmp_path / f"corpus{count}.txt"
+        path.write_text("".join(f"Paragraph {i} says that {i * 7 % 13} experts took token "
+                                f"{i * 31 % 97}.\n\n" for i in range(count)))
+        return path
+    return write
+
+
+def test_a_validation_shard_too_short_for_one_evaluation_is_left_out(paragraphs, tmp_path):
+    out = tmp_path / "out"
+    proc = prepare("--input", paragraphs(30), "--out", out, "--vocab", VOCAB, "--seq-len",
+                   SEQ_LEN)
+    assert proc.returncode == 0, proc.stderr
+    num_val = read_shard(out / "val.bin")[0][2]
+    assert num_val < 8 * SEQ_LEN + 1
+    command = printed_command(proc.stdout)
+    assert "--val-data" not in command and command[6:10] == ["--vocab", str(VOCAB), "--seq-len",
+                                                           str(SEQ_LEN)]
+    assert (f"prepare_data.py: warning: the validation shard's {num_val} tokens are too few for "
+            f"one evaluation on 8 ranks ({8 * SEQ_LEN + 1} tokens)") in proc.stderr
+    binary = os.environ.get("MOE_RT_BIN")
+    if binary:
+        run = run_printed(command, binary)
+        assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_small_validation_shard_gets_fewer_eval_batches(paragraphs, tmp_path):
+    out = tmp_path / "out"
+    proc = prepare("--input", paragraphs(400), "--out", out, "--vocab", VOCAB, "--seq-len",
+                   SEQ_LEN, "--val-fraction", 0.05)
+    assert proc.returncode == 0, proc.stderr
+    num_val = read_shard(out / "val.bin")[0][2]
+    batches = (num_val - 1) // (8 * SEQ_LEN)
+    assert 1 <= batches < 4, num_val            # the corpus is sized for this case
+    command = printed_command(proc.stdout)
+    assert command[-2:] == ["--eval-batches", str(batches)] and "--val-data" in command
+    binary = os.environ.get("MOE_RT_BIN")
+    if not binary:
+        pytest.skip("MOE_RT_BIN is not set: the printed command was checked, not run")
+    run = run_printed(command, binary)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "validation loss" in run.stdout
