@@ -5,10 +5,49 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/communicator.hpp"
+#include "mpi_test_ranks.hpp"
+
+namespace moe::test {
+namespace {
+
+std::vector<std::pair<std::string, RankCondition>>& rank_conditions() {
+  static std::vector<std::pair<std::string, RankCondition>> conditions;
+  return conditions;
+}
+
+}  // namespace
+
+bool register_rank_condition(const char* test, RankCondition runs) {
+  rank_conditions().emplace_back(test, runs);
+  return true;
+}
+
+std::vector<std::string> tests_left_out(int world_size) {
+  std::vector<std::string> out;
+  for (const auto& [test, runs] : rank_conditions()) {
+    if (!runs(world_size)) out.push_back(test);
+  }
+  return out;
+}
+
+}  // namespace moe::test
 
 namespace {
+
+// Adds the tests that cannot run at `world_size` to GoogleTest's negative filter.
+void leave_out_tests_of_other_rank_counts(int world_size) {
+  const std::vector<std::string> out = moe::test::tests_left_out(world_size);
+  if (out.empty()) return;
+  std::string filter = GTEST_FLAG_GET(filter);
+  filter += filter.find('-') == std::string::npos ? "-" : ":";
+  for (size_t i = 0; i < out.size(); ++i) filter += (i > 0 ? ":" : "") + out[i];
+  GTEST_FLAG_SET(filter, filter);
+}
 
 // On ranks other than 0 only failed assertions are printed, each tagged with its rank.
 class FailurePrinter : public testing::EmptyTestEventListener {
@@ -39,6 +78,7 @@ int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   const moe::Comm world = moe::Comm::world();
   silence_non_root_ranks(world.rank());
+  leave_out_tests_of_other_rank_counts(world.size());
   int failed = 0;
   try {
     failed = RUN_ALL_TESTS() != 0 ? 1 : 0;

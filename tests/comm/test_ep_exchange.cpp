@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/ep_exchange.hpp"
+#include "mpi_test_ranks.hpp"
 #include "routing_fixtures.hpp"
 
 namespace moe {
@@ -246,9 +247,10 @@ TEST(EpExchange, RejectsCallsOutOfOrder) {
       std::invalid_argument);
 }
 
+MOE_TEST_RANKS(EpExchange, RejectsPlanOfAnotherGroup, [](int w) { return w >= 2; });
 TEST(EpExchange, RejectsPlanOfAnotherGroup) {
   const Comm world = Comm::world();
-  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  ASSERT_GE(world.size(), 2) << "needs two ranks";
   const ParallelGroups groups = parallel_groups_make(world, world.size());
   DispatchPlan plan;
   const std::vector<int32_t> idx = {0};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "mpi_test_ranks.hpp"
 #include "runtime/options.hpp"
 #include "runtime/presets.hpp"
 #include "runtime/train.hpp"
@@ -74,7 +75,8 @@ Reference reference_run(const RunConfig& cfg, const Comm& world) {
 void check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
   const Comm world = Comm::world();
   const int W = world.size();
-  if (global_batch % W != 0) GTEST_SKIP() << "global batch does not split over " << W;
+  ASSERT_EQ(global_batch % W, 0) << "global batch does not split over " << W
+                                 << " ranks: register the test's rank counts (MOE_TEST_RANKS)";
   cfg.model.batch_per_rank = global_batch;
   RunConfig one_rank = cfg;
   one_rank.ep = 0;  // one rank is one EP group
@@ -114,12 +116,16 @@ void check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
   }
 }
 
+MOE_TEST_RANKS(TrainInvariance, MicroSameRoutingAndLossOnAnyRankCount,
+               [](int w) { return 8 % w == 0; });
 TEST(TrainInvariance, MicroSameRoutingAndLossOnAnyRankCount) {
   // E = 4: 8 ranks form two EP groups of 4 (replicas), bitwise too.
   check_rank_invariance(micro_run(5, 8, 1), 8, Expect::kBitwise);
 }
 
 // The real preset, 2 steps, E = 8: bitwise the same on 1, 2, 4 and 8 ranks.
+MOE_TEST_RANKS(TrainInvariance, DeepseekTinySameRoutingAndLossOnAnyRankCount,
+               [](int w) { return 8 % w == 0; });
 TEST(TrainInvariance, DeepseekTinySameRoutingAndLossOnAnyRankCount) {
   RunConfig cfg = micro_run(2, 8, 1);
   cfg.model_name = "deepseek4-tiny";
@@ -130,9 +136,11 @@ TEST(TrainInvariance, DeepseekTinySameRoutingAndLossOnAnyRankCount) {
 // EP groups of 3 ranks (--ep 3: a group's 6 sequences are no subtree of the tree over 12, so
 // each group sums two nodes and the replicas add them along the rest of the tree), against one
 // rank holding all 12 sequences: bitwise. Runs on 6 ranks only.
+MOE_TEST_RANKS(TrainInvariance, MicroReplicasOfThreeRankGroupsOnSixRanks,
+               [](int w) { return w == 6; });
 TEST(TrainInvariance, MicroReplicasOfThreeRankGroupsOnSixRanks) {
   const Comm world = Comm::world();
-  if (world.size() != 6) GTEST_SKIP() << "needs 6 ranks (train_mpi_tests.np6)";
+  ASSERT_EQ(world.size(), 6) << "needs 6 ranks (train_mpi_tests.np6)";
   RunConfig cfg = micro_run(4, 12, 1);
   cfg.ep = 3;
   check_rank_invariance(cfg, 12, Expect::kBitwise);
