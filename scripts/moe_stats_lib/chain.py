@@ -12,6 +12,8 @@ The chain rule (docs/hdf5-schema.md, "Resumed runs"):
       folder of runs can be moved or copied; else StatsError. A file met twice is a loop.
     - From each predecessor, the rows with step <= s are kept, s being the smallest
       resumed_from_step of the files after it (a file may contribute no rows).
+    - The predecessor must be the file of the run whose checkpoint was resumed: its run_id is
+      the successor's resumed_from_run (when the successor records one).
     - Layers, experts and layer routing must agree between every file and its successor.
     - The concatenated steps must rise by exactly 1 from row to row: a gap or a repeat is an
       error naming the two files.
@@ -80,6 +82,7 @@ def read_predecessors(newest):
                              f"already read in this chain: the predecessors form a loop")
         seen[identity] = path
         predecessor = read_file(path)
+        check_same_run(predecessor, run, source)
         check_same_model(predecessor, run)
         cutoff = step if cutoff is None else min(cutoff, step)
         files.append((predecessor, cutoff))
@@ -91,6 +94,20 @@ def file_identity(path):
     """(device, inode): the same file under two names, or through a link, is one file."""
     info = os.stat(path)
     return info.st_dev, info.st_ino
+
+
+def check_same_run(predecessor, successor, source):
+    """The predecessor is the file of the run whose checkpoint the successor resumed: its run_id
+    is the successor's resumed_from_run. Files written before runs had ids carry neither, and
+    are joined as before."""
+    expected = successor.attrs.get("resumed_from_run") or ""
+    found = predecessor.attrs.get("run_id")
+    if expected and found != expected:
+        what = f"run {found}" if found else "a file without a run id"
+        raise StatsError(f"'{successor.path}' resumed run {expected}, but its predecessor "
+                         f"'{predecessor.path}' (resumed_from '{source}') is {what}: the file was "
+                         f"replaced by another run's; pass --no-chain to read '{successor.path}' "
+                         f"alone")
 
 
 def check_same_model(predecessor, successor):

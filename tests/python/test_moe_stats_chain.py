@@ -343,3 +343,25 @@ def test_steps_must_continue(tmp_path, cli, rows, step, word):
                               step=step)
     error = one_error_line(cli, "summary", second)
     assert f"'{second}' starts at step 10" in error and f"'{first}'" in error and word in error
+
+
+def test_predecessor_must_be_the_run_that_was_resumed(tmp_path, cli):
+    # The chain's second file resumed run 1111…; a file of another run (same model, same steps)
+    # now stands at the predecessor's path.
+    first = sf.write_segment(str(tmp_path / "a.h5"), WHOLE, 0, 10,
+                             attrs={"run_id": "1111111111111111"})
+    second = sf.write_segment(str(tmp_path / "b.h5"), WHOLE, 10, sf.NUM_STEPS, predecessor=first,
+                              attrs={"run_id": "2222222222222222",
+                                     "resumed_from_run": "1111111111111111"})
+    assert cli("summary", second)[0] == 0
+    sf.write_segment(str(tmp_path / "a.h5"), OTHER, 0, 10, attrs={"run_id": "3333333333333333"})
+    error = one_error_line(cli, "summary", second)
+    assert f"'{second}' resumed run 1111111111111111" in error
+    assert f"'{first}'" in error and "is run 3333333333333333" in error
+    assert "replaced by another run's" in error and "--no-chain" in error
+    # A predecessor without a run id cannot be the run a successor names either.
+    sf.write_segment(str(tmp_path / "a.h5"), WHOLE, 0, 10)
+    assert "is a file without a run id" in one_error_line(cli, "summary", second)
+    # Files of runs before run ids (no resumed_from_run) are joined as before.
+    third = sf.write_segment(str(tmp_path / "c.h5"), WHOLE, 10, sf.NUM_STEPS, predecessor=first)
+    assert cli("summary", third)[0] == 0
