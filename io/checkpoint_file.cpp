@@ -213,6 +213,7 @@ CheckpointWriter::CheckpointWriter(std::string final_path, const CheckpointHeade
     h5_write_string_attr(f, "created", h.created);
     h5_write_string_attr(f, "stats_path", h.stats_path);
     h5_write_string_attr(f, "data", h.data_description);
+    h5_write_string_attr(f, "data_checksum", h.data_checksum);
     h5_write_string_attr(f, "run_id", h.run_id);
     h5_write_attr(f, "run_started", H5T_STD_I64LE, H5T_NATIVE_INT64, &h.run_started);
     h5_write_string_attr(f, "lineage", h.lineage);
@@ -352,12 +353,15 @@ CheckpointReader::CheckpointReader(const std::string& path) : impl_(std::make_un
     h.created = read_string_attr(f, "created");
     h.stats_path = read_string_attr(f, "stats_path");
     h.data_description = read_string_attr(f, "data");
-    // Absent from checkpoints written before runs had ids.
+    // Absent from checkpoints written before runs had ids and data checksums.
     if (MOE_H5_CHECK(H5Aexists(f, "run_id")) > 0) h.run_id = read_string_attr(f, "run_id");
     if (MOE_H5_CHECK(H5Aexists(f, "run_started")) > 0) {
       h.run_started = read_scalar_attr<int64_t>(f, "run_started", H5T_NATIVE_INT64);
     }
     if (MOE_H5_CHECK(H5Aexists(f, "lineage")) > 0) h.lineage = read_string_attr(f, "lineage");
+    if (MOE_H5_CHECK(H5Aexists(f, "data_checksum")) > 0) {
+      h.data_checksum = read_string_attr(f, "data_checksum");
+    }
   } catch (const Hdf5Error& e) {
     throw file_error(path, std::string("has a damaged or incomplete header: ") + e.what());
   }

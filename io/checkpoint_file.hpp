@@ -44,6 +44,7 @@ struct CheckpointHeader {
   std::string created;          // ISO-8601 local time with offset
   std::string stats_path;       // the statistics file of the run that wrote it, absolute; "" none
   std::string data_description;
+  std::string data_checksum;  // the --data file's content checksum (data_checksum_text); "" none
   // The run that wrote it: a random id (16 hex digits) new for every start and every resume, and
   // when that run started (ns since the Unix epoch), which orders the runs of a folder. Older
   // checkpoints have neither ("" and 0).

@@ -28,6 +28,16 @@ class DataSpecError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Which part of a file's token check (every token < vocab) this process does: part `part_idx` of
+// `num_parts` contiguous ranges, in file order. A run gives rank r of W the part {r, W} and agrees
+// on the outcome (the lowest failing rank reports), so together the ranks check every token once,
+// and the token reported is the first bad one in the file, as with one rank checking it all.
+// Every rank must see the same file (the sampling already assumes it).
+struct TokenCheckPart {
+  int part_idx = 0;
+  int num_parts = 1;
+};
+
 class TokenSource {
  public:
   virtual ~TokenSource() = default;
@@ -51,23 +61,28 @@ class TokenSource {
 
   // One line for logs and the statistics file: kind, file, size, and what a reader should know.
   virtual std::string describe() const = 0;
+
+  // This process's share of the checksum of the source's file: the wrapping sum, over the file's
+  // blocks of kChecksumBlockBytes with index b % part.num_parts == part.part_idx, of a 64-bit hash
+  // of each block and its index. Summed over every part (however many), it is the same number:
+  // the file's content checksum, which a checkpoint records so that a file rewritten in place is
+  // not taken for the one a resumed run trained on. 0 for generated sources.
+  virtual uint64_t checksum_part(TokenCheckPart part) const {
+    (void)part;
+    return 0;
+  }
 };
+
+inline constexpr int64_t kChecksumBlockBytes = int64_t{1} << 20;
+
+// "0123456789abcdef": a content checksum as text; "" for 0 (no file).
+std::string data_checksum_text(uint64_t checksum);
 
 // llm.c's `.bin` shard: a header of 256 little-endian int32 (magic, version, token count, unused),
 // then the tokens as uint16.
 inline constexpr int kShardHeaderInts = 256;
 inline constexpr int32_t kShardMagic = 20240520;
 inline constexpr int32_t kShardVersion = 1;
-
-// Which part of a file's token check (every token < vocab) this process does: part `part_idx` of
-// `num_parts` contiguous ranges, in file order. A run gives rank r of W the part {r, W} and agrees
-// on the outcome (the lowest failing rank reports), so together the ranks check every token once,
-// and the token reported is the first bad one in the file, as with one rank checking it all.
-// Every rank must see the same file (the sampling already assumes it).
-struct TokenCheckPart {
-  int part_idx = 0;
-  int num_parts = 1;
-};
 
 // A token sequence in a file mapped read-only at open, sampled by a fixed stride:
 // sample i starts at offset (i·S) mod (num_tokens − S). Consecutive samples are consecutive,
@@ -93,6 +108,7 @@ class FileTokenSource : public TokenSource {
   int64_t private_bytes() const override { return 0; }  // the tokens are in mapped_bytes()
   int64_t mapped_bytes() const override { return mapping_.num_bytes(); }
   std::string describe() const override;
+  uint64_t checksum_part(TokenCheckPart part) const override;
 
   const std::string& path() const { return path_; }
 

@@ -202,7 +202,8 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
                       given("batch-per-rank"),
                       h.run_id,
                       h.lineage,
-                      note};
+                      note,
+                      h.data_checksum};
   if (cfg.steps <= h.step + 1) {
     throw ConfigError("--steps=" + std::to_string(cfg.steps) + ": checkpoint '" + path +
                       "' has already run " + std::to_string(h.step + 1) +

@@ -30,6 +30,7 @@ struct ResumePoint {
   std::string run_id;            // the run that wrote the checkpoint ("" for an older checkpoint)
   std::string lineage;           // the runs that run continued (CheckpointHeader::lineage)
   std::string note;              // what a --resume folder held besides (checkpoint_resolve)
+  std::string data_checksum;     // the checksum of the --data file it trained on, "" unknown
   bool active() const { return step >= 0; }
 };
 

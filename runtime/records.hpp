@@ -87,6 +87,7 @@ struct TrainSummary {
   std::string end_detail;  // kNonFinite: where it went non-finite; kCheckpointFailed, kStatsFailed
                            // (rank 0): why
   std::string checkpoint_dir;   // rank 0: where checkpoints go, "" when off
+  std::string data_checksum;    // the --data file's content checksum, "" for generated data
   std::string last_checkpoint;  // rank 0: the newest checkpoint this run wrote, "" if none
   // The parameters after the last step, as one number (Trainer::param_digest): the same on any
   // rank count, EP size and machine wherever the run's bits are; 0 when no step ran.

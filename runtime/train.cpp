@@ -456,6 +456,19 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     }
   };
   agree(error);
+  // The --data file's content checksum, each rank hashing its share of the file's blocks: the
+  // sum is the same on every rank, so is the outcome of the comparison with the checkpoint's.
+  std::vector<uint64_t> checksum = {data->checksum_part(TokenCheckPart{rank, W})};
+  world.allreduce_sum(std::span<uint64_t>(checksum));
+  summary.data_checksum = data_checksum_text(checksum[0]);
+  if (rank == 0) checkpoint_template.data_checksum = summary.data_checksum;
+  const std::string& then = cfg.resume_point.data_checksum;
+  if (resume && !then.empty() && summary.data_checksum != then) {
+    error = "--data: the contents of " + summary.data_description + " are not those checkpoint '" +
+            resume->path() + "' trained on (checksum now " + summary.data_checksum + ", then " +
+            then + "): the file was changed in place; restore it, or start a new run";
+  }
+  agree(error);
   const int threads = resolve_threads(cfg, node_ranks);
   blas_set_threads(threads);
 

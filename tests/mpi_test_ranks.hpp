@@ -22,6 +22,6 @@ std::vector<std::string> tests_left_out(int world_size);
 }  // namespace moe::test
 
 // MOE_TEST_RANKS(Suite, Name, [](int w) { return w == 6; }); beside TEST(Suite, Name).
-#define MOE_TEST_RANKS(suite, name, condition)                 \
+#define MOE_TEST_RANKS(suite, name, condition)                         \
   [[maybe_unused]] static const bool moe_test_ranks_##suite##_##name = \
       ::moe::test::register_rank_condition(#suite "." #name, condition)

@@ -85,3 +85,38 @@ def test_a_bad_checkpoint_is_refused_before_anything_is_replaced(moe_rt_bin, che
         assert word in errors[0], errors[0]
     assert hashlib.sha256(stats.read_bytes()).hexdigest() == before
     assert not list(tmp_path.glob("old.h5.*"))  # no staging file left either
+
+
+def test_a_data_file_changed_in_place_is_refused_on_resume(moe_rt_bin, tmp_path):
+    # A text file a little over two checksum blocks (1 MiB each), so that the ranks share them.
+    rng = np.random.default_rng(5)
+    text = tmp_path / "corpus.txt"
+    original = rng.integers(0, 256, size=(2 << 20) + 4321, dtype=np.uint8).tobytes()
+    text.write_bytes(original)
+    data = ["--vocab", 256, "--data", f"text:{text}"]
+    proc = moe(moe_rt_bin, MICRO + data + ["--steps", 4, "--checkpoint-every", 4,
+                                           "--checkpoint-dir", tmp_path / "ck", "--stats", "none"],
+               np_=2)
+    assert proc.returncode == 0, proc.stderr
+    checkpoint = tmp_path / "ck" / "step-00000003.h5"
+    with h5py.File(checkpoint, "r") as f:
+        recorded = f.attrs["data_checksum"]
+    assert len(recorded) == 16
+    # One byte of the last, short block changed: same size, same token count.
+    changed = bytearray(original)
+    changed[-7] ^= 0x40
+    text.write_bytes(bytes(changed))
+    for ranks in (1, 2):
+        proc = moe(moe_rt_bin, ["--resume", checkpoint, "--steps", 6, "--stats", "none",
+                                "--checkpoint-every", 0], np_=ranks)
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("moe_rt: error")]
+        assert len(errors) == 1, proc.stderr
+        assert f"text:{text}" in errors[0] and f"then {recorded}" in errors[0]
+        assert "changed in place" in errors[0]
+    # Restored, the file is the one the checkpoint trained on, at any rank count.
+    text.write_bytes(original)
+    for ranks in (1, 2):
+        proc = moe(moe_rt_bin, ["--resume", checkpoint, "--steps", 6, "--stats", "none",
+                                "--checkpoint-every", 0], np_=ranks)
+        assert proc.returncode == 0, proc.stderr

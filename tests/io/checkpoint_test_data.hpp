@@ -77,6 +77,7 @@ inline CheckpointHeader header_of_step(int64_t step) {
   h.created = "2026-01-02T03:04:05+00:00";
   h.stats_path = "/runs/crash-" + std::to_string(step) + ".h5";
   h.data_description = "synthetic: step " + std::to_string(step);
+  h.data_checksum = "00112233445566" + std::to_string(10 + step % 90);
   h.run_id = kRunId;
   h.run_started = 1767323045000000001;
   h.lineage = "00000000000000aa@3;00000000000000ab@5";

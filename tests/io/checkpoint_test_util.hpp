@@ -21,6 +21,7 @@ inline void expect_same_header(const CheckpointHeader& got, const CheckpointHead
   EXPECT_EQ(got.created, want.created);
   EXPECT_EQ(got.stats_path, want.stats_path);
   EXPECT_EQ(got.data_description, want.data_description);
+  EXPECT_EQ(got.data_checksum, want.data_checksum);
   EXPECT_EQ(got.run_id, want.run_id);
   EXPECT_EQ(got.run_started, want.run_started);
   EXPECT_EQ(got.lineage, want.lineage);

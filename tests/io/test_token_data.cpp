@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -250,6 +251,41 @@ TEST(DataSpec, UnknownFormNamesOptionAndValidForms) {
   }
   EXPECT_NO_THROW(token_source_check_spec("synthetic"));
   EXPECT_NO_THROW(token_source_check_spec("tokens:/no/such/file.bin"));  // form only
+}
+
+// The content checksum is the same however many parts hash it (a resume may change the rank
+// count), and changes with any byte, the last included.
+TEST(TokenShard, ChecksumOfTheContentsDoesNotDependOnTheParts) {
+  TempDir dir;
+  const std::string path = dir.file("train.bin");
+  std::vector<uint16_t> tokens = counting_tokens(1'700'000, 500);  // about 3.2 blocks
+  token_shard_write(path, tokens);
+  const uint64_t whole = FileTokenSource::open_shard(path, 512, 16).checksum_part({0, 1});
+  EXPECT_NE(whole, 0u);
+  for (int parts : {2, 3, 4, 7}) {
+    const FileTokenSource source = FileTokenSource::open_shard(path, 512, 16);
+    uint64_t sum = 0;
+    for (int p = 0; p < parts; ++p) sum += source.checksum_part({p, parts});
+    EXPECT_EQ(sum, whole) << parts << " parts";
+  }
+  EXPECT_EQ(data_checksum_text(whole).size(), 16u);
+  EXPECT_EQ(data_checksum_text(0), "");
+  // One token changed, in the first block or in the last: another checksum. Two blocks swapped
+  // (the same hashes, other places): another checksum too.
+  for (size_t at : {size_t{3}, tokens.size() - 1}) {
+    std::vector<uint16_t> changed = tokens;
+    changed[at] ^= 1;
+    token_shard_write(path, changed);
+    EXPECT_NE(FileTokenSource::open_shard(path, 512, 16).checksum_part({0, 1}), whole) << at;
+  }
+  std::vector<uint16_t> swapped = tokens;
+  const size_t block = kChecksumBlockBytes / 2;  // tokens per block
+  std::swap_ranges(swapped.begin() + block - 512, swapped.begin() + 2 * block - 512,
+                   swapped.begin() + 2 * block - 512);
+  token_shard_write(path, swapped);
+  EXPECT_NE(FileTokenSource::open_shard(path, 512, 16).checksum_part({0, 1}), whole);
+  // Generated data has no file to check.
+  EXPECT_EQ(SyntheticSource(64, 16, 1).checksum_part({0, 1}), 0u);
 }
 
 }  // namespace
