@@ -416,13 +416,29 @@ std::vector<std::pair<int64_t, std::string>> checkpoint_list(const std::string& 
 
 std::vector<CheckpointEntry> checkpoint_catalog(const std::string& dir) {
   std::vector<CheckpointEntry> entries;
-  for (const auto& [step, path] : checkpoint_list(dir)) {
-    const CheckpointHeader h = CheckpointReader(path).header();
-    if (h.step != step) {
-      throw file_error(path, "its header says step " + std::to_string(h.step) +
-                                 ", its name another: a renamed checkpoint?");
+  // A checkpoint removed since the listing (a live run writing there pruned it) is not part of
+  // the folder; the newer one that replaced it may be missing from the listing, so the folder is
+  // listed again, a few times at most.
+  bool vanished = false;
+  for (int attempt = 1; attempt == 1 || (vanished && attempt <= 5); ++attempt) {
+    entries.clear();
+    vanished = false;
+    for (const auto& [step, path] : checkpoint_list(dir)) {
+      CheckpointHeader h;
+      try {
+        h = CheckpointReader(path).header();
+      } catch (const CheckpointError&) {
+        std::error_code ec;
+        if (fs::exists(path, ec) || ec) throw;
+        vanished = true;
+        continue;
+      }
+      if (h.step != step) {
+        throw file_error(path, "its header says step " + std::to_string(h.step) +
+                                   ", its name another: a renamed checkpoint?");
+      }
+      entries.push_back({step, path, h.run_id, h.run_started, h.lineage});
     }
-    entries.push_back({step, path, h.run_id, h.run_started, h.lineage});
   }
   std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
     return std::tie(a.run_started, a.run_id, a.step) < std::tie(b.run_started, b.run_id, b.step);
@@ -526,6 +542,29 @@ std::vector<std::string> checkpoint_prune(const std::string& dir, int keep,
 // ---- the folder's lock
 // ------------------------------------------------------------------------------
 
+namespace {
+
+// The refusal of a folder whose lock file `lock_path` a live run holds, with the holder's line.
+CheckpointError folder_in_use(const std::string& dir, const std::string& lock_path) {
+  std::string other;
+  std::ifstream in(lock_path);
+  std::getline(in, other);
+  return CheckpointError("checkpoint folder '" + dir + "' is in use by another live run (" +
+                         (other.empty() ? lock_path + " is locked" : other) +
+                         "): wait for it to end, or choose another --checkpoint-dir");
+}
+
+}  // namespace
+
+void checkpoint_folder_check_free(const std::string& dir) {
+  const std::string lock_path = (fs::path(dir) / kCheckpointLockName).string();
+  try {
+    if (FileLock::is_held(lock_path)) throw folder_in_use(dir, lock_path);
+  } catch (const FileLockError& e) {
+    throw CheckpointError("checkpoint folder '" + dir + "': cannot inspect its lock: " + e.what());
+  }
+}
+
 struct CheckpointFolderLock::Impl {
   std::string dir, path;
   FileLock lock;
@@ -547,12 +586,7 @@ CheckpointFolderLock::CheckpointFolderLock(const std::string& dir, const std::st
   impl_->path = (fs::path(dir) / kCheckpointLockName).string();
   try {
     if (FileLock::create(impl_->path, impl_->lock) == FileLock::Outcome::kBusy) {
-      std::string other;
-      std::ifstream in(impl_->path);
-      std::getline(in, other);
-      throw CheckpointError("checkpoint folder '" + dir + "' is in use by another live run (" +
-                            (other.empty() ? impl_->path + " is locked" : other) +
-                            "): wait for it to end, or choose another --checkpoint-dir");
+      throw folder_in_use(dir, impl_->path);
     }
     impl_->lock.write_text(holder + "\n");
   } catch (const FileLockError& e) {

@@ -119,7 +119,8 @@ struct CheckpointEntry {
 std::vector<std::pair<int64_t, std::string>> checkpoint_list(const std::string& dir);
 
 // The complete checkpoints of `dir` with their runs, ordered by the run's start, then by step.
-// Reads every header. Throws CheckpointError naming a file whose header cannot be read.
+// Reads every header; a file removed meanwhile (a live run's pruning) is left out, and the folder
+// listed again. Throws CheckpointError naming a file whose header cannot be read.
 std::vector<CheckpointEntry> checkpoint_catalog(const std::string& dir);
 
 // Whether `e` lies on the branch of run `run_id` that continues `lineage`: written by that run, or
@@ -150,6 +151,11 @@ std::vector<std::string> checkpoint_prune(const std::string& dir, int keep,
 // One live run owns a checkpoint folder: the lock file ".moe_rt.lock" in it (FileLock: released
 // by the system however the run ends), holding a line that names the run. Creates the folder when
 // missing, and removes it again if nothing was written to it.
+// Throws CheckpointError as CheckpointFolderLock does when a live run holds folder `dir`; takes
+// nothing. A resumed run that will write there checks it while it reads its options, before the
+// live run's pruning can remove the checkpoint it resumes from.
+void checkpoint_folder_check_free(const std::string& dir);
+
 class CheckpointFolderLock {
  public:
   CheckpointFolderLock();

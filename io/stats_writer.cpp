@@ -146,6 +146,30 @@ H5Id stats_fapl() {
   return fapl;
 }
 
+// The end of file that a closed HDF5 file's superblock (version 2 or 3, which
+// H5F_LIBVER_LATEST writes, at offset 0) records, which readers require the file to reach; 0 when
+// it cannot be read. The close after a failed append may record a larger end than the library
+// reported before it (the metadata flushed at the close is allocated then).
+hsize_t superblock_end(const std::string& path) {
+  unsigned char sb[12 + 4 * 8];
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return 0;
+  const size_t got = std::fread(sb, 1, sizeof sb, f);
+  std::fclose(f);
+  static const unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  if (got < 12 || std::memcmp(sb, kSignature, 8) != 0 || (sb[8] != 2 && sb[8] != 3)) return 0;
+  const size_t offset_size = sb[9];
+  if (offset_size < 1 || offset_size > 8 || got < 12 + 3 * offset_size) return 0;
+  // Base address, superblock extension address, end of file address: little-endian, each
+  // offset_size bytes; the end is relative to the base.
+  auto field = [&](size_t index) {
+    hsize_t v = 0;
+    for (size_t b = offset_size; b-- > 0;) v = (v << 8) | sb[12 + index * offset_size + b];
+    return v;
+  };
+  return field(0) + field(2);
+}
+
 }  // namespace
 
 struct StatsWriter::Impl {
@@ -195,7 +219,7 @@ struct StatsWriter::Impl {
 
   std::string end_after_failure() {
     // The end HDF5 allocated (H5Fget_filesize: the larger of the file's size and its allocated
-    // end), read before the close.
+    // end), read before the close, or the one the superblock records after it if larger.
     hsize_t end = 0;
     if (file.valid() && H5Fget_filesize(file.get(), &end) < 0) end = 0;
     H5Eclear2(H5E_DEFAULT);
@@ -206,6 +230,7 @@ struct StatsWriter::Impl {
       closing = e.what();
     }
     const std::string& path = published ? files.target : files.staging;
+    end = std::max(end, superblock_end(path));
     std::string outcome = "statistics file '" + files.path + "' ";
     try {
       if (rows_done == 0 && traces_done == 0 && evals_done == 0) {

@@ -31,6 +31,9 @@ std::vector<ConfigItem> config_agree_items(const RunConfig& cfg) {
     if (v.name == "threads") continue;
     items.push_back({"--" + v.name, v.text});
   }
+  // Each rank resolves a --resume folder itself; a live run writing there may have added or
+  // pruned a checkpoint between two ranks' looks. Last: config_agree names it apart.
+  items.push_back({"the checkpoint --resume resolved to", cfg.resume_point.checkpoint});
   return items;
 }
 
@@ -80,6 +83,13 @@ void config_agree(const Comm& world, const RunConfig& cfg) {
   // every rank throws the same message.
   const std::string root_text = broadcast_text(world, text_excerpt(items[first].value), 0);
   const std::string other_text = broadcast_text(world, text_excerpt(items[first].value), other);
+  if (first + 1 == items.size()) {  // the resolved checkpoint, every option the same
+    throw SetupError("ranks chose different checkpoints of --resume " + cfg.resume + ": '" +
+                         root_text + "' on rank 0 but '" + other_text + "' on rank " +
+                         std::to_string(other) +
+                         " (a live run is writing to that folder): name a checkpoint file",
+                     world.rank() == 0);
+  }
   throw SetupError("ranks disagree on the configuration: " + items[first].option + " is '" +
                        root_text + "' on rank 0 but '" + other_text + "' on rank " +
                        std::to_string(other) +

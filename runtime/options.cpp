@@ -9,6 +9,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <sstream>
@@ -161,8 +162,21 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
   std::string path, note;
   CheckpointHeader h;
   try {
-    path = checkpoint_resolve(requested.resume, &note);
-    h = CheckpointReader(path).header();
+    for (int attempt = 1;; ++attempt) {
+      path = checkpoint_resolve(requested.resume, &note);
+      try {
+        h = CheckpointReader(path).header();
+        break;
+      } catch (const CheckpointError&) {
+        // A folder's newest checkpoint removed since it was chosen (a live run writing there
+        // pruned it): choose again.
+        std::error_code ec;
+        if (attempt < 5 && path != requested.resume && !std::filesystem::exists(path, ec) && !ec) {
+          continue;
+        }
+        throw;
+      }
+    }
   } catch (const CheckpointError& e) {
     throw ConfigError(std::string("--resume: ") + e.what());
   }
@@ -204,6 +218,18 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
                       h.lineage,
                       note,
                       h.data_checksum};
+  // Checkpoints go to the resumed checkpoint's folder unless --checkpoint-dir says otherwise
+  // (checkpoint_dir_prepare); one live run per folder.
+  const std::filesystem::path folder = !cfg.checkpoint_dir.empty()
+                                           ? std::filesystem::path(cfg.checkpoint_dir)
+                                           : std::filesystem::path(path).parent_path();
+  if (cfg.checkpoint_every > 0) {
+    try {
+      checkpoint_folder_check_free(folder.empty() ? "." : folder.string());
+    } catch (const CheckpointError& e) {
+      throw ConfigError(std::string("--resume: ") + e.what());
+    }
+  }
   if (cfg.steps <= h.step + 1) {
     throw ConfigError("--steps=" + std::to_string(cfg.steps) + ": checkpoint '" + path +
                       "' has already run " + std::to_string(h.step + 1) +

@@ -404,7 +404,18 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
     summary.top_k = mc.top_k;
     memory_check(memory, node_ranks);
     if (cfg.resume_point.active()) {
-      resume = std::make_unique<CheckpointReader>(cfg.resume_point.checkpoint);
+      const std::string& path = cfg.resume_point.checkpoint;
+      try {
+        resume = std::make_unique<CheckpointReader>(path);
+      } catch (const CheckpointError&) {
+        // Open from here on, a checkpoint stays readable whatever happens to its name; before,
+        // a live run writing to the --resume folder may have pruned the newest one it chose.
+        std::error_code ec;
+        if (path == cfg.resume || std::filesystem::exists(path, ec) || ec) throw;
+        throw CheckpointError("--resume " + cfg.resume + ": its newest checkpoint '" + path +
+                              "' was removed after this run chose it (a live run writing to " +
+                              "that folder pruned it): resume again, or name a checkpoint file");
+      }
     }
     // Each rank checks its part of a data file's tokens; the agreement below makes a bad token
     // anywhere fail every rank.

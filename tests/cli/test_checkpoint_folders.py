@@ -62,11 +62,21 @@ def test_a_live_runs_folder_is_refused_to_a_second_writer(moe_rt_bin, tmp_path):
                 in errors[0]
         assert not (tmp_path / "b.h5").exists() and not (tmp_path / "c.h5").exists()
         assert first.poll() is None, "the first run died"
-        # Reading a live folder's newest complete checkpoint, writing elsewhere, is harmless.
-        seen = max(int(n[5:13]) for n in os.listdir(ck) if n.endswith(".h5"))
-        proc = moe(moe_rt_bin, ["--resume", ck, "--steps", seen + 80, "--checkpoint-dir",
-                                tmp_path / "other", "--stats", tmp_path / "d.h5"])
+        # Reading a live folder's newest complete checkpoint, writing elsewhere, is harmless. The
+        # live run is paused meanwhile, so that the newest checkpoint is known (on a fast machine
+        # it writes hundreds while the resumed run starts); the folder and its lock stay as they
+        # are. Checkpoints pruned while a resumed run chooses one:
+        # test_a_checkpoint_pruned_while_resolved_is_chosen_again.
+        first.send_signal(signal.SIGSTOP)
+        try:
+            seen = max(int(n[5:13]) for n in os.listdir(ck) if n.endswith(".h5"))
+            proc = moe(moe_rt_bin, ["--resume", ck, "--steps", seen + 80, "--checkpoint-dir",
+                                    tmp_path / "other", "--stats", tmp_path / "d.h5"])
+        finally:
+            first.send_signal(signal.SIGCONT)
         assert proc.returncode == 0, proc.stderr
+        with h5py.File(tmp_path / "d.h5", "r") as f:
+            assert f.attrs["resumed_from_step"] == seen
         assert first.poll() is None, "the first run died"
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=60)
@@ -116,3 +126,37 @@ def test_a_branch_resumed_from_an_older_checkpoint_keeps_its_checkpoints(moe_rt_
         assert f.attrs["resumed_from_step"] == 17
         assert f.attrs["resumed_from_run"] == run_b
         assert list(f["steps/step"][...]) == [18, 19]
+
+
+def test_a_checkpoint_pruned_while_resolved_is_chosen_again(moe_rt_bin, tmp_path):
+    # A live run writing a checkpoint every step and keeping one: the newest a resumed run chooses
+    # is often gone before it reads its header. Each --resume of the folder (written elsewhere)
+    # chooses again, so that every one resolves; --print-config ends after the resolution.
+    ck = tmp_path / "ck"
+    first = subprocess.Popen([moe_rt_bin] + MICRO +
+                             ["--steps", "1000000", "--checkpoint-every", "1",
+                              "--keep-checkpoints", "1", "--checkpoint-dir", str(ck),
+                              "--stats", "none"],
+                             env=run_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ck.is_dir() or not [n for n in os.listdir(ck) if n.endswith(".h5")]:
+            assert first.poll() is None, first.stderr.read()
+            assert time.monotonic() < deadline, "the first run wrote no checkpoint in 60 s"
+            time.sleep(0.05)
+        def newest():
+            return max((int(n[5:13]) for n in os.listdir(ck) if n.endswith(".h5")), default=-1)
+
+        before = newest()
+        for _ in range(12):
+            proc = subprocess.run([moe_rt_bin, "--resume", str(ck), "--steps", "2000000",
+                                   "--checkpoint-dir", str(tmp_path / "other"), "--print-config"],
+                                  env=run_env(), capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 0, proc.stderr
+        assert first.poll() is None, "the first run died"
+        # The run went on meanwhile, removing a checkpoint with every one it wrote.
+        assert newest() > before + 12
+    finally:
+        first.kill()
+        first.wait()

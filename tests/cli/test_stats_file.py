@@ -1,7 +1,9 @@
 """The statistics file of a real run: contents consistent with what the run computed and printed,
-bitwise identical for the same command apart from timings and dates, readable while the run goes
-on (SWMR) and after the run is killed with SIGKILL, and clear errors for bad output paths."""
+bitwise identical for the same command apart from timings, dates and the run id, readable while
+the run goes on (SWMR) and after the run is killed with SIGKILL, and clear errors for bad output
+paths."""
 import os
+import re
 import signal
 import subprocess
 import time
@@ -58,18 +60,21 @@ def test_contents_match_what_the_run_printed_and_counted(run_moe, tmp_path):
 def test_same_command_gives_identical_statistics(run_moe, tmp_path):
     path = tmp_path / "same.h5"
     args = MICRO + ["--steps", "4", "--stats", str(path), "--overwrite", "--trace-every", "3"]
-    snapshots = []
+    snapshots, run_ids = [], []
     for _ in range(2):
         proc = run_moe(args, np_=2)
         assert proc.returncode == 0, proc.stderr
         items = {}
         with open_stats(path) as f:
-            items.update({f"@{k}": v for k, v in f.attrs.items() if k != "created"})
+            # The creation time and the run's id name this run, not its configuration.
+            items.update({f"@{k}": v for k, v in f.attrs.items() if k not in ("created", "run_id")})
+            run_ids.append(str(f.attrs["run_id"]))
             f.visititems(lambda name, obj: items.__setitem__(
                 "/" + name, obj[...]) if isinstance(obj, h5py.Dataset) else None)
         snapshots.append(items)
     a, b = snapshots
     assert a.keys() == b.keys()
+    assert all(re.fullmatch("[0-9a-f]{16}", i) for i in run_ids) and run_ids[0] != run_ids[1]
     for key in a:
         if key in TIMING_DATASETS:
             continue

@@ -66,6 +66,13 @@ TEST(ConfigAgree, FirstDisagreementOnSimulatedRanks) {
             "--seed");  // the first option in --help order; 3e-3 written longer is the same
   EXPECT_EQ(first_difference({base, parse({"--help"})}), "--help");
   EXPECT_EQ(first_difference({parse({"--print-config"}), base}), "--print-config");
+  // Ranks that resolved the same --resume folder to different checkpoints (a live run wrote one
+  // between their looks).
+  RunConfig older = base, newer = base;
+  older.resume_point.checkpoint = "ck/step-00000010.h5";
+  newer.resume_point.checkpoint = "ck/step-00000020.h5";
+  EXPECT_EQ(first_difference({older, older}), "");
+  EXPECT_EQ(first_difference({older, newer}), "the checkpoint --resume resolved to");
   // Digest buffer: per item the digest and its complement.
   const std::vector<int64_t> one = config_digest_buffer({{"--a", "x"}, {"--b", ""}});
   ASSERT_EQ(one.size(), 4u);
@@ -98,6 +105,21 @@ TEST(ConfigAgree, RanksThatDifferAllStopWithOneMessage) {
     const std::string message = e.what();
     EXPECT_NE(message.find("--stats is 'a.h5' on rank 0 but 'sss"), std::string::npos) << message;
     EXPECT_NE(message.find("…(1001 bytes)' on rank 1"), std::string::npos) << message;
+  }
+  // The same --resume folder, resolved to different checkpoints (a live run wrote between the
+  // ranks' looks): the message says so instead of asking for the same options.
+  RunConfig resumed = same;
+  resumed.resume = "ck";
+  resumed.resume_point.checkpoint =
+      world.rank() == 1 ? "ck/step-00000020.h5" : "ck/step-00000010.h5";
+  try {
+    config_agree(world, resumed);
+    ADD_FAILURE() << "no SetupError";
+  } catch (const SetupError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "ranks chose different checkpoints of --resume ck: 'ck/step-00000010.h5' on rank 0 "
+              "but 'ck/step-00000020.h5' on rank 1 (a live run is writing to that folder): name a "
+              "checkpoint file");
   }
 }
 
