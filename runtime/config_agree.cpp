@@ -3,6 +3,7 @@
 #include "runtime/config_agree.hpp"
 
 #include "runtime/config_file.hpp"
+#include "runtime/option_table.hpp"
 #include "runtime/train.hpp"
 
 namespace moe {
@@ -23,13 +24,10 @@ std::string broadcast_text(const Comm& world, const std::string& text, int root)
 std::vector<ConfigItem> config_agree_items(const RunConfig& cfg) {
   std::vector<ConfigItem> items = {{"--help", cfg.help ? "true" : "false"},
                                    {"--print-config", cfg.print_config ? "true" : "false"}};
-  for (const RunConfigValue& v : run_config_values(cfg)) {
-    // --threads may differ: it changes no bit of the arithmetic (every threaded loop gives bitwise
-    // the same result on any thread count, tests/model/test_threads.cpp), and ranks on nodes of
-    // different sizes may rightly be given different counts, as the default (0) already resolves
-    // to a different count per node. Everything else changes the run or the path through it.
-    if (v.name == "threads") continue;
-    items.push_back({"--" + v.name, v.text});
+  // Every option but those the table marks per-rank (--threads): the rest change the run or the
+  // path through it.
+  for (const OptionField& f : option_fields()) {
+    if (!f.rules.per_rank) items.push_back({std::string("--") + f.name, f.get(cfg)});
   }
   // Each rank resolves a --resume folder itself; a live run writing there may have added or
   // pruned a checkpoint between two ranks' looks. Last: config_agree names it apart.

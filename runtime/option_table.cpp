@@ -1,9 +1,12 @@
 // The option table (option_table.hpp): one entry per option, its value read and written through
-// option_values.hpp by the type of the RunConfig field it names.
+// option_values.hpp by the type of the RunConfig field it names, and its rules: what --resume
+// does with it, the values it accepts by itself, whether ranks may differ on it.
 #include "runtime/option_table.hpp"
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "runtime/config_file.hpp"
 #include "runtime/option_values.hpp"
@@ -11,9 +14,13 @@
 namespace moe {
 namespace {
 
+// The optimizer and the bias update compute in float: a value past its range would become inf.
+constexpr double kFloatMax = std::numeric_limits<float>::max();
+
 // `access` is a generic lambda returning a reference to the field, for const and non-const configs.
 template <class Access>
-OptionField field(const char* name, const char* value_name, const char* help, Access access) {
+OptionField field(const char* name, const char* value_name, const char* help, Access access,
+                  OptionRules rules) {
   RunConfig probe;
   using Value = std::decay_t<decltype(access(probe))>;
   const bool is_flag = std::is_same_v<Value, bool>;
@@ -22,6 +29,10 @@ OptionField field(const char* name, const char* value_name, const char* help, Ac
                     : std::is_integral_v<Value>       ? 'i'
                     : std::is_floating_point_v<Value> ? 'f'
                                                       : 's';
+  std::function<double(const RunConfig&)> number;
+  if constexpr (std::is_arithmetic_v<Value> && !std::is_same_v<Value, bool>) {
+    number = [access](const RunConfig& c) { return static_cast<double>(access(c)); };
+  }
   return {name,
           value_name,
           help,
@@ -30,7 +41,9 @@ OptionField field(const char* name, const char* value_name, const char* help, Ac
             option_value_from_text(std::string("--") + name, text, access(c));
           },
           is_flag,
-          kind};
+          kind,
+          std::move(rules),
+          std::move(number)};
 }
 
 // --ranks-per-host: "auto" (stored as 0) or a positive count, so an int field of its own text.
@@ -62,7 +75,9 @@ OptionField ranks_per_host_field() {
             c.ranks_per_host = n;
           },
           false,
-          's'};
+          's',
+          OptionRules(OnResume::kOwn),
+          {}};  // its value is no number: "auto" or a count
 }
 
 }  // namespace
@@ -71,163 +86,237 @@ const std::vector<OptionField>& option_fields() {
   static const std::vector<OptionField> fields = {
       field(
           "model", "NAME", "preset the other options start from: deepseek4-tiny, micro",
-          [](auto& c) -> auto& { return c.model_name; }),
+          [](auto& c) -> auto& { return c.model_name; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
           "steps", "N",
           "training steps (200: about 48 s of deepseek4-tiny on 8 ranks, 2 idle cores)",
-          [](auto& c) -> auto& { return c.steps; }),
+          [](auto& c) -> auto& { return c.steps; }, OptionRules{OnResume::kContinued, positive()}),
       field(
           "seed", "N", "seed of weights, hash tables and synthetic data",
-          [](auto& c) -> auto& { return c.seed; }),
+          [](auto& c) -> auto& { return c.seed; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
           "batch-per-rank", "N", "B: sequences per rank per step",
-          [](auto& c) -> auto& { return c.model.batch_per_rank; }),
+          [](auto& c) -> auto& { return c.model.batch_per_rank; },
+          OptionRules{OnResume::kContinued}),
       field(
           "seq-len", "N", "S: tokens per sequence",
-          [](auto& c) -> auto& { return c.model.seq_len; }),
+          [](auto& c) -> auto& { return c.model.seq_len; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "layers", "N", "L: transformer layers", [](auto& c) -> auto& { return c.model.layers; }),
+          "layers", "N", "L: transformer layers", [](auto& c) -> auto& { return c.model.layers; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "hash-layers", "N", "L_h: the first L_h layers route by a token hash table",
-          [](auto& c) -> auto& { return c.model.hash_layers; }),
+          [](auto& c) -> auto& { return c.model.hash_layers; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "experts", "N", "E: routed experts per layer",
-          [](auto& c) -> auto& { return c.model.experts; }),
+          [](auto& c) -> auto& { return c.model.experts; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "top-k", "N", "K: experts per token", [](auto& c) -> auto& { return c.model.top_k; }),
+          "top-k", "N", "K: experts per token", [](auto& c) -> auto& { return c.model.top_k; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "shared-experts", "N", "shared experts per layer, each of width F (0 = none)",
-          [](auto& c) -> auto& { return c.model.shared_experts; }),
+          [](auto& c) -> auto& { return c.model.shared_experts; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "d-model", "N", "D: model width", [](auto& c) -> auto& { return c.model.d_model; }),
+          "d-model", "N", "D: model width", [](auto& c) -> auto& { return c.model.d_model; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "ffn-dim", "N", "F: expert FFN width", [](auto& c) -> auto& { return c.model.ffn_dim; }),
+          "ffn-dim", "N", "F: expert FFN width", [](auto& c) -> auto& { return c.model.ffn_dim; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "heads", "N", "attention query heads", [](auto& c) -> auto& { return c.model.heads; }),
+          "heads", "N", "attention query heads", [](auto& c) -> auto& { return c.model.heads; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "kv-heads", "N", "key/value heads of grouped-query attention (divides --heads)",
-          [](auto& c) -> auto& { return c.model.kv_heads; }),
+          [](auto& c) -> auto& { return c.model.kv_heads; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "head-dim", "N", "width of one attention head (even, for RoPE)",
-          [](auto& c) -> auto& { return c.model.head_dim; }),
+          [](auto& c) -> auto& { return c.model.head_dim; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "vocab", "N", "V: vocabulary size", [](auto& c) -> auto& { return c.model.vocab; }),
+          "vocab", "N", "V: vocabulary size", [](auto& c) -> auto& { return c.model.vocab; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "score-func", "NAME", "router score function: sqrtsoftplus, sigmoid, softmax",
-          [](auto& c) -> auto& { return c.model.score_func; }),
+          [](auto& c) -> auto& { return c.model.score_func; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "route-scale", "X", "scale of the normalised routing weights",
-          [](auto& c) -> auto& { return c.model.route_scale; }),
+          [](auto& c) -> auto& { return c.model.route_scale; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "swiglu-limit", "X", "clamp of the routed experts' SwiGLU inputs (<= 0: no clamp)",
-          [](auto& c) -> auto& { return c.model.swiglu_limit; }),
+          [](auto& c) -> auto& { return c.model.swiglu_limit; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "sliding-window", "N", "attention window in tokens (0 = full causal)",
-          [](auto& c) -> auto& { return c.model.sliding_window; }),
+          [](auto& c) -> auto& { return c.model.sliding_window; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "rope-theta", "X", "RoPE base frequency",
-          [](auto& c) -> auto& { return c.model.rope_theta; }),
+          [](auto& c) -> auto& { return c.model.rope_theta; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "norm-eps", "X", "RMSNorm epsilon", [](auto& c) -> auto& { return c.model.norm_eps; }),
+          "norm-eps", "X", "RMSNorm epsilon", [](auto& c) -> auto& { return c.model.norm_eps; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "bias-update-rate", "X",
           "loss-free balancing bias step gamma (0 = off; DeepSeek-V3 used 0.001 at lr 2.2e-4)",
-          [](auto& c) -> auto& { return c.bias_update_rate; }),
+          [](auto& c) -> auto& { return c.bias_update_rate; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "seq-aux-loss-weight", "X", "sequence-wise balance loss weight alpha (0 = off)",
-          [](auto& c) -> auto& { return c.seq_aux_loss_weight; }),
+          [](auto& c) -> auto& { return c.seq_aux_loss_weight; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "bias-update-center", "BOOL", "shift each bias update to mean zero",
-          [](auto& c) -> auto& { return c.bias_update_center; }),
+          [](auto& c) -> auto& { return c.bias_update_center; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "balance-loss-form", "NAME",
           "deepseek (DeepSeek's f*P per sequence, summed over layers) or maxtext (MaxText pull "
           "request #4190: extra factor K, softmax of biased scores, layer mean)",
-          [](auto& c) -> auto& { return c.balance_loss_form; }),
+          [](auto& c) -> auto& { return c.balance_loss_form; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "routing-groups", "N", "G expert groups for group-limited top-k (1 = off)",
-          [](auto& c) -> auto& { return c.routing_groups; }),
+          [](auto& c) -> auto& { return c.routing_groups; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "group-topk", "N", "M groups a token may use when --routing-groups > 1",
-          [](auto& c) -> auto& { return c.group_topk; }),
+          [](auto& c) -> auto& { return c.group_topk; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
           "hash-table", "PATH", "hash-routing tables file (docs/load-balancing.md); default seeded",
-          [](auto& c) -> auto& { return c.hash_table_path; }),
+          [](auto& c) -> auto& { return c.hash_table_path; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           "force-balance", "MODE",
           "none; forced: round-robin (exactly balanced), random (K distinct experts, uniform), "
           "zipf:ALPHA (expert e drawn with weight (e+1)^-ALPHA), hot:FRACTION (that fraction of "
           "tokens take expert 0 in their first slot, the rest draw uniformly, so expert 0 holds "
           "FRACTION + (1 - FRACTION)/E of first slots)",
-          [](auto& c) -> auto& { return c.force_balance; }),
+          [](auto& c) -> auto& { return c.force_balance; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
           "check-bias", "BOOL", "verify every step that all ranks hold the same bias",
-          [](auto& c) -> auto& { return c.check_bias; }),
+          [](auto& c) -> auto& { return c.check_bias; }, OptionRules{OnResume::kContinued}),
       field(
           "data", "SOURCE", "synthetic, tokens:PATH (llm.c .bin shard), text:PATH (bytes)",
-          [](auto& c) -> auto& { return c.data; }),
+          [](auto& c) -> auto& { return c.data; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
           "val-data", "SOURCE",
           "validation data, as --data (none: no validation); synthetic: held-out samples of "
           "the same chain",
-          [](auto& c) -> auto& { return c.val_data; }),
+          [](auto& c) -> auto& { return c.val_data; }, OptionRules{OnResume::kContinued}),
       field(
           "eval-every", "N",
           "validation loss after every N-th step and after the last (0: after the last only)",
-          [](auto& c) -> auto& { return c.eval_every; }),
+          [](auto& c) -> auto& { return c.eval_every; },
+          OptionRules{OnResume::kContinued, at_least(0, "0 = after the last step only")}),
       field(
           "eval-batches", "K",
           "global batches of validation sequences per evaluation (the same each time)",
-          [](auto& c) -> auto& { return c.eval_batches; }),
+          [](auto& c) -> auto& { return c.eval_batches; },
+          OptionRules{OnResume::kContinued, at_least(1)}),
       field(
           "stats", "PATH",
           "HDF5 statistics file (default: a new runs/<model>-<time>.h5; none: no file)",
-          [](auto& c) -> auto& { return c.stats_path; }),
+          [](auto& c) -> auto& { return c.stats_path; }, OptionRules{OnResume::kOwn}),
       field(
           "overwrite", "BOOL", "replace an existing --stats file instead of failing",
-          [](auto& c) -> auto& { return c.overwrite; }),
+          [](auto& c) -> auto& { return c.overwrite; }, OptionRules{OnResume::kOwn}),
       field(
           "trace-every", "N", "write every N-th step's per-token routing to the file (0 = off)",
-          [](auto& c) -> auto& { return c.trace_every; }),
+          [](auto& c) -> auto& { return c.trace_every; },
+          OptionRules{OnResume::kContinued, at_least(0, "0 = off")}),
       field(
           "checkpoint-every", "N", "write a checkpoint every N steps and at the end (0 = off)",
-          [](auto& c) -> auto& { return c.checkpoint_every; }),
+          [](auto& c) -> auto& { return c.checkpoint_every; },
+          OptionRules{OnResume::kContinued, at_least(0, "0 = off")}),
       field(
           "checkpoint-dir", "DIR",
           "checkpoint folder (default: beside the --stats file, <stats>-checkpoints)",
-          [](auto& c) -> auto& { return c.checkpoint_dir; }),
+          [](auto& c) -> auto& { return c.checkpoint_dir; }, OptionRules{OnResume::kOwn}),
       field(
           "keep-checkpoints", "K", "keep the newest K checkpoints, remove older ones",
-          [](auto& c) -> auto& { return c.keep_checkpoints; }),
+          [](auto& c) -> auto& { return c.keep_checkpoints; },
+          OptionRules{OnResume::kContinued, at_least(1)}),
       field(
           "resume", "PATH",
           "continue from a checkpoint file, or a folder's newest (docs/checkpoints.md)",
-          [](auto& c) -> auto& { return c.resume; }),
+          [](auto& c) -> auto& { return c.resume; }, OptionRules{OnResume::kOwn}),
       field(
           "lr", "X", "AdamW learning rate after warmup (small models take 3e-3)",
-          [](auto& c) -> auto& { return c.lr; }),
+          [](auto& c) -> auto& { return c.lr; },
+          OptionRules{OnResume::kFromCheckpoint, positive_float()}),
       field(
           "warmup-steps", "N", "steps of linear learning-rate warmup from 0",
-          [](auto& c) -> auto& { return c.warmup_steps; }),
+          [](auto& c) -> auto& { return c.warmup_steps; },
+          OptionRules{OnResume::kFromCheckpoint, at_least(0)}),
       field(
           "lr-decay-steps", "N",
           "steps of the cosine schedule to 10% of --lr (0: --steps); fixed when resuming",
-          [](auto& c) -> auto& { return c.lr_decay_steps; }),
+          [](auto& c) -> auto& { return c.lr_decay_steps; },
+          OptionRules{OnResume::kFromCheckpoint, at_least(0, "0 = --steps")}),
       field(
           "weight-decay", "X", "AdamW decoupled weight decay",
-          [](auto& c) -> auto& { return c.weight_decay; }),
+          [](auto& c) -> auto& { return c.weight_decay; },
+          OptionRules{OnResume::kFromCheckpoint, nonnegative_float()}),
       field(
           "grad-clip", "X", "clip of the global gradient L2 norm (0 = off)",
-          [](auto& c) -> auto& { return c.grad_clip; }),
+          [](auto& c) -> auto& { return c.grad_clip; },
+          OptionRules{OnResume::kFromCheckpoint, nonnegative_float()}),
       field(
           "ep", "N", "expert-parallel group size P (0: largest divisor of W <= E)",
-          [](auto& c) -> auto& { return c.ep; }),
+          [](auto& c) -> auto& { return c.ep; },
+          OptionRules{OnResume::kOwn, at_least(0, "0 = default")}),
       ranks_per_host_field(),
       field(
           "threads", "N", "threads per rank, at most 1024 (0: usable cores / ranks on the node)",
-          [](auto& c) -> auto& { return c.threads; }),
+          // Ranks may differ: threads change no bit of the arithmetic (every threaded loop gives
+          // bitwise the same result on any thread count, tests/model/test_threads.cpp), and
+          // ranks on nodes of different sizes may rightly be given different counts, as the
+          // default (0) already resolves to a different count per node.
+          [](auto& c) -> auto& { return c.threads; },
+          OptionRules{OnResume::kOwn, within(0, kMaxThreads, "0 = default"), /*per_rank=*/true}),
   };
   return fields;
+}
+
+OptionRange at_least(double min, const char* meaning) {
+  return {min, false, std::nullopt, meaning};
+}
+OptionRange positive() {
+  return {0.0, true, std::nullopt, nullptr};
+}
+OptionRange within(double min, double max, const char* meaning) {
+  return {min, false, max, meaning};
+}
+OptionRange nonnegative_float() {
+  return {0.0, false, kFloatMax, nullptr};
+}
+OptionRange positive_float() {
+  return {0.0, true, kFloatMax, nullptr};
+}
+
+void option_range_check(const OptionField& f, const RunConfig& cfg) {
+  if (!f.rules.range || !f.number) return;
+  const OptionRange& r = *f.rules.range;
+  const double v = f.number(cfg);
+  const bool low_ok = r.above_min ? v > r.min : v >= r.min;  // false for NaN
+  if (low_ok && (!r.max || v <= *r.max)) return;
+  const std::string min = option_number_to_text(r.min);
+  std::string accepted;
+  if (r.max && *r.max == kFloatMax) {
+    accepted = (r.above_min ? "positive" : ">= " + min) + " and within float range (<= 3.4e38)";
+  } else if (r.max) {
+    accepted = (r.above_min ? "in (" : "in [") + min + ", " + option_number_to_text(*r.max) + "]";
+  } else {
+    accepted = r.above_min ? (r.min == 0.0 ? "positive" : "> " + min) : ">= " + min;
+  }
+  if (r.meaning != nullptr) accepted += std::string(" (") + r.meaning + ")";
+  throw ConfigError(std::string("--") + f.name + " must be " + accepted + ", got " + f.get(cfg));
 }
 
 const OptionField* option_find(std::string_view name) {

@@ -106,39 +106,8 @@ void apply_file_values(RunConfig& cfg, const std::vector<ConfigEntry>& entries) 
   }
 }
 
-// The optimizer and the bias update compute in float: a value past its range would become inf.
-constexpr double kFloatMax = std::numeric_limits<float>::max();
-
-void require_nonnegative(double value, const char* option) {
-  if (!(value >= 0.0 && value <= kFloatMax)) {
-    throw ConfigError(std::string(option) + " must be >= 0 and within float range " +
-                      "(<= 3.4e38), got " + option_number_to_text(value));
-  }
-}
-
 // ---- resuming
 // ------------------------------------------------------------------------------------
-
-// What --resume does with an option (docs/checkpoints.md, "Options on resume").
-enum class OnResume {
-  kFromCheckpoint,  // changes the arithmetic: the checkpoint's value; a different one is refused
-  kContinued,       // the checkpoint's value unless given again: the run's length and habits
-  kOwn,             // this run's own, never inherited: output paths, the layout over the ranks
-};
-
-OnResume on_resume(std::string_view name) {
-  // --batch-per-rank is continued as the global batch: run_config_fit_world.
-  for (std::string_view n :
-       {"steps", "checkpoint-every", "keep-checkpoints", "trace-every", "check-bias",
-        "batch-per-rank", "val-data", "eval-every", "eval-batches"}) {
-    if (name == n) return OnResume::kContinued;
-  }
-  for (std::string_view n :
-       {"stats", "overwrite", "ep", "ranks-per-host", "threads", "checkpoint-dir", "resume"}) {
-    if (name == n) return OnResume::kOwn;
-  }
-  return OnResume::kFromCheckpoint;
-}
 
 // The configuration a checkpoint recorded (run_config_to_text's lines).
 RunConfig config_from_text(const std::string& text, const std::string& origin) {
@@ -188,7 +157,7 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
   };
   for (const OptionField& f : option_fields()) {
     const std::string name = f.name;
-    switch (on_resume(name)) {
+    switch (f.rules.on_resume) {  // --batch-per-rank: the global batch, run_config_fit_world
       case OnResume::kFromCheckpoint:
         if (given(name) && f.get(requested) != f.get(cfg)) {
           throw ConfigError("--" + name + "=" + text_excerpt(f.get(requested)) +
@@ -303,6 +272,30 @@ RunConfig options_parse(int argc, const char* const* argv) {
   return cfg;
 }
 
+namespace {
+
+// The rules of --resume as the table gives them: the options of `rule`, wrapped after `lead`.
+std::string resume_rule_help(OnResume rule, const std::string& lead) {
+  std::string text, line = lead;
+  bool first = true;
+  for (const OptionField& f : option_fields()) {
+    if (f.rules.on_resume != rule) continue;
+    const std::string name = std::string("--") + f.name;
+    if (first) {
+      line += name;
+    } else if (line.size() + 2 + name.size() > 98) {
+      text += line + ",\n";
+      line = "    " + name;
+    } else {
+      line += ", " + name;
+    }
+    first = false;
+  }
+  return text + line + "\n";
+}
+
+}  // namespace
+
 std::string options_help_text() {
   std::ostringstream out;
   out << "Usage: moe_rt [options]\n"
@@ -311,7 +304,11 @@ std::string options_help_text() {
       << "Every rank must be given the same configuration (--threads may differ).\n\n"
       << config_options(true) << "\n"
       << action_options() << "\n"
-      << config_file_syntax_help() << "\nPresets (--model):\n";
+      << config_file_syntax_help()
+      << "\nOn --resume (docs/checkpoints.md), an option not listed here is the checkpoint's, and\n"
+         "a different value is refused:\n"
+      << resume_rule_help(OnResume::kContinued, "  continued unless given again: ")
+      << resume_rule_help(OnResume::kOwn, "  this run's own: ") << "\nPresets (--model):\n";
   for (const ModelPreset& p : preset_table()) out << "  " << p.name << ": " << p.summary << "\n";
   return out.str();
 }
@@ -336,31 +333,12 @@ RoutingConfig run_routing_config(const RunConfig& cfg) {
 void run_config_validate(const RunConfig& cfg) {
   preset_model(cfg.model_name);  // a known preset name, even when every field is overridden
   model_config_validate(cfg.model);
-  if (cfg.steps <= 0) {
-    throw ConfigError("--steps must be positive, got " + std::to_string(cfg.steps));
-  }
-  if (!(cfg.lr > 0.0 && cfg.lr <= kFloatMax)) {
-    throw ConfigError("--lr must be positive and within float range (<= 3.4e38), got " +
-                      option_number_to_text(cfg.lr));
-  }
-  if (cfg.warmup_steps < 0) {
-    throw ConfigError("--warmup-steps must be >= 0, got " + std::to_string(cfg.warmup_steps));
-  }
-  require_nonnegative(cfg.weight_decay, "--weight-decay");
-  require_nonnegative(cfg.grad_clip, "--grad-clip");
+  for (const OptionField& f : option_fields()) option_range_check(f, cfg);  // each by itself
   run_routing_config(cfg);
   const ModelConfig& m = cfg.model;
   if (!cfg.hash_table_path.empty() && m.hash_layers == 0) {
     throw ConfigError("--hash-table '" + text_excerpt(cfg.hash_table_path, kPathExcerptBytes) +
                       "' given, but --hash-layers is 0: no layer would use it");
-  }
-  if (cfg.trace_every < 0) {
-    throw ConfigError("--trace-every must be >= 0 (0 = off), got " +
-                      std::to_string(cfg.trace_every));
-  }
-  if (cfg.lr_decay_steps < 0) {
-    throw ConfigError("--lr-decay-steps must be >= 0 (0 = --steps), got " +
-                      std::to_string(cfg.lr_decay_steps));
   }
   // The cosine runs from the end of the warmup to the horizon (lr_at_step): a horizon at most one
   // step past the warmup leaves it no step to decay in, and the rate stays at --lr. Not checked
@@ -373,33 +351,11 @@ void run_config_validate(const RunConfig& cfg) {
                       "the warmup): give --lr-decay-steps >= " +
                       std::to_string(cfg.warmup_steps + 2) + ", or 0 for --steps");
   }
-  if (cfg.checkpoint_every < 0) {
-    throw ConfigError("--checkpoint-every must be >= 0 (0 = off), got " +
-                      std::to_string(cfg.checkpoint_every));
-  }
-  if (cfg.keep_checkpoints < 1) {
-    throw ConfigError("--keep-checkpoints must be >= 1, got " +
-                      std::to_string(cfg.keep_checkpoints));
-  }
   if (cfg.checkpoint_every > 0 && cfg.stats_path == kNoStats && cfg.checkpoint_dir.empty() &&
       !cfg.resume_point.active()) {
     throw ConfigError(
         "--checkpoint-every needs --checkpoint-dir when --stats is none (the "
         "default folder is named after the statistics file)");
-  }
-  if (cfg.ep < 0) {
-    throw ConfigError("--ep must be >= 0 (0 = default), got " + std::to_string(cfg.ep));
-  }
-  if (cfg.threads < 0 || cfg.threads > kMaxThreads) {
-    throw ConfigError("--threads must be in [0, " + std::to_string(kMaxThreads) +
-                      "] (0 = default), got " + std::to_string(cfg.threads));
-  }
-  if (cfg.eval_every < 0) {
-    throw ConfigError("--eval-every must be >= 0 (0 = after the last step only), got " +
-                      std::to_string(cfg.eval_every));
-  }
-  if (cfg.eval_batches < 1) {
-    throw ConfigError("--eval-batches must be >= 1, got " + std::to_string(cfg.eval_batches));
   }
   if (cfg.eval_every > 0 && !has_val_data(cfg)) {
     throw ConfigError("--eval-every=" + std::to_string(cfg.eval_every) +

@@ -77,3 +77,27 @@ def test_every_valid_value_is_in_help_and_readme(run_moe, help_text, option):
         assert re.search(rf"(?<![\w:-]){re.escape(v)}(?![\w:-])", entry), \
             f"--help's {option} entry does not name {v!r}: {entry!r}"
         assert f"`{v}`" in row, f"README's {option} row does not name `{v}`: {row!r}"
+
+
+def options_of(text):
+    return [m for m in OPTION.findall(text)]
+
+
+def test_the_resume_rules_of_help_are_those_of_the_docs(help_text):
+    # --help's lists come from the option table's resume column; docs/checkpoints.md's "Options on
+    # resume" must list the same options under the same rule.
+    section = help_text.split("\nOn --resume", 1)[1].split("\n\n", 1)[0]
+    rules = {}
+    for part in re.split(r"\n  (?=\S)", section)[1:]:
+        label, names = part.split(":", 1)
+        rules[label.strip()] = set(options_of(names))
+    docs = os.path.join(os.path.dirname(README), "docs", "checkpoints.md")
+    with open(docs, encoding="utf-8") as f:
+        text = f.read().split("### Options on resume\n", 1)[1].split("\n\n", 1)[0]
+    bullets = {m.group(1): set(options_of(m.group(2)))
+               for m in re.finditer(r"- \*\*([^*]+)\*\*:(.*?)(?=\n- |\Z)", text, re.S)}
+    assert rules["continued unless given again"] == bullets["Continued unless given again"]
+    assert rules["this run's own"] == bullets["This run's own"]
+    assert "--steps" in rules["continued unless given again"] and "--stats" in rules["this run's own"]
+    # Every other option is the checkpoint's: neither list names --seed or --lr.
+    assert not {"--seed", "--lr"} & (rules["continued unless given again"] | rules["this run's own"])

@@ -3,11 +3,15 @@
 // Plain functions of argv: every rank runs them, each with its own temporary files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "runtime/config_agree.hpp"
+#include "runtime/config_file.hpp"
+#include "runtime/option_table.hpp"
 #include "runtime/options.hpp"
 #include "runtime/presets.hpp"
 #include "test_tempdir.hpp"
@@ -487,6 +491,69 @@ TEST(Options, AwkwardValuesRoundTripThroughConfigFile) {
   // The example of the config-file section: `#` inside a word was cut by Boost's parser.
   const std::string text = run_config_to_text(parse({"--stats", "run#1.h5"}));
   EXPECT_NE(text.find("\nstats = \"run#1.h5\"\n"), std::string::npos) << text;
+}
+
+// The range column of the option table: each option's own bounds, in one message form.
+TEST(Options, RangesComeFromTheTableWithOneMessageForm) {
+  auto message = [](const std::vector<std::string>& args) {
+    try {
+      parse(args);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no ConfigError");
+  };
+  EXPECT_EQ(message({"--steps", "0"}), "--steps must be positive, got 0");
+  EXPECT_EQ(message({"--lr", "-1e-3"}),
+            "--lr must be positive and within float range (<= 3.4e38), got -0.001");
+  EXPECT_EQ(message({"--lr", "1e39"}),
+            "--lr must be positive and within float range (<= 3.4e38), got 1e+39");
+  EXPECT_EQ(message({"--grad-clip", "-1"}),
+            "--grad-clip must be >= 0 and within float range (<= 3.4e38), got -1");
+  EXPECT_EQ(message({"--trace-every", "-1"}), "--trace-every must be >= 0 (0 = off), got -1");
+  EXPECT_EQ(message({"--keep-checkpoints", "0"}), "--keep-checkpoints must be >= 1, got 0");
+  EXPECT_EQ(message({"--threads", "1025"}),
+            "--threads must be in [0, 1024] (0 = default), got 1025");
+  EXPECT_EQ(message({"--eval-every", "-2"}),
+            "--eval-every must be >= 0 (0 = after the last step only), got -2");
+  // The edges are accepted.
+  EXPECT_EQ(parse({"--threads", "1024", "--keep-checkpoints", "1", "--grad-clip", "0"}).threads,
+            1024);
+}
+
+// Every row of the option table reaches every place an option goes: --help, the config file
+// (--print-config's text reads back), the statistics file's /config (run_config_values), the
+// ranks' agreement unless per-rank, and --help's lists of the resume rules unless the option is
+// the checkpoint's. A new option is one row, and this test covers it.
+TEST(Options, EveryTableRowReachesEveryPlace) {
+  const RunConfig cfg = parse({});
+  const std::string help = options_help_text();
+  const std::string text = run_config_to_text(cfg);
+  const std::string resume_rules = help.substr(help.find("\nOn --resume"));
+  const std::vector<RunConfigValue> values = run_config_values(cfg);
+  const std::vector<ConfigItem> agreed = config_agree_items(cfg);
+  ASSERT_EQ(values.size(), option_fields().size());
+  size_t i = 0;
+  for (const OptionField& f : option_fields()) {
+    const std::string name = f.name, option = "--" + name;
+    EXPECT_NE(help.find("\n  " + option + " "), std::string::npos) << option;
+    EXPECT_NE(text.find("\n" + name + " = "), std::string::npos) << option;
+    EXPECT_EQ(values[i++].name, name);
+    const bool in_agreement = std::any_of(agreed.begin(), agreed.end(),
+                                          [&](const auto& a) { return a.option == option; });
+    EXPECT_EQ(in_agreement, !f.rules.per_rank) << option;
+    // In a resume list exactly when continued or own ("--steps," or "--steps\n").
+    const bool listed = resume_rules.find(" " + option + ",") != std::string::npos ||
+                        resume_rules.find(" " + option + "\n") != std::string::npos;
+    EXPECT_EQ(listed, f.rules.on_resume != OnResume::kFromCheckpoint) << option;
+    if (f.rules.range) {
+      EXPECT_TRUE(f.number) << option << ": a range on a value that is no number";
+    }
+  }
+  // --print-config's text reads back to the same configuration.
+  TempDir dir;
+  const RunConfig back = parse({"--config", write_file(dir, "all.conf", text)});
+  EXPECT_EQ(run_config_to_text(back), text);
 }
 
 }  // namespace
