@@ -255,6 +255,11 @@ void stats_write_config_attributes(hid_t file, const std::vector<StatsConfigValu
       const size_t eq = line.find('=');
       if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
       StatsConfigValue v{trimmed(line.substr(0, eq)), trimmed(line.substr(eq + 1)), 's'};
+      if (v.text.size() >= 2 && v.text.front() == '"' && v.text.back() == '"') {
+        v.text = v.text.substr(1, v.text.size() - 2);  // a TOML string, kept as written inside
+        typed.push_back(std::move(v));
+        continue;
+      }
       int64_t as_int = 0;
       double as_double = 0;
       switch (value_kind(v.text, as_int, as_double)) {

@@ -37,8 +37,9 @@ void stats_reattach_scales(hid_t file);
 
 // The group /config: one attribute per option, of its type (StatsConfigValue::kind): a bool an
 // 8-bit enum FALSE/TRUE (h5py reads numpy.bool_), int64, uint64, float64 or a string. Without
-// `values`, one per `key = value` line of `config_text` (comments skipped), typed by the value's
-// form: "true"/"false" a bool, a whole number int64, another finite number float64, else a string.
+// `values`, one per `key = value` line of `config_text` (comments and [table] lines skipped),
+// typed by the value's form: a value in double quotes a string (its escapes kept as written),
+// "true"/"false" a bool, a whole number int64, another finite number float64, else a string.
 void stats_write_config_attributes(hid_t file, const std::vector<StatsConfigValue>& values,
                                    const std::string& config_text);
 

@@ -82,9 +82,9 @@ void config_agree(const Comm& world, const RunConfig& cfg) {
   const std::string root_text = broadcast_text(world, text_excerpt(items[first].value), 0);
   const std::string other_text = broadcast_text(world, text_excerpt(items[first].value), other);
   if (first + 1 == items.size()) {  // the resolved checkpoint, every option the same
-    throw SetupError("ranks chose different checkpoints of --resume " + cfg.resume + ": '" +
-                         root_text + "' on rank 0 but '" + other_text + "' on rank " +
-                         std::to_string(other) +
+    throw SetupError("ranks chose different checkpoints of --resume " +
+                         text_excerpt(cfg.resume, kPathExcerptBytes) + ": '" + root_text +
+                         "' on rank 0 but '" + other_text + "' on rank " + std::to_string(other) +
                          " (a live run is writing to that folder): name a checkpoint file",
                      world.rank() == 0);
   }

@@ -1,14 +1,22 @@
-// Config files: the line parser, quoting a value for --print-config, and error excerpts. The
-// syntax is described in config_file.hpp; README.md and moe_rt --help say the same.
+// Config files: TOML read with toml++ and written for --print-config, the old `key = value` line
+// format read for files and checkpoints written before, and error excerpts. The format is
+// described in config_file.hpp; README.md and moe_rt --help say the same.
 #include "runtime/config_file.hpp"
 
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 
 #include "io/input_file.hpp"
 #include "model/config.hpp"
+#include "runtime/option_table.hpp"
+#include "runtime/option_values.hpp"
 
 namespace moe {
 namespace {
@@ -139,15 +147,10 @@ std::pair<std::string, std::string> parse_line(std::string_view line, const std:
   return {std::string(key), value};
 }
 
-std::string file_source(const std::string& path) {
-  return "--config: config file '" + text_excerpt(path, kPathExcerptBytes) + "'";
-}
-
-}  // namespace
-
-std::vector<ConfigEntry> config_text_parse(std::string_view text, const std::string& source,
-                                           const std::function<bool(std::string_view)>& is_key) {
-  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a UTF-8 byte-order mark
+// The old format: `key = value` lines, plain or quoted values, `#` comments.
+// `reached` is the line it reads, for an error.
+std::vector<ConfigEntry> legacy_parse(std::string_view text, const std::string& source,
+                                      int& reached) {
   std::vector<ConfigEntry> entries;
   std::map<std::string, int, std::less<>> seen;  // key -> its line
   int line_number = 0;
@@ -155,7 +158,7 @@ std::vector<ConfigEntry> config_text_parse(std::string_view text, const std::str
     const size_t newline = text.find('\n');
     std::string_view line = text.substr(0, newline);
     text.remove_prefix(newline == std::string_view::npos ? text.size() : newline + 1);
-    ++line_number;
+    reached = ++line_number;
     if (line.ends_with('\r')) line.remove_suffix(1);
     const std::string where = source + " line " + std::to_string(line_number) + ": ";
     for (const char c : line) {
@@ -168,7 +171,7 @@ std::vector<ConfigEntry> config_text_parse(std::string_view text, const std::str
     const std::string_view content = trim_left(line);
     if (content.empty() || content.front() == '#') continue;
     auto [key, value] = parse_line(content, where);
-    if (!is_key(key)) {
+    if (option_find(key) == nullptr) {
       throw ConfigError(where + "unknown key '" + text_excerpt(key) +
                         "' (keys are the long option names of moe_rt --help)");
     }
@@ -182,8 +185,177 @@ std::vector<ConfigEntry> config_text_parse(std::string_view text, const std::str
   return entries;
 }
 
-std::vector<ConfigEntry> config_file_read(const std::string& path,
-                                          const std::function<bool(std::string_view)>& is_key) {
+// Whether a key appears twice: as a top-level key and in its table ("key given twice").
+using SeenKeys = std::map<std::string, int, std::less<>>;
+
+// What a TOML value is, for an error about its type.
+const char* toml_type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string:
+      return "string";
+    case toml::node_type::integer:
+      return "integer";
+    case toml::node_type::floating_point:
+      return "floating-point number";
+    case toml::node_type::boolean:
+      return "boolean";
+    case toml::node_type::array:
+      return "array";
+    case toml::node_type::table:
+      return "table";
+    default:
+      return "date or time";
+  }
+}
+
+// The value of TOML node `node` for option `f` as the text its setter reads; throws ConfigError
+// prefixed with `where` for a value of another type.
+std::string toml_value_text(const toml::node& node, const OptionField& f,
+                            const std::string& where) {
+  const std::string option = std::string("--") + f.name;
+  const bool auto_or_count = std::string_view(f.value_name) == "N|auto";
+  auto wrong = [&](const char* expected) {
+    return ConfigError(where + option + " takes " + expected + ", got a TOML " +
+                       toml_type_name(node));
+  };
+  switch (f.kind) {
+    case 'b':
+      if (const auto* v = node.as_boolean()) return v->get() ? "true" : "false";
+      throw wrong("true or false");
+    case 'i':
+    case 'u':
+      if (const auto* v = node.as_integer()) return std::to_string(v->get());
+      if (f.kind == 'u' && node.is_string()) return node.as_string()->get();  // above 2^63 - 1
+      throw wrong(f.kind == 'u' ? "an integer (or its digits in a string)" : "an integer");
+    case 'f':
+      if (const auto* v = node.as_floating_point()) return option_number_to_text(v->get());
+      if (const auto* v = node.as_integer()) return std::to_string(v->get());
+      throw wrong("a number");
+    default:
+      if (const auto* v = node.as_string()) return v->get();
+      if (auto_or_count && node.is_integer()) return std::to_string(node.as_integer()->get());
+      throw wrong(auto_or_count ? "a string or an integer" : "a string");
+  }
+}
+
+// One option `key` = `node` of table `table` ("" for the top level) into `entries`.
+void toml_entry(std::string_view key, const toml::node& node, std::string_view table,
+                const std::string& source, SeenKeys& seen, std::vector<ConfigEntry>& entries) {
+  const int line = static_cast<int>(node.source().begin.line);
+  const std::string where = source + " line " + std::to_string(line) + ": ";
+  const OptionField* f = option_find(key);
+  if (f == nullptr) {
+    throw ConfigError(where + "unknown key '" + text_excerpt(key) + "'" +
+                      (table.empty() ? "" : " in [" + std::string(table) + "]") +
+                      " (keys are the long option names of moe_rt --help)");
+  }
+  if (!table.empty() && table != f->section) {
+    throw ConfigError(where + "key '" + std::string(key) + "' belongs " +
+                      (*f->section ? "in [" + std::string(f->section) + "]" : "at the top level") +
+                      ", not in [" + std::string(table) + "]");
+  }
+  if (const auto it = seen.find(key); it != seen.end()) {
+    throw ConfigError(where + "key '" + std::string(key) + "' given twice (first on line " +
+                      std::to_string(it->second) + ")");
+  }
+  seen.emplace(std::string(key), line);
+  entries.push_back({std::string(key), toml_value_text(node, *f, where), line});
+}
+
+// The sections' names: the tables a config file may hold.
+bool is_section(std::string_view name) {
+  for (const OptionField& f : option_fields()) {
+    if (*f.section && name == f.section) return true;
+  }
+  return false;
+}
+
+// TOML text; throws toml::parse_error for text that is not TOML, ConfigError for TOML that is
+// not a configuration.
+std::vector<ConfigEntry> toml_parse(std::string_view text, const std::string& source) {
+  const toml::table root = toml::parse(text, source);
+  // toml++ orders a table's keys by name: the file's order is their lines'.
+  struct Item {
+    std::string_view key, table;
+    const toml::node* node;
+  };
+  std::vector<Item> items;
+  for (const auto& [key, node] : root) {
+    const std::string_view name = key.str();
+    if (const toml::table* table = node.as_table(); table && is_section(name)) {
+      for (const auto& [inner, value] : *table) items.push_back({inner.str(), name, &value});
+    } else {
+      items.push_back({name, "", &node});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& x, const Item& y) {
+    return x.node->source().begin < y.node->source().begin;
+  });
+  std::vector<ConfigEntry> entries;
+  SeenKeys seen;
+  for (const Item& item : items)
+    toml_entry(item.key, *item.node, item.table, source, seen, entries);
+  return entries;
+}
+
+std::string file_source(const std::string& path) {
+  return "--config: config file '" + text_excerpt(path, kPathExcerptBytes) + "'";
+}
+
+// The error of text that is neither TOML nor of the old format, at the line TOML stopped at: its
+// description, the line, and how TOML writes text when the line holds the old form's plain text.
+ConfigError not_toml(std::string_view text, const std::string& source, const toml::parse_error& e) {
+  const auto line = e.source().begin.line;
+  std::string_view rest = text;
+  for (auto l = line; l > 1 && !rest.empty(); --l) {
+    const size_t nl = rest.find('\n');
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+  }
+  std::string_view content = trim(rest.substr(0, rest.find('\n')));
+  if (content.ends_with('\r')) content.remove_suffix(1);
+  std::string message = source + " line " + std::to_string(line) + ": invalid TOML (" +
+                        text_excerpt(e.description(), 160) + ") in '" + text_excerpt(content) + "'";
+  // The old format's plain text values are the commonest mistake: say how TOML writes them.
+  const size_t eq = content.find('=');
+  const OptionField* f =
+      eq == std::string_view::npos ? nullptr : option_find(trim(content.substr(0, eq)));
+  if (f != nullptr && f->kind == 's') {
+    const std::string_view value = trim(content.substr(eq + 1));
+    if (!value.empty() && value.front() != '"' && value.front() != '\'') {
+      message += " (text is a quoted string: " + std::string(f->name) + " = \"" +
+                 text_excerpt(value, 40) + "\")";
+    }
+  }
+  return ConfigError(message);
+}
+
+}  // namespace
+
+ConfigText config_text_parse(std::string_view text, const std::string& source) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a UTF-8 byte-order mark
+  try {
+    return {toml_parse(text, source), false};
+  } catch (const toml::parse_error& e) {
+    // Not TOML: the old format, or the TOML error. Past the line TOML stopped at, the file is of
+    // the old format, and the old format's error is the one.
+    // A [table] line is TOML's alone: such a file is TOML with an error.
+    bool has_table = false;
+    for (size_t at = 0; at < text.size() && !has_table;) {
+      const size_t end = std::min(text.find('\n', at), text.size());
+      has_table = trim(text.substr(at, end - at)).starts_with('[');
+      at = end + 1;
+    }
+    int reached = 0;
+    try {
+      if (!has_table) return {legacy_parse(text, source, reached), true};
+    } catch (const ConfigError&) {
+      if (reached > static_cast<int>(e.source().begin.line)) throw;
+    }
+    throw not_toml(text, source, e);
+  }
+}
+
+ConfigText config_file_read(const std::string& path) {
   const std::string source = file_source(path);
   if (const std::string problem = input_file_problem(path); !problem.empty()) {
     throw ConfigError(source + ": " + problem);
@@ -192,20 +364,17 @@ std::vector<ConfigEntry> config_file_read(const std::string& path,
   if (!in) throw ConfigError(source + ": cannot be opened");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw ConfigError(source + ": cannot be read");
-  return config_text_parse(text, source, is_key);
+  return config_text_parse(text, source);
 }
 
 std::string config_file_where(const std::string& path, int line) {
   return file_source(path) + " line " + std::to_string(line) + ": ";
 }
 
-std::string config_value_to_text(std::string_view value) {
-  bool quote = value.starts_with('"') ||
-               (!value.empty() && (is_blank(value.front()) || is_blank(value.back())));
-  for (const char c : value) {
-    quote = quote || c == '#' || c == '\t' || is_control(static_cast<unsigned char>(c));
-  }
-  if (!quote) return std::string(value);
+namespace {
+
+// `value` as a TOML basic string: quoted, with \" \\ and the escapes of control characters.
+std::string toml_string(std::string_view value) {
   std::string text = "\"";
   for (const char c : value) {
     switch (c) {
@@ -225,11 +394,79 @@ std::string config_value_to_text(std::string_view value) {
         text += "\\r";
         break;
       default:
-        text += is_control(static_cast<unsigned char>(c)) ? hex_byte(static_cast<unsigned char>(c))
-                                                          : std::string(1, c);
+        if (is_control(static_cast<unsigned char>(c))) {
+          char escape[8];
+          std::snprintf(escape, sizeof escape, "\\u%04X", static_cast<unsigned char>(c));
+          text += escape;
+        } else {
+          text += c;
+        }
     }
   }
   return text + "\"";
+}
+
+// One value as TOML, by its kind: integers, floats with a point or exponent, true/false, strings.
+std::string toml_value(const RunConfigValue& v) {
+  switch (v.kind) {
+    case 'b':
+    case 'i':
+      return v.text;
+    case 'u':  // TOML integers are signed 64-bit: larger seeds as their digits in a string
+      return std::stoull(v.text) <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                 ? v.text
+                 : toml_string(v.text);
+    case 'f':
+      return v.text.find_first_of(".eEn") == std::string::npos ? v.text + ".0" : v.text;
+    default: {
+      // "N|auto": a count as an integer.
+      const OptionField* f = option_find(v.name);
+      const bool count = f != nullptr && std::string_view(f->value_name) == "N|auto" &&
+                         !v.text.empty() &&
+                         v.text.find_first_not_of("0123456789") == std::string::npos;
+      return count ? v.text : toml_string(v.text);
+    }
+  }
+}
+
+}  // namespace
+
+std::string config_toml_text(const std::vector<RunConfigValue>& values) {
+  // Tables in order of their first option; top-level keys before any table, as TOML requires.
+  std::vector<std::string> sections = {""};
+  std::map<std::string, std::string> body;
+  for (const RunConfigValue& v : values) {
+    const OptionField* f = option_find(v.name);
+    const std::string section = f != nullptr ? f->section : "";
+    if (!body.count(section) && !section.empty()) sections.push_back(section);
+    body[section] += v.name + " = " + toml_value(v) + "\n";
+  }
+  std::string text;
+  for (const std::string& section : sections) {
+    if (!body.count(section)) continue;
+    if (!section.empty()) text += "\n[" + section + "]\n";
+    text += body[section];
+  }
+  return text;
+}
+
+bool utf8_valid(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // A C1 control (U+0080..U+009F) is well-formed, if not printable.
+    const size_t length =
+        (c == 0xC2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+         static_cast<unsigned char>(text[i + 1]) < 0xA0)
+            ? 2
+            : utf8_printable_length(text.substr(i));
+    if (length == 0) return false;
+    i += length;
+  }
+  return true;
 }
 
 std::string text_excerpt(std::string_view text, size_t max_bytes) {
@@ -259,13 +496,16 @@ std::string text_excerpt(std::string_view text, size_t max_bytes) {
 }
 
 const char* config_file_syntax_help() {
-  return "Config files (--config): `key = value` lines, the keys the long names above. A `#` "
-         "starts\n"
-         "a comment at the start of a line or of a value, or after a space or tab, so run#1.h5 is\n"
-         "one value. A value in double quotes keeps its spaces and `#`, with the escapes\n"
-         "\\\" \\\\ \\n \\t \\r \\xNN (the only way to write a control character). Example:\n"
-         "  stats = \"runs/a #1.h5\"   # a comment\n"
-         "--print-config quotes the values that need it, so its output reads back unchanged.\n";
+  return "Config files (--config): TOML. The keys are the long names above, at the top level or\n"
+         "in their topic's table ([architecture], [routing], [data], [output], [checkpoint],\n"
+         "[optimizer], [parallel]; --print-config shows which). Numbers and true/false are\n"
+         "written plain, text in double quotes, with TOML's escapes. Example:\n"
+         "  model = \"micro\"\n"
+         "  [optimizer]\n"
+         "  lr = 3e-3   # a comment\n"
+         "--print-config writes this form, so its output reads back unchanged. The old\n"
+         "`key = value` files of earlier versions are still read, with a note that converts "
+         "them.\n";
 }
 
 }  // namespace moe

@@ -1,16 +1,13 @@
-// Config files (`--config FILE`) as text: the line syntax, reading it, writing a value so that it
-// reads back unchanged, and the bounded, escaped excerpt that error messages quote instead of raw
-// user text. The syntax is parsed here rather than by Boost, whose config-file parser ends a value
-// at any `#` (`stats = run#1.h5` read as `run`), so --print-config output did not always read back.
+// Config files (`--config FILE`): TOML (toml.io, read with toml++), each option under the key of
+// its long name, at the top level or in the table of its topic ([optimizer] lr = 3e-3); writing a
+// configuration so that it reads back unchanged; and the bounded, escaped excerpt that error
+// messages quote instead of raw user text.
 //
-// The syntax, one line at a time (a trailing CR and a leading UTF-8 byte-order mark are dropped):
-//  - a blank line, or one whose first non-blank character is `#`, is a comment;
-//  - any other line is `key = value`; spaces and tabs around the key and the value are dropped;
-//  - a plain value is the rest of the line, up to a comment: a `#` that starts the value or follows
-//    a space or a tab; `#` inside a word, `=`, quotes and backslashes are themselves;
-//  - a value that starts with `"` is quoted: it ends at the next `"` not escaped by a backslash,
-//    with the escapes \" \\ \n \t \r and \xNN (any byte but NUL); only a comment may follow it;
-//  - control characters other than tab are refused in the line: write them as escapes.
+// Values are typed by the option: an integer for N, a number (integer or float) for X, true or
+// false for BOOL, a string for the rest ("N|auto" takes either). The old `key = value` format of
+// earlier versions (plain values up to a ` #` comment, quoted ones with \" \\ \n \t \r \xNN) is
+// still read, from a --config file once with a note that converts it, and from checkpoints and
+// statistics files written before.
 #pragma once
 
 #include <cstddef>
@@ -21,33 +18,40 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "runtime/options.hpp"
 
 namespace moe {
 
-// One `key = value` line.
+// One option's value as read from a config file, as text for the option's setter.
 struct ConfigEntry {
-  std::string key;
-  std::string value;  // unquoted, escapes resolved
+  std::string key;    // the long option name
+  std::string value;  // the value as text: a number, true/false, a string's contents
   int line = 0;       // 1-based
 };
 
-// Parses config text. `source` names it in errors ("config file 'run.cfg'"); `is_key` says which
-// keys exist. Throws ConfigError naming the source, the line and an excerpt of it for a line that
-// is not `key = value`, a bad quoted value, an unknown key or a key given twice.
-std::vector<ConfigEntry> config_text_parse(std::string_view text, const std::string& source,
-                                           const std::function<bool(std::string_view)>& is_key);
+struct ConfigText {
+  std::vector<ConfigEntry> entries;
+  bool legacy = false;  // read in the old `key = value` format
+};
+
+// Parses config text, TOML or else the old format. `source` names it in errors ("config file
+// 'run.toml'"). Throws ConfigError naming the source, the line and an excerpt for text that is
+// neither, an unknown key, a key outside its table or given twice, or a value of the wrong type.
+ConfigText config_text_parse(std::string_view text, const std::string& source);
 
 // Reads and parses the file at `path` (ConfigError when it is missing, not a regular file or
 // unreadable); errors start with config_file_where(path, line).
-std::vector<ConfigEntry> config_file_read(const std::string& path,
-                                          const std::function<bool(std::string_view)>& is_key);
+ConfigText config_file_read(const std::string& path);
 
 // "--config: config file 'PATH' line N: ", the start of an error about that line.
 std::string config_file_where(const std::string& path, int line);
 
-// `value` as it is written after `key = `: plain when that reads back unchanged and holds no `#`,
-// else quoted and escaped. config_text_parse of `key = <this>` gives `value` back exactly.
-std::string config_value_to_text(std::string_view value);
+// The configuration as TOML: `values` (run_config_values: every option, in --help order), the
+// top-level keys first, then one table per topic. config_text_parse gives every value back.
+std::string config_toml_text(const std::vector<RunConfigValue>& values);
+
+// Whether `text` is well-formed UTF-8, which a TOML string must be.
+bool utf8_valid(std::string_view text);
 
 inline constexpr size_t kExcerptBytes = 80;        // a value quoted in an error message
 inline constexpr size_t kPathExcerptBytes = 1024;  // a file name, which is of little use cut
@@ -76,7 +80,7 @@ auto with_value_excerpt(const std::string& text, Check check) -> decltype(check(
   }
 }
 
-// The syntax above in a few lines, for moe_rt --help.
+// The format in a few lines, for moe_rt --help.
 const char* config_file_syntax_help();
 
 }  // namespace moe

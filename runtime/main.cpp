@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
     }
     moe::setup_agree(world, error);
     moe::config_agree(world, cfg);  // every rank read the same options, or all stop here
+    if (world.rank() == 0 && !cfg.config_note.empty()) {
+      std::fprintf(stderr, "moe_rt: note: %s\n", cfg.config_note.c_str());
+    }
     if (cfg.help || cfg.print_config) {
       if (world.rank() == 0) {
         std::fputs((cfg.help ? moe::options_help_text() : moe::run_config_to_text(cfg)).c_str(),

@@ -14,13 +14,23 @@
 namespace moe {
 namespace {
 
+// The sections of a config file, by topic (option_table.hpp); kTopLevel keys precede them.
+constexpr const char* kTopLevel = "";
+constexpr const char* kArchitecture = "architecture";
+constexpr const char* kRouting = "routing";
+constexpr const char* kData = "data";
+constexpr const char* kOutput = "output";
+constexpr const char* kCheckpoint = "checkpoint";
+constexpr const char* kOptimizer = "optimizer";
+constexpr const char* kParallel = "parallel";
+
 // The optimizer and the bias update compute in float: a value past its range would become inf.
 constexpr double kFloatMax = std::numeric_limits<float>::max();
 
 // `access` is a generic lambda returning a reference to the field, for const and non-const configs.
 template <class Access>
-OptionField field(const char* name, const char* value_name, const char* help, Access access,
-                  OptionRules rules) {
+OptionField field(const char* section, const char* name, const char* value_name, const char* help,
+                  Access access, OptionRules rules) {
   RunConfig probe;
   using Value = std::decay_t<decltype(access(probe))>;
   const bool is_flag = std::is_same_v<Value, bool>;
@@ -33,7 +43,8 @@ OptionField field(const char* name, const char* value_name, const char* help, Ac
   if constexpr (std::is_arithmetic_v<Value> && !std::is_same_v<Value, bool>) {
     number = [access](const RunConfig& c) { return static_cast<double>(access(c)); };
   }
-  return {name,
+  return {section,
+          name,
           value_name,
           help,
           [access](const RunConfig& c) { return option_value_to_text(access(c)); },
@@ -49,7 +60,8 @@ OptionField field(const char* name, const char* value_name, const char* help, Ac
 // --ranks-per-host: "auto" (stored as 0) or a positive count, so an int field of its own text.
 OptionField ranks_per_host_field() {
   const char* name = "ranks-per-host";
-  return {name,
+  return {kParallel,
+          name,
           "N|auto",
           "ranks per host, in blocks of consecutive ranks (auto: as the launcher places them); "
           "EP groups and replicas follow the hosts",
@@ -85,195 +97,205 @@ OptionField ranks_per_host_field() {
 const std::vector<OptionField>& option_fields() {
   static const std::vector<OptionField> fields = {
       field(
-          "model", "NAME", "preset the other options start from: deepseek4-tiny, micro",
+          kTopLevel, "model", "NAME", "preset the other options start from: deepseek4-tiny, micro",
           [](auto& c) -> auto& { return c.model_name; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "steps", "N",
+          kTopLevel, "steps", "N",
           "training steps (200: about 48 s of deepseek4-tiny on 8 ranks, 2 idle cores)",
           [](auto& c) -> auto& { return c.steps; }, OptionRules{OnResume::kContinued, positive()}),
       field(
-          "seed", "N", "seed of weights, hash tables and synthetic data",
+          kTopLevel, "seed", "N", "seed of weights, hash tables and synthetic data",
           [](auto& c) -> auto& { return c.seed; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "batch-per-rank", "N", "B: sequences per rank per step",
-          [](auto& c) -> auto& { return c.model.batch_per_rank; },
-          OptionRules{OnResume::kContinued}),
-      field(
-          "seq-len", "N", "S: tokens per sequence",
+          kArchitecture, "seq-len", "N", "S: tokens per sequence",
           [](auto& c) -> auto& { return c.model.seq_len; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "layers", "N", "L: transformer layers", [](auto& c) -> auto& { return c.model.layers; },
-          OptionRules{OnResume::kFromCheckpoint}),
+          kArchitecture, "layers", "N", "L: transformer layers",
+          [](auto& c) -> auto& { return c.model.layers; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "hash-layers", "N", "L_h: the first L_h layers route by a token hash table",
+          kArchitecture, "hash-layers", "N",
+          "L_h: the first L_h layers route by a token hash table",
           [](auto& c) -> auto& { return c.model.hash_layers; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "experts", "N", "E: routed experts per layer",
+          kArchitecture, "experts", "N", "E: routed experts per layer",
           [](auto& c) -> auto& { return c.model.experts; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "top-k", "N", "K: experts per token", [](auto& c) -> auto& { return c.model.top_k; },
-          OptionRules{OnResume::kFromCheckpoint}),
+          kArchitecture, "top-k", "N", "K: experts per token",
+          [](auto& c) -> auto& { return c.model.top_k; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "shared-experts", "N", "shared experts per layer, each of width F (0 = none)",
+          kArchitecture, "shared-experts", "N",
+          "shared experts per layer, each of width F (0 = none)",
           [](auto& c) -> auto& { return c.model.shared_experts; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "d-model", "N", "D: model width", [](auto& c) -> auto& { return c.model.d_model; },
-          OptionRules{OnResume::kFromCheckpoint}),
+          kArchitecture, "d-model", "N", "D: model width",
+          [](auto& c) -> auto& { return c.model.d_model; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "ffn-dim", "N", "F: expert FFN width", [](auto& c) -> auto& { return c.model.ffn_dim; },
-          OptionRules{OnResume::kFromCheckpoint}),
+          kArchitecture, "ffn-dim", "N", "F: expert FFN width",
+          [](auto& c) -> auto& { return c.model.ffn_dim; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "heads", "N", "attention query heads", [](auto& c) -> auto& { return c.model.heads; },
-          OptionRules{OnResume::kFromCheckpoint}),
+          kArchitecture, "heads", "N", "attention query heads",
+          [](auto& c) -> auto& { return c.model.heads; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "kv-heads", "N", "key/value heads of grouped-query attention (divides --heads)",
+          kArchitecture, "kv-heads", "N",
+          "key/value heads of grouped-query attention (divides --heads)",
           [](auto& c) -> auto& { return c.model.kv_heads; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "head-dim", "N", "width of one attention head (even, for RoPE)",
+          kArchitecture, "head-dim", "N", "width of one attention head (even, for RoPE)",
           [](auto& c) -> auto& { return c.model.head_dim; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "vocab", "N", "V: vocabulary size", [](auto& c) -> auto& { return c.model.vocab; },
-          OptionRules{OnResume::kFromCheckpoint}),
+          kArchitecture, "vocab", "N", "V: vocabulary size",
+          [](auto& c) -> auto& { return c.model.vocab; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "score-func", "NAME", "router score function: sqrtsoftplus, sigmoid, softmax",
+          kArchitecture, "score-func", "NAME",
+          "router score function: sqrtsoftplus, sigmoid, softmax",
           [](auto& c) -> auto& { return c.model.score_func; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "route-scale", "X", "scale of the normalised routing weights",
+          kArchitecture, "route-scale", "X", "scale of the normalised routing weights",
           [](auto& c) -> auto& { return c.model.route_scale; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "swiglu-limit", "X", "clamp of the routed experts' SwiGLU inputs (<= 0: no clamp)",
+          kArchitecture, "swiglu-limit", "X",
+          "clamp of the routed experts' SwiGLU inputs (<= 0: no clamp)",
           [](auto& c) -> auto& { return c.model.swiglu_limit; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "sliding-window", "N", "attention window in tokens (0 = full causal)",
+          kArchitecture, "sliding-window", "N", "attention window in tokens (0 = full causal)",
           [](auto& c) -> auto& { return c.model.sliding_window; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "rope-theta", "X", "RoPE base frequency",
+          kArchitecture, "rope-theta", "X", "RoPE base frequency",
           [](auto& c) -> auto& { return c.model.rope_theta; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "norm-eps", "X", "RMSNorm epsilon", [](auto& c) -> auto& { return c.model.norm_eps; },
+          kArchitecture, "norm-eps", "X", "RMSNorm epsilon",
+          [](auto& c) -> auto& { return c.model.norm_eps; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "bias-update-rate", "X",
+          kRouting, "bias-update-rate", "X",
           "loss-free balancing bias step gamma (0 = off; DeepSeek-V3 used 0.001 at lr 2.2e-4)",
           [](auto& c) -> auto& { return c.bias_update_rate; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "seq-aux-loss-weight", "X", "sequence-wise balance loss weight alpha (0 = off)",
+          kRouting, "seq-aux-loss-weight", "X", "sequence-wise balance loss weight alpha (0 = off)",
           [](auto& c) -> auto& { return c.seq_aux_loss_weight; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "bias-update-center", "BOOL", "shift each bias update to mean zero",
+          kRouting, "bias-update-center", "BOOL", "shift each bias update to mean zero",
           [](auto& c) -> auto& { return c.bias_update_center; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "balance-loss-form", "NAME",
+          kRouting, "balance-loss-form", "NAME",
           "deepseek (DeepSeek's f*P per sequence, summed over layers) or maxtext (MaxText pull "
           "request #4190: extra factor K, softmax of biased scores, layer mean)",
           [](auto& c) -> auto& { return c.balance_loss_form; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "routing-groups", "N", "G expert groups for group-limited top-k (1 = off)",
+          kRouting, "routing-groups", "N", "G expert groups for group-limited top-k (1 = off)",
           [](auto& c) -> auto& { return c.routing_groups; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "group-topk", "N", "M groups a token may use when --routing-groups > 1",
+          kRouting, "group-topk", "N", "M groups a token may use when --routing-groups > 1",
           [](auto& c) -> auto& { return c.group_topk; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "hash-table", "PATH", "hash-routing tables file (docs/load-balancing.md); default seeded",
+          kRouting, "hash-table", "PATH",
+          "hash-routing tables file (docs/load-balancing.md); default seeded",
           [](auto& c) -> auto& { return c.hash_table_path; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "force-balance", "MODE",
+          kRouting, "force-balance", "MODE",
           "none; forced: round-robin (exactly balanced), random (K distinct experts, uniform), "
           "zipf:ALPHA (expert e drawn with weight (e+1)^-ALPHA), hot:FRACTION (that fraction of "
           "tokens take expert 0 in their first slot, the rest draw uniformly, so expert 0 holds "
           "FRACTION + (1 - FRACTION)/E of first slots)",
           [](auto& c) -> auto& { return c.force_balance; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "check-bias", "BOOL", "verify every step that all ranks hold the same bias",
+          kRouting, "check-bias", "BOOL", "verify every step that all ranks hold the same bias",
           [](auto& c) -> auto& { return c.check_bias; }, OptionRules{OnResume::kContinued}),
       field(
-          "data", "SOURCE", "synthetic, tokens:PATH (llm.c .bin shard), text:PATH (bytes)",
+          kData, "batch-per-rank", "N", "B: sequences per rank per step",
+          [](auto& c) -> auto& { return c.model.batch_per_rank; },
+          OptionRules{OnResume::kContinued}),
+      field(
+          kData, "data", "SOURCE", "synthetic, tokens:PATH (llm.c .bin shard), text:PATH (bytes)",
           [](auto& c) -> auto& { return c.data; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
-          "val-data", "SOURCE",
+          kData, "val-data", "SOURCE",
           "validation data, as --data (none: no validation); synthetic: held-out samples of "
           "the same chain",
           [](auto& c) -> auto& { return c.val_data; }, OptionRules{OnResume::kContinued}),
       field(
-          "eval-every", "N",
+          kData, "eval-every", "N",
           "validation loss after every N-th step and after the last (0: after the last only)",
           [](auto& c) -> auto& { return c.eval_every; },
           OptionRules{OnResume::kContinued, at_least(0, "0 = after the last step only")}),
       field(
-          "eval-batches", "K",
+          kData, "eval-batches", "K",
           "global batches of validation sequences per evaluation (the same each time)",
           [](auto& c) -> auto& { return c.eval_batches; },
           OptionRules{OnResume::kContinued, at_least(1)}),
       field(
-          "stats", "PATH",
+          kOutput, "stats", "PATH",
           "HDF5 statistics file (default: a new runs/<model>-<time>.h5; none: no file)",
           [](auto& c) -> auto& { return c.stats_path; }, OptionRules{OnResume::kOwn}),
       field(
-          "overwrite", "BOOL", "replace an existing --stats file instead of failing",
+          kOutput, "overwrite", "BOOL", "replace an existing --stats file instead of failing",
           [](auto& c) -> auto& { return c.overwrite; }, OptionRules{OnResume::kOwn}),
       field(
-          "trace-every", "N", "write every N-th step's per-token routing to the file (0 = off)",
+          kOutput, "trace-every", "N",
+          "write every N-th step's per-token routing to the file (0 = off)",
           [](auto& c) -> auto& { return c.trace_every; },
           OptionRules{OnResume::kContinued, at_least(0, "0 = off")}),
       field(
-          "checkpoint-every", "N", "write a checkpoint every N steps and at the end (0 = off)",
+          kCheckpoint, "checkpoint-every", "N",
+          "write a checkpoint every N steps and at the end (0 = off)",
           [](auto& c) -> auto& { return c.checkpoint_every; },
           OptionRules{OnResume::kContinued, at_least(0, "0 = off")}),
       field(
-          "checkpoint-dir", "DIR",
+          kCheckpoint, "checkpoint-dir", "DIR",
           "checkpoint folder (default: beside the --stats file, <stats>-checkpoints)",
           [](auto& c) -> auto& { return c.checkpoint_dir; }, OptionRules{OnResume::kOwn}),
       field(
-          "keep-checkpoints", "K", "keep the newest K checkpoints, remove older ones",
+          kCheckpoint, "keep-checkpoints", "K", "keep the newest K checkpoints, remove older ones",
           [](auto& c) -> auto& { return c.keep_checkpoints; },
           OptionRules{OnResume::kContinued, at_least(1)}),
       field(
-          "resume", "PATH",
+          kCheckpoint, "resume", "PATH",
           "continue from a checkpoint file, or a folder's newest (docs/checkpoints.md)",
           [](auto& c) -> auto& { return c.resume; }, OptionRules{OnResume::kOwn}),
       field(
-          "lr", "X", "AdamW learning rate after warmup (small models take 3e-3)",
+          kOptimizer, "lr", "X", "AdamW learning rate after warmup (small models take 3e-3)",
           [](auto& c) -> auto& { return c.lr; },
           OptionRules{OnResume::kFromCheckpoint, positive_float()}),
       field(
-          "warmup-steps", "N", "steps of linear learning-rate warmup from 0",
+          kOptimizer, "warmup-steps", "N", "steps of linear learning-rate warmup from 0",
           [](auto& c) -> auto& { return c.warmup_steps; },
           OptionRules{OnResume::kFromCheckpoint, at_least(0)}),
       field(
-          "lr-decay-steps", "N",
+          kOptimizer, "lr-decay-steps", "N",
           "steps of the cosine schedule to 10% of --lr (0: --steps); fixed when resuming",
           [](auto& c) -> auto& { return c.lr_decay_steps; },
           OptionRules{OnResume::kFromCheckpoint, at_least(0, "0 = --steps")}),
       field(
-          "weight-decay", "X", "AdamW decoupled weight decay",
+          kOptimizer, "weight-decay", "X", "AdamW decoupled weight decay",
           [](auto& c) -> auto& { return c.weight_decay; },
           OptionRules{OnResume::kFromCheckpoint, nonnegative_float()}),
       field(
-          "grad-clip", "X", "clip of the global gradient L2 norm (0 = off)",
+          kOptimizer, "grad-clip", "X", "clip of the global gradient L2 norm (0 = off)",
           [](auto& c) -> auto& { return c.grad_clip; },
           OptionRules{OnResume::kFromCheckpoint, nonnegative_float()}),
       field(
-          "ep", "N", "expert-parallel group size P (0: largest divisor of W <= E)",
+          kParallel, "ep", "N", "expert-parallel group size P (0: largest divisor of W <= E)",
           [](auto& c) -> auto& { return c.ep; },
           OptionRules{OnResume::kOwn, at_least(0, "0 = default")}),
       ranks_per_host_field(),
       field(
-          "threads", "N", "threads per rank, at most 1024 (0: usable cores / ranks on the node)",
+          kParallel, "threads", "N",
+          "threads per rank, at most 1024 (0: usable cores / ranks on the node)",
           // Ranks may differ: threads change no bit of the arithmetic (every threaded loop gives
           // bitwise the same result on any thread count, tests/model/test_threads.cpp), and
           // ranks on nodes of different sizes may rightly be given different counts, as the

@@ -50,6 +50,7 @@ struct OptionRules {
 };
 
 struct OptionField {
+  const char* section;     // the config file's table ("optimizer"), "" for a top-level key
   const char* name;        // long name without "--"; also the config-file key
   const char* value_name;  // N, X, NAME, PATH, SOURCE, MODE
   const char* help;

@@ -58,7 +58,7 @@ po::options_description config_options(bool show_defaults) {
 po::options_description action_options() {
   po::options_description desc("Actions", 100, 50);
   desc.add_options()("config", po::value<std::string>()->value_name("FILE"),
-                     "read `key = value` lines (syntax below); command line > file > preset")(
+                     "read a TOML file (syntax below); command line > file > preset")(
       "print-config", po::bool_switch(), "print the resolved configuration and exit")(
       "help", po::bool_switch(), "print this help and exit");
   return desc;
@@ -109,10 +109,9 @@ void apply_file_values(RunConfig& cfg, const std::vector<ConfigEntry>& entries) 
 // ---- resuming
 // ------------------------------------------------------------------------------------
 
-// The configuration a checkpoint recorded (run_config_to_text's lines).
+// The configuration a checkpoint recorded (run_config_to_text's TOML, or the old format's lines).
 RunConfig config_from_text(const std::string& text, const std::string& origin) {
-  const std::vector<ConfigEntry> entries =
-      config_text_parse(text, origin, [](std::string_view key) { return option_find(key); });
+  const std::vector<ConfigEntry> entries = config_text_parse(text, origin).entries;
   RunConfig cfg;
   for (const ConfigEntry& entry : entries) {
     if (entry.key == "model") cfg.model_name = entry.value;
@@ -243,10 +242,12 @@ RunConfig options_parse(int argc, const char* const* argv) {
     return cfg;
   }
   std::vector<ConfigEntry> file;
+  bool legacy_file = false;
   if (cli.count("config")) {
     cfg.config_path = cli["config"].as<std::string>();
-    file = config_file_read(cfg.config_path,
-                            [](std::string_view key) { return option_find(key) != nullptr; });
+    ConfigText read = config_file_read(cfg.config_path);
+    file = std::move(read.entries);
+    legacy_file = read.legacy;
   }
   int model_line = 0;  // the file's line that chose the preset, 0 if none did
   if (cli.count("model")) {
@@ -268,6 +269,12 @@ RunConfig options_parse(int argc, const char* const* argv) {
   apply_values(cfg, cli);        // the command line over both
   if (!cfg.resume.empty()) cfg = resume_merge(cfg, cli, file);
   cfg.print_config = cli["print-config"].as<bool>();
+  if (legacy_file) {
+    const std::string path = text_excerpt(cfg.config_path, kPathExcerptBytes);
+    cfg.config_note = "config file '" + path + "' is in the old `key = value` format, read " +
+                      "this once: `moe_rt --config " + path + " --print-config > NEW.toml` " +
+                      "writes it as TOML";
+  }
   run_config_validate(cfg);
   return cfg;
 }
@@ -333,7 +340,14 @@ RoutingConfig run_routing_config(const RunConfig& cfg) {
 void run_config_validate(const RunConfig& cfg) {
   preset_model(cfg.model_name);  // a known preset name, even when every field is overridden
   model_config_validate(cfg.model);
-  for (const OptionField& f : option_fields()) option_range_check(f, cfg);  // each by itself
+  for (const OptionField& f : option_fields()) {
+    option_range_check(f, cfg);  // each by itself
+    if (f.kind == 's' && !utf8_valid(f.get(cfg))) {
+      throw ConfigError(std::string("--") + f.name + ": '" + text_excerpt(f.get(cfg)) +
+                        "' is not valid UTF-8 (the configuration is written as TOML, whose text "
+                        "is UTF-8)");
+    }
+  }
   run_routing_config(cfg);
   const ModelConfig& m = cfg.model;
   if (!cfg.hash_table_path.empty() && m.hash_layers == 0) {
@@ -373,11 +387,8 @@ void run_config_validate(const RunConfig& cfg) {
 }
 
 std::string run_config_to_text(const RunConfig& cfg) {
-  std::string text = "# moe_rt configuration: re-read with --config FILE\n";
-  for (const RunConfigValue& v : run_config_values(cfg)) {
-    text += v.name + " = " + config_value_to_text(v.text) + "\n";
-  }
-  return text;
+  return "# moe_rt configuration (TOML): re-read with --config FILE\n" +
+         config_toml_text(run_config_values(cfg));
 }
 
 std::vector<RunConfigValue> run_config_values(const RunConfig& cfg) {

@@ -72,6 +72,7 @@ struct RunConfig {
   bool help = false;          // --help: the caller prints options_help_text() and exits
   bool print_config = false;  // --print-config: the caller prints run_config_to_text() and exits
   std::string config_path;    // --config FILE, "" if none
+  std::string config_note;    // what rank 0 says of the file (the old format), "" if nothing
   ResumePoint resume_point;   // set by options_parse when --resume is given
 };
 
@@ -110,9 +111,9 @@ std::string options_help_text();
 // (model_config_validate), then the training, balancing and data options.
 void run_config_validate(const RunConfig& cfg);
 
-// `key = value` lines for every configuration option, in --help order, re-readable by --config:
-// parsing them as a config file gives back an equal configuration (floats are written in their
-// shortest exact form, values quoted where the config-file syntax needs it: config_file.hpp).
+// Every configuration option as TOML (config_toml_text), re-readable by --config: parsing it as a
+// config file gives back an equal configuration (floats are written in their shortest exact
+// form, text as TOML strings: config_file.hpp).
 // The "full resolved config as text" of --print-config and the stats file.
 std::string run_config_to_text(const RunConfig& cfg);
 

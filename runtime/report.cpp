@@ -10,6 +10,7 @@
 #include "model/blas.hpp"
 #include "model/phase_timer.hpp"
 #include "model/simd.hpp"
+#include "runtime/config_file.hpp"
 
 namespace moe {
 
@@ -40,17 +41,8 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
   }
   std::printf("  statistics: %s\n", s.stats_path.empty() ? "(none)" : s.stats_path.c_str());
   std::printf("  ------------------------------------------------------------\n");
-  const std::string text = run_config_to_text(cfg);
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(start, end - start);
-    const size_t eq = line.find(" = ");
-    if (eq != std::string::npos) {
-      std::printf("  %-22s %s\n", line.substr(0, eq).c_str(), line.substr(eq + 3).c_str());
-    }
-    start = end + 1;
+  for (const RunConfigValue& v : run_config_values(cfg)) {
+    std::printf("  %-22s %s\n", v.name.c_str(), text_excerpt(v.text, kPathExcerptBytes).c_str());
   }
   std::printf("  ------------------------------------------------------------\n");
   std::printf("%6s %9s %10s %9s %9s %8s %9s %8s%s\n", "step", "loss", "bal_loss", "grad_norm", "lr",

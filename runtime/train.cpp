@@ -412,7 +412,8 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
         // a live run writing to the --resume folder may have pruned the newest one it chose.
         std::error_code ec;
         if (path == cfg.resume || std::filesystem::exists(path, ec) || ec) throw;
-        throw CheckpointError("--resume " + cfg.resume + ": its newest checkpoint '" + path +
+        throw CheckpointError("--resume " + text_excerpt(cfg.resume, kPathExcerptBytes) +
+                              ": its newest checkpoint '" + path +
                               "' was removed after this run chose it (a live run writing to " +
                               "that folder pruned it): resume again, or name a checkpoint file");
       }

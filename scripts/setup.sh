@@ -4,9 +4,10 @@
 set -euo pipefail
 
 # Debian packages: compiler tool chain and clang-format (the C++ layout, checked by
-# scripts/format.sh), MPI, BLAS, HDF5, Boost, test and benchmark libraries, iproute2 (ip and tc:
-# the simulated hosts of the multi-host tests, scripts/netns_hosts.sh), iputils-ping (their
-# round trips through the delay switch), and python3-doc: the Python documentation's plain-text
+# scripts/format.sh), MPI, BLAS, HDF5, Boost, toml++ (config files), test and benchmark
+# libraries, iproute2 (ip and tc: the simulated hosts of the multi-host tests,
+# scripts/netns_hosts.sh), iputils-ping (their round trips through the delay switch), and
+# python3-doc: the Python documentation's plain-text
 # sources (about 11 MB of English, PSF License), the default corpus of scripts/prepare_data.py,
 # installed here so that nothing is downloaded when the data is prepared.
 debs=(
@@ -14,7 +15,7 @@ debs=(
   openmpi-bin libopenmpi-dev
   libopenblas-dev
   libhdf5-dev hdf5-tools
-  libboost-program-options-dev
+  libboost-program-options-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-doc
   iproute2 iputils-ping

@@ -15,6 +15,7 @@ import ctypes
 import functools
 import math
 import os
+import tomllib
 from dataclasses import dataclass, field
 
 import h5py
@@ -370,14 +371,46 @@ def read_file(path):
 
 
 def parse_config_text(text):
-    """The `key = value` lines of the config attribute as a dict (comments skipped)."""
+    """The configuration of the config attribute as {long option name: value as text}: TOML (its
+    tables by topic flattened: every key is an option's long name), or the `key = value` lines
+    of files written before moe_rt wrote TOML. Reals read as written, booleans true/false."""
+    try:
+        document = tomllib.loads(text or "", parse_float=str)  # reals as written
+    except tomllib.TOMLDecodeError:
+        return _parse_old_config_text(text)
+    config = {}
+    for key, value in document.items():
+        items = value.items() if isinstance(value, dict) else [(key, value)]
+        for name, item in items:
+            config[name] = _config_value_text(item)
+    return config
+
+
+def _config_value_text(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _parse_old_config_text(text):
+    """The old format: `key = value` lines, plain values up to a ` #` comment, or quoted."""
     config = {}
     for line in (text or "").splitlines():
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue
         key, value = line.split("=", 1)
-        config[key.strip()] = value.strip()
+        value = value.strip()
+        if value.startswith('"'):
+            end = value.find('"', 1)
+            while end > 0 and value[end - 1] == "\\":
+                end = value.find('"', end + 1)
+            value = value[1:end] if end > 0 else value[1:]
+        else:
+            cut = [i for i, c in enumerate(value)
+                   if c == "#" and (i == 0 or value[i - 1] in " \t")]
+            value = value[:cut[0]].strip() if cut else value
+        config[key.strip()] = value
     return config
 
 

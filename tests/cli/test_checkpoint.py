@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 
 import h5py
 import numpy as np
@@ -402,8 +403,7 @@ def test_documented_dataset_shapes_are_the_files(good_checkpoint):
     assert sorted(shapes) == ["routing/bias", "routing/hash_tables"], shapes
     assert "one 1-D dataset per tensor" in doc
     with h5py.File(good_checkpoint, "r") as f:
-        config = dict(line.split(" = ", 1) for line in f.attrs["config"].splitlines()
-                      if " = " in line)
+        config = tomllib.loads(f.attrs["config"])["architecture"]
         size = {"L": config["layers"], "E": config["experts"], "L_h": config["hash-layers"],
                 "V": config["vocab"], "K": config["top-k"]}
         for name, shape in shapes.items():
@@ -419,10 +419,11 @@ def test_resume_prints_the_checkpoints_configuration(moe_rt_bin, good_checkpoint
     proc = moe(moe_rt_bin, ["--resume", good_checkpoint, "--lr", "3e-3", "--steps", 9,
                             "--stats", "none", "--print-config"], 1)
     assert proc.returncode == 0, proc.stderr
-    lines = set(proc.stdout.splitlines())
-    for expected in ("model = micro", "steps = 9", "lr = 0.003", "lr-decay-steps = 4",
-                     "batch-per-rank = 2", "stats = none", "checkpoint-every = 2"):
-        assert expected in lines, proc.stdout
+    config = tomllib.loads(proc.stdout)
+    assert config["model"] == "micro" and config["steps"] == 9, proc.stdout
+    assert config["optimizer"]["lr"] == 0.003 and config["optimizer"]["lr-decay-steps"] == 4
+    assert config["data"]["batch-per-rank"] == 2 and config["output"]["stats"] == "none"
+    assert config["checkpoint"]["checkpoint-every"] == 2
 
 
 def test_rank_count_must_divide_the_global_batch(moe_rt_bin, good_checkpoint):

@@ -1,7 +1,11 @@
 """The configuration across ranks and through config files: ranks given different options (an
 MPMD command line, node-local config files) stop at set-up with one message naming the first
 differing option, never a hang or a silent run; --print-config output reads back unchanged
-through --config; errors quote a bounded excerpt of what the file holds."""
+through --config; config files are TOML (the old `key = value` files read once with a note);
+errors quote a bounded excerpt of what the file holds."""
+import tomllib
+
+import h5py
 import pytest
 
 from test_bad_input import assert_one_clear_error, error_lines
@@ -70,3 +74,59 @@ def test_control_characters_in_a_config_file_are_escaped(run_moe, tmp_path):
     proc = run_moe(["--config", str(cfg)])
     assert_one_clear_error(proc, str(cfg), "line 2", "\\x00", "\\x1B[31m")
     assert "\x1b" not in proc.stderr
+
+
+def test_a_toml_config_runs_and_is_what_the_statistics_file_records(run_moe, tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('model = "micro"\nsteps = 3\n\n[optimizer]\nlr = 1e-2\ngrad-clip = 1\n\n'
+                   '[output]\nstats = "s #1.h5"\n\n[parallel]\nranks-per-host = 1\n')
+    proc = run_moe(["--config", str(cfg)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "note:" not in proc.stderr
+    with h5py.File(tmp_path / "s #1.h5", "r") as f:
+        text = f.attrs["config"]
+        typed = dict(f["config"].attrs)
+    # The file's configuration is TOML that tomllib reads, with the typed /config's values.
+    doc = tomllib.loads(text)
+    flat = {k: v for k, v in doc.items() if not isinstance(v, dict)}
+    for table in (v for v in doc.values() if isinstance(v, dict)):
+        flat.update(table)
+    assert flat.keys() == typed.keys()
+    assert flat["lr"] == typed["lr"] == 0.01 and flat["steps"] == typed["steps"] == 3
+    assert flat["grad-clip"] == 1.0 and flat["ranks-per-host"] == 1
+    assert flat["stats"] == typed["stats"] == "s #1.h5"
+
+
+def test_an_old_key_value_file_is_read_once_with_a_note(run_moe, tmp_path):
+    old = tmp_path / "old.cfg"
+    old.write_text("model = micro\nsteps = 2\nstats = none   # no file\nlr = 0.01\n")
+    proc = run_moe(["--config", str(old), "--print-config"])
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("moe_rt: note:")]
+    assert len(notes) == 1, proc.stderr  # rank 0 only
+    assert f"'{old}' is in the old `key = value` format" in notes[0]
+    assert f"moe_rt --config {old} --print-config > NEW.toml" in notes[0]
+    # What it prints is the same configuration as TOML, and reads back without a note.
+    new = tmp_path / "new.toml"
+    new.write_text(proc.stdout)
+    again = run_moe(["--config", str(new), "--print-config"])
+    assert again.returncode == 0 and again.stdout == proc.stdout and "note:" not in again.stderr
+    assert tomllib.loads(proc.stdout)["optimizer"]["lr"] == 0.01
+
+
+@pytest.mark.parametrize("text,words", [
+    ('model = "micro"\n[optimizer]\nsteps = 2\n', ["line 3", "'steps' belongs at the top level"]),
+    ('model = "micro"\nsteps = "2"\n', ["line 2", "--steps takes an integer, got a TOML string"]),
+    ('model = "micro"\n[output]\nstats = runs/a.h5\n',
+     ["line 3", "invalid TOML", '(text is a quoted string: stats = "runs/a.h5")']),
+])
+def test_toml_errors_are_one_line_naming_the_line(run_moe, tmp_path, text, words):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    assert_one_clear_error(run_moe(["--config", str(cfg)]), str(cfg), *words)
+
+
+def test_a_text_option_that_is_not_utf8_is_refused(run_moe, tmp_path):
+    # TOML text is UTF-8: such a value could not be written to the configuration.
+    proc = run_moe(MICRO[:-1] + [str(tmp_path / "s\udcff.h5")])
+    assert_one_clear_error(proc, "--stats", "\\xFF.h5", "not valid UTF-8")

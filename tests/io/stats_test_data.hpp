@@ -21,7 +21,7 @@ inline constexpr int kL = 3, kLh = 1, kE = 4, kK = 2, kV = 5, kW = 2, kT = 4;
 inline StatsHeader test_header(int trace_tokens = kT, int hash_layers = kLh) {
   StatsHeader h;
   h.model = "deepseek4-tiny";
-  h.config_text = "model = deepseek4-tiny\nlayers = 3\n";
+  h.config_text = "model = \"deepseek4-tiny\"\n\n[architecture]\nlayers = 3\n";
   h.program_version = "moe_rt 0.1.0";
   h.data_description = "synthetic: zipf";
   h.created = "2026-01-02T03:04:05+00:00";

@@ -1,6 +1,7 @@
-// Tests of the config-file syntax (runtime/config_file.hpp): comments, plain and quoted values,
-// every error naming the line, config_value_to_text read back unchanged for awkward values, and
-// the bounded, escaped excerpts that error messages quote. Pure functions of text.
+// Tests of config files (runtime/config_file.hpp): TOML with flat keys or topic tables, values
+// typed by their option, every error naming the line, the old `key = value` format still read,
+// config_toml_text read back unchanged for awkward values, and the bounded, escaped excerpts that
+// error messages quote. Pure functions of text.
 #include <gtest/gtest.h>
 
 #include <initializer_list>
@@ -10,16 +11,17 @@
 
 #include "model/config.hpp"
 #include "runtime/config_file.hpp"
+#include "runtime/options.hpp"
 
 namespace moe {
 namespace {
 
-bool any_key(std::string_view) {
-  return true;
+std::vector<ConfigEntry> parse(std::string_view text) {
+  return config_text_parse(text, "test.cfg").entries;
 }
 
-std::vector<ConfigEntry> parse(std::string_view text) {
-  return config_text_parse(text, "test.cfg", any_key);
+bool is_legacy(std::string_view text) {
+  return config_text_parse(text, "test.cfg").legacy;
 }
 
 // The single value of `text`, which must hold one `key = value` line.
@@ -43,10 +45,63 @@ void expect_error(std::string_view text, std::initializer_list<std::string> word
   }
 }
 
-TEST(ConfigFile, KeysValuesAndComments) {
+TEST(ConfigFile, TomlFlatKeysAndTables) {
+  const std::vector<ConfigEntry> entries = parse(
+      "# comment\nmodel = \"micro\"\nsteps = 5   # trailing comment\n\n[optimizer]\nlr = 0.01\n"
+      "grad-clip = 1\n[data]\ndata = \"text:a b.txt\"\n[routing]\nbias-update-center = true\n"
+      "[parallel]\nranks-per-host = 4\n");
+  ASSERT_EQ(entries.size(), 7u);
+  EXPECT_EQ(entries[0].key, "model");
+  EXPECT_EQ(entries[0].value, "micro");
+  EXPECT_EQ(entries[1].value, "5");
+  EXPECT_EQ(entries[1].line, 3);
+  EXPECT_EQ(entries[2].key, "lr");
+  EXPECT_EQ(entries[2].value, "0.01");
+  EXPECT_EQ(entries[2].line, 6);
+  EXPECT_EQ(entries[3].value, "1");  // an integer for a real option
+  EXPECT_EQ(entries[4].value, "text:a b.txt");
+  EXPECT_EQ(entries[5].value, "true");
+  EXPECT_EQ(entries[6].value, "4");  // N|auto: an integer or a string
+  EXPECT_FALSE(is_legacy("steps = 5\n"));
+  // Flat keys (every option's long name at the top level) and dotted keys are the same file.
+  EXPECT_EQ(parse("lr = 0.01\n")[0].value, "0.01");
+  EXPECT_EQ(parse("optimizer.lr = 0.01\n")[0].value, "0.01");
+  EXPECT_EQ(parse("seed = \"18446744073709551615\"\n")[0].value, "18446744073709551615");
+  EXPECT_TRUE(parse("").empty());
+  EXPECT_TRUE(parse("\xEF\xBB\xBF# only a byte-order mark and a comment").empty());
+}
+
+TEST(ConfigFile, TomlErrorsNameTheLine) {
+  expect_error("steps = 1\nlayers 4\n", {"test.cfg", "line 2", "invalid TOML", "in 'layers 4'"});
+  // The old format's plain text in a file that is not of the old format either (a table).
+  expect_error("steps = 1\n[output]\nstats = runs/a.h5\n",
+               {"line 3", "invalid TOML", "(text is a quoted string: stats = \"runs/a.h5\")"});
+  EXPECT_TRUE(is_legacy("steps = 1\n\nstats = runs/a.h5\n"));  // read, with a note
+  // A [table] makes the file TOML: its first error is the one, not the old format's at the table.
+  expect_error("model = micro\n\n[optimizer]\nlr = 3e-3\n",
+               {"line 1", "invalid TOML", "(text is a quoted string: model = \"micro\")"});
+  expect_error("[section]\n", {"line 1", "unknown key 'section'"});
+  expect_error("[optimizer]\nsteps = 3\n",
+               {"line 2", "'steps' belongs at the top level", "not in [optimizer]"});
+  expect_error("[data]\nlr = 3\n", {"line 2", "'lr' belongs in [optimizer]"});
+  expect_error("lr = 1\n[optimizer]\nlr = 2\n", {"line 3", "'lr' given twice", "line 1"});
+  expect_error("steps = 1\nbogus-key = 2\n", {"line 2", "unknown key 'bogus-key'"});
+  expect_error("steps = 1.5\n", {"line 1", "--steps takes an integer", "floating-point"});
+  expect_error("steps = \"5\"\n", {"--steps takes an integer", "string"});
+  expect_error("lr = \"0.1\"\n", {"--lr takes a number"});
+  expect_error("bias-update-center = 1\n", {"--bias-update-center takes true or false"});
+  expect_error("stats = 5\n", {"--stats takes a string"});
+  expect_error("stats = [\"a\"]\n", {"--stats takes a string", "array"});
+  expect_error("stats = \"a\\qb\"\n", {"line 1", "invalid TOML"});
+  expect_error("stats = \"open\n", {"line 1", "invalid TOML"});
+}
+
+// Files of earlier versions: plain values up to a ` #` comment, quoted ones with their escapes.
+TEST(ConfigFile, TheOldFormatIsStillRead) {
   const std::vector<ConfigEntry> entries = parse(
       "# comment\n\n  steps=5\nlr = 0.01   # trailing comment\n\tdata = text:a b.txt \r\n"
       "   # indented comment\nstats =\n");
+  EXPECT_TRUE(is_legacy("steps = 5\ndata = text:a b.txt\n"));
   ASSERT_EQ(entries.size(), 4u);
   EXPECT_EQ(entries[0].key, "steps");
   EXPECT_EQ(entries[0].value, "5");
@@ -56,51 +111,18 @@ TEST(ConfigFile, KeysValuesAndComments) {
   EXPECT_EQ(entries[3].key, "stats");
   EXPECT_EQ(entries[3].value, "");
   EXPECT_EQ(entries[3].line, 7);
-  EXPECT_TRUE(parse("").empty());
-  EXPECT_TRUE(parse("\xEF\xBB\xBF# only a byte-order mark and a comment").empty());
-}
-
-TEST(ConfigFile, HashIsACommentOnlyAtTheStartOrAfterABlank) {
   EXPECT_EQ(value_of("stats = run#1.h5"), "run#1.h5");  // Boost's parser read "run"
   EXPECT_EQ(value_of("stats = run#1.h5 # the first"), "run#1.h5");
   EXPECT_EQ(value_of("stats = run\t#1.h5"), "run");
   EXPECT_EQ(value_of("stats = # nothing"), "");
-  EXPECT_EQ(value_of("stats =#x"), "");
   EXPECT_EQ(value_of("data = a=b=c"), "a=b=c");
   EXPECT_EQ(value_of("data = say \"hi\" \\n"), "say \"hi\" \\n");  // plain: no escapes
-}
-
-TEST(ConfigFile, QuotedValues) {
-  EXPECT_EQ(value_of("stats = \"  a # b  \""), "  a # b  ");
   EXPECT_EQ(value_of("stats = \"\\\"q\\\" \\\\ \\n\\t\\r\\x41\\x7f\"  # comment"),
             "\"q\" \\ \n\t\rA\x7f");
-  EXPECT_EQ(value_of("stats = \"\""), "");
   EXPECT_EQ(value_of("stats = \"\\xe2\\x80\\xa6\""), "\xE2\x80\xA6");
 }
 
-TEST(ConfigFile, BadLinesNameTheLine) {
-  expect_error("steps = 1\nlayers 4\n", {"test.cfg", "line 2", "layers 4", "key = value"});
-  expect_error("= 4\n", {"line 1", "key = value"});
-  expect_error("[section]\n", {"line 1", "[section]"});
-  expect_error("stats = \"open\n", {"line 1", "no closing quote"});
-  expect_error("stats = \"a\\qb\"\n", {"line 1", "unknown escape", "\\xNN"});
-  expect_error("stats = \"a\\x4\"\n", {"line 1", "two hex digits"});
-  expect_error("stats = \"a\\x00\"\n", {"line 1", "not 00"});
-  expect_error("stats = \"a\" b\n", {"line 1", "after the closing quote", "b"});
-  expect_error("steps = 1\nsteps = 2\n", {"line 2", "'steps' given twice", "line 1"});
-  expect_error(std::string_view("stats = a\0b\n", 12), {"line 1", "control character \\x00"});
-  expect_error("\n\nstats = a\x1b[31m\n", {"line 3", "\\x1B[31m"});
-  try {
-    config_text_parse("steps = 1\nbogus-key = 2\n", "test.cfg",
-                      [](std::string_view key) { return key == "steps"; });
-    ADD_FAILURE() << "unknown key accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("line 2: unknown key 'bogus-key'"), std::string::npos)
-        << e.what();
-  }
-}
-
-// parse(print(value)) == value for values a command line can give.
+// parse(config_toml_text(value)) == value for text values a command line can give.
 TEST(ConfigFile, ValuesReadBackUnchanged) {
   const std::vector<std::string> values = {
       "",
@@ -117,27 +139,45 @@ TEST(ConfigFile, ValuesReadBackUnchanged) {
       "trailing\\",
       "\\\"",
       "\\x41",
+      "\\u0041",
       " lead",
       "trail ",
       "  ",
       "\t",
       "a=b = c",
       "é€😀 ünïcödé",
-      "\xFF\xFE not UTF-8",
       "line\nbreak",
       "cr\r",
       "\x01\x1f\x7f",
       "# \" \\ #",
+      "'''",
       std::string(100000, 'v') + "#" + std::string(100000, ' ') + "\"",
   };
   for (const std::string& value : values) {
-    const std::string line = "stats = " + config_value_to_text(value) + "\n";
-    EXPECT_EQ(value_of(line), value) << line;
+    const std::string text = config_toml_text({{"stats", value, 's'}});
+    EXPECT_EQ(value_of(text), value) << text;
+    EXPECT_FALSE(is_legacy(text)) << text;
   }
-  EXPECT_EQ(config_value_to_text("runs/a.h5"), "runs/a.h5");  // plain when it can be
-  EXPECT_EQ(config_value_to_text("a\\b"), "a\\b");
-  EXPECT_EQ(config_value_to_text("run#1.h5"), "\"run#1.h5\"");
-  EXPECT_EQ(config_value_to_text(" a\"b\n"), "\" a\\\"b\\n\"");
+  EXPECT_EQ(config_toml_text({{"stats", "runs/a.h5", 's'}}), "\n[output]\nstats = \"runs/a.h5\"\n");
+  EXPECT_EQ(config_toml_text({{"stats", "\x01", 's'}}), "\n[output]\nstats = \"\\u0001\"\n");
+  // Numbers by kind: reals keep a point or an exponent, seeds above 2^63 - 1 are strings.
+  EXPECT_EQ(config_toml_text({{"model", "micro", 's'},
+                              {"seed", "18446744073709551615", 'u'},
+                              {"route-scale", "10", 'f'},
+                              {"norm-eps", "1e-06", 'f'},
+                              {"lr", "0.003", 'f'},
+                              {"steps", "200", 'i'},
+                              {"check-bias", "false", 'b'}}),
+            "model = \"micro\"\nseed = \"18446744073709551615\"\nsteps = 200\n\n[architecture]\n"
+            "route-scale = 10.0\nnorm-eps = 1e-06\n\n[optimizer]\nlr = 0.003\n\n[routing]\n"
+            "check-bias = false\n");
+  EXPECT_EQ(config_toml_text({{"ranks-per-host", "4", 's'}, {"threads", "0", 'i'}}),
+            "\n[parallel]\nranks-per-host = 4\nthreads = 0\n");
+  EXPECT_EQ(config_toml_text({{"ranks-per-host", "auto", 's'}}),
+            "\n[parallel]\nranks-per-host = \"auto\"\n");
+  EXPECT_TRUE(utf8_valid("é€😀 \x01\xC2\x85"));
+  EXPECT_FALSE(utf8_valid("\xFF\xFE not UTF-8"));
+  EXPECT_FALSE(utf8_valid("cut \xC3"));
 }
 
 TEST(TextExcerpt, BoundedAndEscaped) {

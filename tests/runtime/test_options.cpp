@@ -263,9 +263,10 @@ TEST(Options, BadConfigFilesNameTheFileAndKey) {
   const std::string later = write_file(dir, "later.cfg", "# top-k next\nsteps = 2\ntop-k = x\n");
   expect_config_error({"--config", later}, {later, "line 3", "--top-k", "'x'"});
   const std::string twice = write_file(dir, "twice.cfg", "steps = 2\nsteps = 3\n");
-  expect_config_error({"--config", twice}, {twice, "line 2", "'steps' given twice"});
+  expect_config_error({"--config", twice},
+                      {twice, "line 2", "invalid TOML", "redefine", "'steps'"});
   const std::string quote = write_file(dir, "quote.cfg", "stats = \"a.h5\n");
-  expect_config_error({"--config", quote}, {quote, "line 1", "no closing quote"});
+  expect_config_error({"--config", quote}, {quote, "line 1", "invalid TOML", "stats = \"a.h5"});
   const std::string empty = write_file(dir, "empty.cfg", "");
   EXPECT_EQ(parse({"--config", empty}).steps, 200);
 }
@@ -311,9 +312,8 @@ TEST(Options, ErrorsQuoteAnExcerptOfTheValue) {
   EXPECT_NE(message.find("line 1: unknown key '777"), std::string::npos) << message;
   const std::string nul = write_file(dir, "nul.cfg", std::string("steps = 2\0\x07\n", 12));
   message = message_of({"--config", nul});
-  EXPECT_NE(message.find("line 1: control character \\x00 in 'steps = 2\\x00\\x07'"),
-            std::string::npos)
-      << message;
+  EXPECT_NE(message.find("line 1: invalid TOML ("), std::string::npos) << message;
+  EXPECT_NE(message.find("in 'steps = 2\\x00\\x07'"), std::string::npos) << message;
 }
 
 TEST(Options, HelpIsFlaggedAndListsEveryOption) {
