@@ -5,7 +5,6 @@
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
-#include <string>
 #include <vector>
 
 #include "model/config.hpp"
@@ -15,17 +14,6 @@
 #include "numeric/det_math.hpp"
 
 namespace moe {
-
-BalanceLossForm balance_loss_form_from_name(std::string_view name) {
-  if (name == "deepseek") return BalanceLossForm::kDeepSeek;
-  if (name == "maxtext") return BalanceLossForm::kMaxText;
-  throw ConfigError("--balance-loss-form: unknown form '" + std::string(name) +
-                    "' (valid: deepseek, maxtext)");
-}
-
-const char* balance_loss_form_name(BalanceLossForm form) {
-  return form == BalanceLossForm::kDeepSeek ? "deepseek" : "maxtext";
-}
 
 namespace {
 

@@ -8,8 +8,9 @@
 
 #include <cstdint>
 #include <span>
-#include <string_view>
 #include <vector>
+
+#include "model/routing_config.hpp"
 
 namespace moe {
 
@@ -23,9 +24,7 @@ namespace moe {
 //   L   = α·E·Σ_e d_e·p_e  (= K times the DeepSeek form's f·P), averaged over sequences and over
 //   top-k layers.
 // In both, the gradient flows through P (p), not through the counts.
-enum class BalanceLossForm { kDeepSeek, kMaxText };
-BalanceLossForm balance_loss_form_from_name(std::string_view name);  // ConfigError otherwise
-const char* balance_loss_form_name(BalanceLossForm form);
+// (BalanceLossForm and its names are in routing_config.hpp.)
 
 // One layer's balance loss over this rank's B sequences, fused with its gradient: returns
 // weight·Σ_sequences Σ_e f_e·P_e (weight = α / global sequences, further / top-k layers for

@@ -46,8 +46,10 @@ int RoutingState::num_topk_layers() const {
   return static_cast<int>(std::count(modes.begin(), modes.end(), RoutingMode::kTopK));
 }
 
-RoutingState routing_state_make(const ModelConfig& c, RoutingMode forced, uint64_t seed) {
+RoutingState routing_state_make(const ModelConfig& c, const RoutingConfig& config, uint64_t seed) {
   RoutingState r;
+  r.config = config;
+  const RoutingMode forced = config.force_balance.mode();
   r.modes.resize(c.layers);
   for (int l = 0; l < c.layers; ++l) {
     const RoutingMode natural = l < c.hash_layers ? RoutingMode::kHash : RoutingMode::kTopK;
@@ -180,15 +182,18 @@ MoeRouting layer_routing(const RoutingState& r, const ModelBatch& b, const Model
   m.first_global_token = b.first_global_token;
   m.random_stream = rng_mix64(rng_stream(r.random_seed, "forced_random") ^
                               rng_mix64(static_cast<uint64_t>(b.step) * 4096 + l));
-  m.random_skew = r.random_skew;
-  m.groups = r.groups;
-  m.group_topk = r.group_topk;
-  if (r.balance_alpha > 0) {
-    double weight = r.balance_alpha / static_cast<double>(b.num_global_sequences);
-    if (r.balance_form == BalanceLossForm::kMaxText) weight /= std::max(1, r.num_topk_layers());
+  const RoutingConfig& rc = r.config;
+  m.skew = rc.force_balance.skew;
+  m.routing_groups = rc.routing_groups;
+  m.group_topk = rc.group_topk;
+  if (rc.seq_aux_loss_weight > 0) {
+    double weight = rc.seq_aux_loss_weight / static_cast<double>(b.num_global_sequences);
+    if (rc.balance_loss_form == BalanceLossForm::kMaxText) {
+      weight /= std::max(1, r.num_topk_layers());
+    }
     m.balance_weight = weight;
   }
-  m.balance_form = r.balance_form;
+  m.balance_loss_form = rc.balance_loss_form;
   m.seq_len = c.seq_len;
   return m;
 }

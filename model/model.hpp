@@ -16,6 +16,7 @@
 #include "model/moe_layer.hpp"
 #include "model/params.hpp"
 #include "model/phase_timer.hpp"
+#include "model/routing_config.hpp"
 #include "model/tree_sum.hpp"
 
 namespace moe {
@@ -40,22 +41,19 @@ struct ModelLayout {
 };
 ModelLayout model_layout(const ModelConfig& cfg, const ExpertPlacement& placement, int ep_rank);
 
-// Routing that is not a parameter: the loss-free bias (outside the optimizer), hash tables, and
-// the routing and balance-loss settings of the run.
+// Routing that is not a parameter: the run's routing configuration, the loss-free bias (outside
+// the optimizer), the hash tables, and the seed of forced random routing.
 struct RoutingState {
+  RoutingConfig config;              // the run's (the option table parsed it)
   std::vector<RoutingMode> modes;    // [L]
   std::vector<float> bias;           // [L, E]; zero and unused outside top-k layers
   std::vector<int32_t> hash_tables;  // [L_h, V, K]
   uint64_t random_seed = 0;          // forced random routing
-  RandomRouting random_skew;         // its zipf / hot skew
-  int groups = 1, group_topk = 1;    // group-limited top-k when groups > 1
-  double balance_alpha = 0.0;        // α of the sequence-wise balance loss, 0 = off
-  BalanceLossForm balance_form = BalanceLossForm::kDeepSeek;
   int num_topk_layers() const;
 };
-// Hash layers [0, L_h) get seeded tables, the rest route top-k; `forced` (kRoundRobin or kRandom)
-// replaces every layer's routing; kTopK means natural routing.
-RoutingState routing_state_make(const ModelConfig& cfg, RoutingMode forced, uint64_t seed);
+// Hash layers [0, L_h) get seeded tables, the rest route top-k; a forced routing
+// (config.force_balance) replaces every layer's.
+RoutingState routing_state_make(const ModelConfig& cfg, const RoutingConfig& config, uint64_t seed);
 
 // Routed-expert parameters of the whole model, every expert once: L·E·3·D·F.
 inline double model_expert_params(const ModelConfig& cfg) {

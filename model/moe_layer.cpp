@@ -113,9 +113,9 @@ template <class T>
 void select_experts(MoeSaved<T>& s, const MoeRouting& r, const MoeDims& d, int N) {
   switch (r.mode) {
     case RoutingMode::kTopK:
-      if (r.groups > 1) {
-        route_topk_grouped(s.expert_idx.data(), s.scores.data(), r.bias, N, d.E, d.K, r.groups,
-                           r.group_topk);
+      if (r.routing_groups > 1) {
+        route_topk_grouped(s.expert_idx.data(), s.scores.data(), r.bias, N, d.E, d.K,
+                           r.routing_groups, r.group_topk);
       } else {
         route_topk(s.expert_idx.data(), s.scores.data(), r.bias, N, d.E, d.K);
       }
@@ -130,8 +130,7 @@ void select_experts(MoeSaved<T>& s, const MoeRouting& r, const MoeDims& d, int N
       route_round_robin(s.expert_idx.data(), r.first_global_token, N, d.E, d.K);
       break;
     case RoutingMode::kRandom:
-      route_random(s.expert_idx.data(), r.random_stream, r.first_global_token, N, d.E, d.K,
-                   r.random_skew);
+      route_random(s.expert_idx.data(), r.random_stream, r.first_global_token, N, d.E, d.K, r.skew);
       break;
   }
 }
@@ -152,7 +151,7 @@ void balance_loss_forward(MoeSaved<T>& s, const MoeRouting& routing, const MoeDi
   s.balance_loss = balance_loss_forward_backward(
       s.d_scores_balance.data(), s.topk_scratch.data(), s.balance_scratch, s.scores.data(),
       s.expert_idx.data(), routing.bias, N / routing.seq_len, routing.seq_len, d.E, d.K,
-      routing.balance_weight, routing.balance_form);
+      routing.balance_weight, routing.balance_loss_form);
 }
 
 // One task per local expert that received rows, `expert(i, rows, first row)`; with `with_shared`,

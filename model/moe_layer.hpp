@@ -75,12 +75,13 @@ struct MoeRouting {
   const int32_t* token_ids = nullptr;   // [N]    hash
   int64_t first_global_token = 0;       //        forced: global index of local token 0
   uint64_t random_stream = 0;           //        forced random: the step's RNG stream
-  RandomRouting random_skew;            //        forced random: zipf / hot skew
-  int groups = 1, group_topk = 1;       //        top-k: group-limited routing when groups > 1
+  RandomRouting skew;                   //        forced random: zipf / hot skew
+  int routing_groups = 1;               //        top-k: G groups, group-limited when > 1
+  int group_topk = 1;                   //        top-k: M groups a token may use
   // Sequence-wise balance loss (top-k layers; see balance.hpp): weight = α / global sequences
   // (and / top-k layers for the MaxText form); 0 turns it off.
   double balance_weight = 0.0;
-  BalanceLossForm balance_form = BalanceLossForm::kDeepSeek;
+  BalanceLossForm balance_loss_form = BalanceLossForm::kDeepSeek;
   int seq_len = 0;  // S: the loss, the shared expert's GEMMs and the
                     //   weight gradients go by sequences of S tokens
                     //   (N a multiple of S); 0: N tokens, one sequence

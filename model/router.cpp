@@ -4,13 +4,10 @@
 #include "model/router.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "model/config.hpp"
@@ -321,65 +318,6 @@ void route_random(int32_t* expert_idx, uint64_t stream, int64_t first_global_tok
       while (weight[pick] == 0) --pick;  // rounding at the top end: the last expert still free
       sel[j] = pick;
       weight[pick] = 0.0;
-    }
-  }
-}
-
-ForcedRouting forced_routing_from_name(std::string_view spec) {
-  ForcedRouting f;
-  // The same strict form as every numeric option: the whole rest is one decimal number.
-  auto number_after = [&](std::string_view prefix, double lo, double hi) {
-    const std::string_view text = spec.substr(prefix.size());
-    double v = -1;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (ec != std::errc() || end != text.data() + text.size() || text.empty() ||
-        !(v >= lo && v <= hi)) {
-      char range[48];
-      std::snprintf(range, sizeof range, "[%g, %g]", lo, hi);
-      throw ConfigError("--force-balance: '" + std::string(spec) + "' needs a number in " + range +
-                        " after '" + std::string(prefix) + "'");
-    }
-    return v;
-  };
-  if (spec == "none") return f;
-  f.forced = true;
-  if (spec == "round-robin") {
-    f.round_robin = true;
-  } else if (spec == "random") {
-  } else if (spec.starts_with("zipf:")) {
-    f.skew.zipf_alpha = number_after("zipf:", 0.0, 10.0);
-  } else if (spec.starts_with("hot:")) {
-    f.skew.hot_fraction = number_after("hot:", 0.0, 1.0);
-  } else {
-    throw ConfigError("--force-balance: unknown mode '" + std::string(spec) +
-                      "' (valid: none, round-robin, random, zipf:ALPHA, hot:FRACTION)");
-  }
-  return f;
-}
-
-void routing_config_validate(const RoutingConfig& r, const ModelConfig& m) {
-  constexpr double kFloatMax = 3.4028234663852886e38;
-  for (const auto& [value, option] : {std::pair{r.bias_update_rate, "--bias-update-rate"},
-                                      std::pair{r.seq_aux_loss_weight, "--seq-aux-loss-weight"}}) {
-    if (!(value >= 0.0 && value <= kFloatMax)) {
-      char text[64];  // the shortest form that reads back, as the options print numbers
-      const auto end = std::to_chars(text, text + sizeof text, value).ptr;
-      throw ConfigError(std::string(option) + " must be >= 0 and within float range " +
-                        "(<= 3.4e38), got " + std::string(text, end));
-    }
-  }
-  if (r.groups < 1 || m.experts % r.groups != 0) {
-    throw ConfigError("--routing-groups=" + std::to_string(r.groups) +
-                      " must be >= 1 and divide --experts=" + std::to_string(m.experts));
-  }
-  if (r.groups > 1) {
-    const int per_group = m.experts / r.groups;
-    if (r.group_topk < 1 || r.group_topk > r.groups || m.top_k % r.group_topk != 0 ||
-        m.top_k / r.group_topk > per_group) {
-      throw ConfigError(
-          "--group-topk=" + std::to_string(r.group_topk) +
-          " must be in [1, --routing-groups], divide --top-k=" + std::to_string(m.top_k) +
-          ", and leave K/M <= experts per group (" + std::to_string(per_group) + ")");
     }
   }
 }

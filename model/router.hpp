@@ -1,16 +1,16 @@
 // Routing math of the MoE layer (docs/load-balancing.md): router logits, the score function and its
 // gradient, every expert selection (top-k with bias, group-limited top-k, hash table, forced
-// round-robin and random, with --force-balance parsed here), the hash tables
-// themselves, and the combine weights with their gradient. Selection is not differentiated;
-// gradients reach the router through the weights (and, elsewhere, through the balance loss).
-// Legend: N rows/tokens, D model width, E experts, K top-k, V vocab (F expert width unused here).
+// round-robin and random; --force-balance and the other settings are routing_config.hpp), the
+// hash tables themselves, and the combine weights with their gradient. Selection is not
+// differentiated; gradients reach the router through the weights (and, elsewhere, through the
+// balance loss). Legend: N rows/tokens, D model width, E experts, K top-k, V vocab (F expert width
+// unused here).
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
-#include "model/balance.hpp"
 #include "model/config.hpp"
+#include "model/routing_config.hpp"
 
 namespace moe {
 
@@ -86,38 +86,9 @@ void route_topk_grouped(int32_t* expert_idx,  // [N, K]
 // otherwise its slots are drawn as without skew, expert 0 included: expert 0 holds h + (1 − h)/E
 // of the first slots and serves h + (1 − h)·K/E of the tokens. Skew makes imbalance a controlled
 // variable: plot step time against it.
-struct RandomRouting {
-  double zipf_alpha = 0.0;
-  double hot_fraction = 0.0;
-};
 void route_random(int32_t* expert_idx,  // [N, K]
                   uint64_t stream, int64_t first_global_token, int N, int E, int K,
                   const RandomRouting& skew);
-
-// Parses --force-balance: "none", "round-robin", "random", "zipf:ALPHA" (ALPHA >= 0) or
-// "hot:FRACTION" (0..1). Throws ConfigError naming the option otherwise.
-struct ForcedRouting {
-  bool forced = false;       // false: natural routing
-  bool round_robin = false;  // else random with `skew`
-  RandomRouting skew;
-};
-ForcedRouting forced_routing_from_name(std::string_view spec);
-
-// The routing and balancing settings of a run, typed and validated, parsed once from the options
-// (--force-balance, --balance-loss-form, --routing-groups, --group-topk, --bias-update-rate,
-// --bias-update-center, --seq-aux-loss-weight) and used by everything downstream.
-struct RoutingConfig {
-  ForcedRouting forced;                                       // natural routing unless forced
-  BalanceLossForm balance_form = BalanceLossForm::kDeepSeek;  // of the sequence-wise loss
-  int groups = 1, group_topk = 1;                             // group-limited top-k when groups > 1
-  double bias_update_rate = 0.0;                              // γ of the loss-free bias, 0 = off
-  bool bias_update_center = false;                            // shift each bias update to mean zero
-  double seq_aux_loss_weight = 0.0;  // α of the sequence-wise balance loss, 0 = off
-};
-// Throws ConfigError naming the option whose value cannot run with `model`: γ or α negative or
-// past float range; G not dividing E; M not in [1, G], not dividing K, or leaving K/M above the
-// experts of a group.
-void routing_config_validate(const RoutingConfig& routing, const ModelConfig& model);
 
 // w_j = s[sel_j] / (Σ_j' s[sel_j'] + 1e-20) · route_scale, from the unbiased scores. Overwrites.
 template <class T>

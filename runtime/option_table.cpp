@@ -178,33 +178,34 @@ const std::vector<OptionField>& option_fields() {
       field(
           kRouting, "bias-update-rate", "X",
           "loss-free balancing bias step gamma (0 = off; DeepSeek-V3 used 0.001 at lr 2.2e-4)",
-          [](auto& c) -> auto& { return c.bias_update_rate; },
-          OptionRules{OnResume::kFromCheckpoint}),
+          [](auto& c) -> auto& { return c.routing.bias_update_rate; },
+          OptionRules{OnResume::kFromCheckpoint, nonnegative_float()}),
       field(
           kRouting, "seq-aux-loss-weight", "X", "sequence-wise balance loss weight alpha (0 = off)",
-          [](auto& c) -> auto& { return c.seq_aux_loss_weight; },
-          OptionRules{OnResume::kFromCheckpoint}),
+          [](auto& c) -> auto& { return c.routing.seq_aux_loss_weight; },
+          OptionRules{OnResume::kFromCheckpoint, nonnegative_float()}),
       field(
           kRouting, "bias-update-center", "BOOL", "shift each bias update to mean zero",
-          [](auto& c) -> auto& { return c.bias_update_center; },
+          [](auto& c) -> auto& { return c.routing.bias_update_center; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
           kRouting, "balance-loss-form", "NAME",
           "deepseek (DeepSeek's f*P per sequence, summed over layers) or maxtext (MaxText pull "
           "request #4190: extra factor K, softmax of biased scores, layer mean)",
-          [](auto& c) -> auto& { return c.balance_loss_form; },
+          [](auto& c) -> auto& { return c.routing.balance_loss_form; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
           kRouting, "routing-groups", "N", "G expert groups for group-limited top-k (1 = off)",
-          [](auto& c) -> auto& { return c.routing_groups; },
+          [](auto& c) -> auto& { return c.routing.routing_groups; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
           kRouting, "group-topk", "N", "M groups a token may use when --routing-groups > 1",
-          [](auto& c) -> auto& { return c.group_topk; }, OptionRules{OnResume::kFromCheckpoint}),
+          [](auto& c) -> auto& { return c.routing.group_topk; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           kRouting, "hash-table", "PATH",
           "hash-routing tables file (docs/load-balancing.md); default seeded",
-          [](auto& c) -> auto& { return c.hash_table_path; },
+          [](auto& c) -> auto& { return c.routing.hash_table_path; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
           kRouting, "force-balance", "MODE",
@@ -212,7 +213,8 @@ const std::vector<OptionField>& option_fields() {
           "zipf:ALPHA (expert e drawn with weight (e+1)^-ALPHA), hot:FRACTION (that fraction of "
           "tokens take expert 0 in their first slot, the rest draw uniformly, so expert 0 holds "
           "FRACTION + (1 - FRACTION)/E of first slots)",
-          [](auto& c) -> auto& { return c.force_balance; }, OptionRules{OnResume::kFromCheckpoint}),
+          [](auto& c) -> auto& { return c.routing.force_balance; },
+          OptionRules{OnResume::kFromCheckpoint}),
       field(
           kRouting, "check-bias", "BOOL", "verify every step that all ranks hold the same bias",
           [](auto& c) -> auto& { return c.check_bias; }, OptionRules{OnResume::kContinued}),

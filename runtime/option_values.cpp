@@ -59,6 +59,15 @@ void option_value_from_text(const std::string&, const std::string& text, ScoreFu
   // Its ConfigError names --score-func and the valid names.
   out = with_value_excerpt(text, [](const std::string& t) { return score_func_from_name(t); });
 }
+void option_value_from_text(const std::string&, const std::string& text, BalanceLossForm& out) {
+  // Its ConfigError names --balance-loss-form and the valid forms.
+  out =
+      with_value_excerpt(text, [](const std::string& t) { return balance_loss_form_from_name(t); });
+}
+void option_value_from_text(const std::string&, const std::string& text, ForcedRouting& out) {
+  // Its ConfigError names --force-balance and the valid modes.
+  out = with_value_excerpt(text, [](const std::string& t) { return forced_routing_from_name(t); });
+}
 
 std::string option_value_to_text(int v) {
   return option_number_to_text(v);
@@ -80,6 +89,12 @@ std::string option_value_to_text(bool v) {
 }
 std::string option_value_to_text(ScoreFunc v) {
   return score_func_name(v);
+}
+std::string option_value_to_text(BalanceLossForm v) {
+  return balance_loss_form_name(v);
+}
+std::string option_value_to_text(const ForcedRouting& v) {
+  return forced_routing_name(v);
 }
 
 }  // namespace moe

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "model/config.hpp"
+#include "model/routing_config.hpp"
 
 namespace moe {
 
@@ -20,6 +21,9 @@ void option_value_from_text(const std::string& option, const std::string& text, 
 void option_value_from_text(const std::string& option, const std::string& text, std::string& out);
 void option_value_from_text(const std::string& option, const std::string& text, bool& out);
 void option_value_from_text(const std::string& option, const std::string& text, ScoreFunc& out);
+void option_value_from_text(const std::string& option, const std::string& text,
+                            BalanceLossForm& out);
+void option_value_from_text(const std::string& option, const std::string& text, ForcedRouting& out);
 
 // Shortest text that reads back to the same value (std::to_chars' guarantee).
 template <class T> std::string option_number_to_text(T value) {
@@ -35,5 +39,7 @@ std::string option_value_to_text(float v);
 std::string option_value_to_text(const std::string& v);
 std::string option_value_to_text(bool v);
 std::string option_value_to_text(ScoreFunc v);
+std::string option_value_to_text(BalanceLossForm v);
+std::string option_value_to_text(const ForcedRouting& v);
 
 }  // namespace moe

@@ -320,23 +320,6 @@ std::string options_help_text() {
   return out.str();
 }
 
-RoutingConfig run_routing_config(const RunConfig& cfg) {
-  RoutingConfig r;
-  // These name their option and its valid values.
-  with_value_excerpt(cfg.force_balance,
-                     [&r](const std::string& t) { r.forced = forced_routing_from_name(t); });
-  with_value_excerpt(cfg.balance_loss_form, [&r](const std::string& t) {
-    r.balance_form = balance_loss_form_from_name(t);
-  });
-  r.groups = cfg.routing_groups;
-  r.group_topk = cfg.group_topk;
-  r.bias_update_rate = cfg.bias_update_rate;
-  r.bias_update_center = cfg.bias_update_center;
-  r.seq_aux_loss_weight = cfg.seq_aux_loss_weight;
-  routing_config_validate(r, cfg.model);
-  return r;
-}
-
 void run_config_validate(const RunConfig& cfg) {
   preset_model(cfg.model_name);  // a known preset name, even when every field is overridden
   model_config_validate(cfg.model);
@@ -348,10 +331,11 @@ void run_config_validate(const RunConfig& cfg) {
                         "is UTF-8)");
     }
   }
-  run_routing_config(cfg);
+  routing_config_validate(cfg.routing, cfg.model);
   const ModelConfig& m = cfg.model;
-  if (!cfg.hash_table_path.empty() && m.hash_layers == 0) {
-    throw ConfigError("--hash-table '" + text_excerpt(cfg.hash_table_path, kPathExcerptBytes) +
+  if (!cfg.routing.hash_table_path.empty() && m.hash_layers == 0) {
+    throw ConfigError("--hash-table '" +
+                      text_excerpt(cfg.routing.hash_table_path, kPathExcerptBytes) +
                       "' given, but --hash-layers is 0: no layer would use it");
   }
   // The cosine runs from the end of the warmup to the horizon (lr_at_step): a horizon at most one

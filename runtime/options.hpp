@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/config.hpp"
-#include "model/router.hpp"
+#include "model/routing_config.hpp"
 
 namespace moe {
 
@@ -49,24 +49,17 @@ struct RunConfig {
   int lr_decay_steps = 0;                      // --lr-decay-steps: cosine horizon, 0 = --steps
   double weight_decay = 0.1;                   // --weight-decay: AdamW's decoupled decay
   double grad_clip = 1.0;                      // --grad-clip: global L2 norm, 0 = off
-  double bias_update_rate = 0.01;              // --bias-update-rate: γ, 0 = off (DeepSeek: 0.001)
-  double seq_aux_loss_weight = 0.0001;         // --seq-aux-loss-weight: α, 0 = off
-  bool bias_update_center = false;             // --bias-update-center: mean-centre the update
-  std::string balance_loss_form = "deepseek";  // --balance-loss-form: deepseek or maxtext
-  std::string force_balance = "none";          // --force-balance: none, round-robin, random
-  int routing_groups = 1;                      // --routing-groups: G, 1 = no group limit
-  int group_topk = 1;                          // --group-topk: M groups kept per token
-  std::string hash_table_path;                 // --hash-table: "" = seeded tables
-  bool check_bias = false;                     // --check-bias: verify bias equal on all ranks
-  bool overwrite = false;                      // --overwrite: replace an existing --stats file
-  int trace_every = 0;                         // --trace-every: routing traces, 0 = off
-  int checkpoint_every = 0;                    // --checkpoint-every: steps, 0 = off
-  std::string checkpoint_dir;                  // --checkpoint-dir: "" = beside the stats file
-  int keep_checkpoints = 2;                    // --keep-checkpoints: the newest K are kept
-  std::string resume;                          // --resume: a checkpoint or its directory
-  int ep = 0;                                  // --ep: P, 0 = default_ep_size(W, E)
-  int ranks_per_host = 0;                      // --ranks-per-host: N, 0 = auto (the launcher)
-  int threads = 0;                             // --threads: per rank, 0 = cores / ranks
+  RoutingConfig routing;       // the [routing] options, each field named as its option
+  bool check_bias = false;     // --check-bias: verify bias equal on all ranks
+  bool overwrite = false;      // --overwrite: replace an existing --stats file
+  int trace_every = 0;         // --trace-every: routing traces, 0 = off
+  int checkpoint_every = 0;    // --checkpoint-every: steps, 0 = off
+  std::string checkpoint_dir;  // --checkpoint-dir: "" = beside the stats file
+  int keep_checkpoints = 2;    // --keep-checkpoints: the newest K are kept
+  std::string resume;          // --resume: a checkpoint or its directory
+  int ep = 0;                  // --ep: P, 0 = default_ep_size(W, E)
+  int ranks_per_host = 0;      // --ranks-per-host: N, 0 = auto (the launcher)
+  int threads = 0;             // --threads: per rank, 0 = cores / ranks
 
   // Actions and provenance; not configuration, so not part of run_config_to_text.
   bool help = false;          // --help: the caller prints options_help_text() and exits
@@ -75,11 +68,6 @@ struct RunConfig {
   std::string config_note;    // what rank 0 says of the file (the old format), "" if nothing
   ResumePoint resume_point;   // set by options_parse when --resume is given
 };
-
-// The run's typed routing and balancing settings (model/router.hpp), parsed from the option
-// strings and validated against the model: throws ConfigError naming the option, quoting an
-// excerpt of a bad value. run_config_validate checks it; the run builds its routing from it.
-RoutingConfig run_routing_config(const RunConfig& cfg);
 
 // Whether the run evaluates a validation loss (--val-data is not none).
 inline bool has_val_data(const RunConfig& cfg) {

@@ -18,7 +18,7 @@ namespace {
 void refuse_input_file(const std::string& path, const RunConfig& cfg) {
   std::vector<std::pair<const char*, std::string>> inputs = {
       {"--config", cfg.config_path},
-      {"--hash-table", cfg.hash_table_path},
+      {"--hash-table", cfg.routing.hash_table_path},
       {"--resume", cfg.resume_point.checkpoint}};
   for (const char* kind : {"tokens:", "text:"}) {
     if (cfg.data.starts_with(kind)) {
@@ -55,8 +55,7 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
       top_k_(cfg.model.top_k),
       trace_every_(cfg.trace_every),
       experts_(cfg.model.experts),
-      groups_(routing.groups),
-      group_topk_(routing.group_topk),
+      routing_(routing.config),
       modes_(routing.modes) {
   if (rank != 0) return;
   const ModelConfig& m = cfg.model;
@@ -209,8 +208,9 @@ void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<flo
     int32_t* dst = unbiased + l * NK;
     if (modes_[l] != RoutingMode::kTopK) {
       std::copy_n(m.expert_idx.begin(), NK, dst);
-    } else if (groups_ > 1) {
-      route_topk_grouped(dst, m.scores.data(), nullptr, N, experts_, K, groups_, group_topk_);
+    } else if (routing_.routing_groups > 1) {
+      route_topk_grouped(dst, m.scores.data(), nullptr, N, experts_, K, routing_.routing_groups,
+                         routing_.group_topk);
     } else {
       route_topk(dst, m.scores.data(), nullptr, N, experts_, K);
     }

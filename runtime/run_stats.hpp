@@ -67,8 +67,9 @@ class RunStats {
   template <class F> void append_row(const std::string& row, F&& append);
 
   int rank_ = 0, world_size_ = 1, layers_ = 0, top_k_ = 0, trace_every_ = 0;
-  int experts_ = 0, groups_ = 1, group_topk_ = 1;  // for the traces' unbiased top-k
-  std::vector<RoutingMode> modes_;                 // [L]
+  int experts_ = 0;
+  RoutingConfig routing_;           // the run's, for the traces' unbiased top-k
+  std::vector<RoutingMode> modes_;  // [L]
   std::string path_;
   bool reserved_ = false;                         // path_ is a name stats_default_path reserved
   bool published_ = false;                        // publish() succeeded

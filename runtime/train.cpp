@@ -245,30 +245,21 @@ std::unique_ptr<TokenSource> val_source_open(const RunConfig& cfg, int W, TokenC
 
 RoutingState make_routing(const RunConfig& cfg) {
   const ModelConfig& mc = cfg.model;
-  const RoutingConfig routing = run_routing_config(cfg);
-  const ForcedRouting& forced = routing.forced;
-  const RoutingMode mode = !forced.forced       ? RoutingMode::kTopK  // natural routing
-                           : forced.round_robin ? RoutingMode::kRoundRobin
-                                                : RoutingMode::kRandom;
-  RoutingState r = routing_state_make(mc, mode, cfg.seed);
-  r.random_skew = forced.skew;
+  const std::string& path = cfg.routing.hash_table_path;
+  RoutingState r = routing_state_make(mc, cfg.routing, cfg.seed);
   // A resumed run takes its tables from the checkpoint.
-  if (!cfg.hash_table_path.empty() && mc.hash_layers > 0 && !cfg.resume_point.active()) {
-    r.hash_tables = hash_table_file_read(cfg.hash_table_path, mc.hash_layers, mc.vocab, mc.top_k);
+  if (!path.empty() && mc.hash_layers > 0 && !cfg.resume_point.active()) {
+    r.hash_tables = hash_table_file_read(path, mc.hash_layers, mc.vocab, mc.top_k);
     const size_t table = static_cast<size_t>(mc.vocab) * mc.top_k;
     for (int l = 0; l < mc.hash_layers; ++l) {
       try {
         hash_table_validate(&r.hash_tables[l * table], mc.vocab, mc.experts, mc.top_k);
       } catch (const std::exception& e) {
-        throw DataError("hash table file '" + cfg.hash_table_path + "', layer " +
-                        std::to_string(l) + ": " + e.what());
+        throw DataError("hash table file '" + path + "', layer " + std::to_string(l) + ": " +
+                        e.what());
       }
     }
   }
-  r.groups = routing.groups;
-  r.group_topk = routing.group_topk;
-  r.balance_alpha = routing.seq_aux_loss_weight;
-  r.balance_form = routing.balance_form;
   return r;
 }
 

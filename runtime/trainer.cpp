@@ -405,12 +405,13 @@ void Trainer::optimize(StepRecord& rec, int step) {
   adamw_update(experts_, std::span<const float>(d_experts_).first(experts_.size()), adam_experts_,
                layout_.experts, adam_, lr, clip_scale, step + 1);
   const int E = mc_.experts;
-  if (cfg_.bias_update_rate > 0) {
+  const RoutingConfig& rc = routing_.config;
+  if (rc.bias_update_rate > 0) {
     for (int l = 0; l < mc_.layers; ++l) {
       if (routing_.modes[l] != RoutingMode::kTopK) continue;
       bias_update(std::span<float>(&routing_.bias[static_cast<size_t>(l) * E], E),
                   std::span<const int64_t>(&rec.expert_load[static_cast<size_t>(l) * E], E),
-                  cfg_.bias_update_rate, cfg_.bias_update_center);
+                  rc.bias_update_rate, rc.bias_update_center);
     }
   }
   if (cfg_.check_bias) check_bias_consistent(world_, routing_.bias, step);

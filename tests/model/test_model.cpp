@@ -63,12 +63,15 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
       for (size_t i = 0; i < e.count; ++i) dense[e.offset + i] = 1.0 + 0.1 * std::sin(i + 1.0);
     }
   }
-  RoutingState routing = routing_state_make(c, mc.forced, 3);
+  RoutingConfig rc;
+  rc.force_balance.forced = mc.forced != RoutingMode::kTopK;
+  rc.force_balance.round_robin = mc.forced == RoutingMode::kRoundRobin;
+  rc.seq_aux_loss_weight = mc.alpha;  // large, so its gradient is visible at the 1e-6 level
+  rc.balance_loss_form = mc.form;
+  rc.routing_groups = mc.groups;
+  rc.group_topk = mc.group_topk;
+  RoutingState routing = routing_state_make(c, rc, 3);
   for (size_t i = 0; i < routing.bias.size(); ++i) routing.bias[i] = 0.01f * (i % 3);
-  routing.balance_alpha = mc.alpha;  // large, so its gradient is visible at the 1e-6 level
-  routing.balance_form = mc.form;
-  routing.groups = mc.groups;
-  routing.group_topk = mc.group_topk;
 
   const testing_util::RandomBatch data(c, 5);
   const ModelBatch& batch = data.batch;

@@ -67,8 +67,9 @@ StepResult train_step(int threads) {
   std::vector<float> dense(layout.dense.num_elements), experts(layout.experts.num_elements);
   param_init(std::span<float>(dense), layout.dense, 11);
   param_init(std::span<float>(experts), layout.experts, 11);
-  RoutingState routing = routing_state_make(c, RoutingMode::kTopK, 11);
-  routing.balance_alpha = 1e-2;
+  RoutingConfig balanced;
+  balanced.seq_aux_loss_weight = 1e-2;
+  const RoutingState routing = routing_state_make(c, balanced, 11);
 
   const testing_util::RandomBatch data(c, 11);
   const ModelBatch& batch = data.batch;

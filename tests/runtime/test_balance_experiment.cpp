@@ -25,8 +25,8 @@ RunConfig maxtext_pr_regime(double bias_rate, double aux_weight) {
   cfg.steps = 21;
   cfg.lr = 3e-5;
   cfg.warmup_steps = 2;
-  cfg.bias_update_rate = bias_rate;
-  cfg.seq_aux_loss_weight = aux_weight;
+  cfg.routing.bias_update_rate = bias_rate;
+  cfg.routing.seq_aux_loss_weight = aux_weight;
   cfg.threads = 1;
   cfg.stats_path = kNoStats;
   return cfg;

@@ -84,11 +84,7 @@ void expect_run_eq(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.warmup_steps, b.warmup_steps);
   EXPECT_EQ(a.weight_decay, b.weight_decay);
   EXPECT_EQ(a.grad_clip, b.grad_clip);
-  EXPECT_EQ(a.bias_update_rate, b.bias_update_rate);
-  EXPECT_EQ(a.seq_aux_loss_weight, b.seq_aux_loss_weight);
-  EXPECT_EQ(a.force_balance, b.force_balance);
-  EXPECT_EQ(a.hash_table_path, b.hash_table_path);
-  EXPECT_EQ(a.balance_loss_form, b.balance_loss_form);
+  EXPECT_EQ(a.routing, b.routing);  // every [routing] option
   EXPECT_EQ(a.ep, b.ep);
   EXPECT_EQ(a.threads, b.threads);
 }
@@ -133,9 +129,9 @@ TEST(Options, DefaultsAreThePreset) {
   EXPECT_EQ(cfg.steps, 200);
   EXPECT_EQ(cfg.seed, 1234u);
   EXPECT_EQ(cfg.data, "synthetic");
-  EXPECT_EQ(cfg.bias_update_rate, 0.01);
-  EXPECT_EQ(cfg.seq_aux_loss_weight, 0.0001);
-  EXPECT_EQ(cfg.force_balance, "none");
+  EXPECT_EQ(cfg.routing.bias_update_rate, 0.01);
+  EXPECT_EQ(cfg.routing.seq_aux_loss_weight, 0.0001);
+  EXPECT_EQ(forced_routing_name(cfg.routing.force_balance), "none");
   EXPECT_EQ(cfg.ep, 0);
   EXPECT_EQ(cfg.threads, 0);
   EXPECT_FALSE(cfg.help);
@@ -153,22 +149,22 @@ TEST(Options, CommandLineOverridesPreset) {
   EXPECT_EQ(cfg.model.score_func, ScoreFunc::kSigmoid);
   EXPECT_EQ(cfg.model.swiglu_limit, -1.0f);
   EXPECT_EQ(cfg.seed, 18446744073709551615u);
-  EXPECT_EQ(cfg.force_balance, "round-robin");
+  EXPECT_EQ(forced_routing_name(cfg.routing.force_balance), "round-robin");
   EXPECT_EQ(cfg.stats_path, "out.h5");
   EXPECT_EQ(cfg.model.d_model, 128);  // untouched fields keep the preset's value
 }
 
 TEST(Options, FlagsAloneMeanTrueAndTakeExplicitValues) {
-  EXPECT_FALSE(parse({}).bias_update_center);
-  EXPECT_TRUE(parse({"--bias-update-center"}).bias_update_center);
+  EXPECT_FALSE(parse({}).routing.bias_update_center);
+  EXPECT_TRUE(parse({"--bias-update-center"}).routing.bias_update_center);
   EXPECT_TRUE(parse({"--check-bias", "--steps", "3"}).check_bias);
   EXPECT_FALSE(parse({"--overwrite=false"}).overwrite);
   const RunConfig cfg =
       parse({"--balance-loss-form", "maxtext", "--routing-groups", "2", "--group-topk", "1",
              "--force-balance", "random", "--trace-every", "5"});
-  EXPECT_EQ(cfg.balance_loss_form, "maxtext");
-  EXPECT_EQ(cfg.routing_groups, 2);
-  EXPECT_EQ(cfg.force_balance, "random");
+  EXPECT_EQ(cfg.routing.balance_loss_form, BalanceLossForm::kMaxText);
+  EXPECT_EQ(cfg.routing.routing_groups, 2);
+  EXPECT_EQ(forced_routing_name(cfg.routing.force_balance), "random");
   EXPECT_EQ(cfg.trace_every, 5);
 }
 
@@ -483,7 +479,7 @@ TEST(Options, AwkwardValuesRoundTripThroughConfigFile) {
     const std::string text = run_config_to_text(original);
     const RunConfig reread = parse({"--config", write_file(dir, "awkward.cfg", text)});
     EXPECT_EQ(reread.stats_path, value) << text;
-    EXPECT_EQ(reread.hash_table_path, value);
+    EXPECT_EQ(reread.routing.hash_table_path, value);
     EXPECT_EQ(reread.data, original.data);
     expect_run_eq(reread, original);
     EXPECT_EQ(run_config_to_text(reread), text);

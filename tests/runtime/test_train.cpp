@@ -165,7 +165,7 @@ TEST(TrainDeterminism, SameCommandGivesBitwiseIdenticalRun) {
 TEST(TrainBias, IdenticalOnEveryRank) {
   const Comm world = Comm::world();
   RunConfig cfg = micro_run(12, 2 * world.size(), world.size());
-  cfg.bias_update_rate = 0.01;
+  cfg.routing.bias_update_rate = 0.01;
   const TrainSummary s = train_run(cfg, world, true);
   std::vector<float> bias = s.steps.back().bias;
   std::vector<float> root = bias;
