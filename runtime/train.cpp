@@ -19,6 +19,7 @@
 #include "comm/host_layout.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/hash_table_file.hpp"
+#include "io/stats_path.hpp"
 #include "io/synthetic_data.hpp"
 #include "io/token_data.hpp"
 #include "model/balance.hpp"
