@@ -22,6 +22,7 @@
 #include "io/stats_path.hpp"
 #include "io/synthetic_data.hpp"
 #include "io/token_data.hpp"
+#include "io/token_source.hpp"
 #include "model/balance.hpp"
 #include "model/blas.hpp"
 #include "model/gemm/gemm.hpp"
