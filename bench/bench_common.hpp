@@ -1,6 +1,7 @@
 // Helpers shared by the benchmark programs of bench/: summary statistics of repeated timings (the
 // median and the spread), the machine and BLAS banner every program prints first, the thread
-// count per rank, a minimal `--name value` argument reader, and the MPI `main` of every program.
+// count per rank, the reference sgemm call, a minimal `--name value` argument reader, and the MPI
+// `main` of every program.
 // Benchmarks are programs, not tests (STYLE.md): nothing here asserts a speed.
 #pragma once
 
@@ -85,6 +86,15 @@ inline int set_blas_threads(const Comm& world, int requested) {
 // OpenBLAS's own threads for the plain cblas_sgemm references (the model does not use OpenBLAS).
 inline void blas_set_library_threads(int n) {
   openblas_set_num_threads(std::max(1, n));
+}
+
+// The reference GEMM: OpenBLAS's sgemm on packed row-major matrices, C[M,N] = op(A)[M,K]·op(B)[K,N]
+// + beta·C, in moe::gemm's argument order (ta, tb: op transposes; each leading dimension is its
+// matrix's row length as stored).
+inline void reference_sgemm(bool ta, bool tb, int M, int N, int K, const float* A, const float* B,
+                            float beta, float* C) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+              K, 1.0f, A, ta ? M : K, B, tb ? K : N, beta, C, N);
 }
 
 // The OpenBLAS the references run on: its configuration and the core it chose.

@@ -31,7 +31,6 @@
 // Legend: M, N, K GEMM dimensions in sgemm/...; rows, in, out of a linear layer; D model width,
 // F expert width, Fs shared width, E experts, K experts per token (model legend elsewhere).
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -81,93 +80,110 @@ void use_model_threads() {
   moe::bench::blas_set_library_threads(1);
 }
 
-// ---- plain GEMMs ------------------------------------------------------------------------------
+// ---- GEMMs: one body, one row of data per case ------------------------------------------------
 
-void BM_sgemm(benchmark::State& state) {
-  use_cblas_threads();
+// Which threads a case runs on (use_cblas_threads / use_model_threads).
+enum class Threads { kCblas, kModel };
+
+// Forward: out = in·w. Backward: d_in += d_out·wᵀ and d_w += inᵀ·d_out, twice the FLOPs.
+enum class Pass { kForward, kBackward };
+
+// C[M,N] = A[M,K]·B[K,N] in a linear layer's names: A = in, B = w, C = out (M rows, K in, N out).
+// Only the pass's buffers are allocated; the outputs start at zero.
+struct GemmOperands {
+  int M = 0, K = 0, N = 0;
+  std::vector<float> in, w;             // in[M,K], w[K,N]
+  std::vector<float> out;               // [M,N], forward
+  std::vector<float> d_out, d_in, d_w;  // d_out[M,N], d_in[M,K], d_w[K,N], backward
+};
+
+GemmOperands gemm_operands(int M, int K, int N, Pass pass) {
+  GemmOperands o;
+  o.M = M, o.K = K, o.N = N;
+  o.in = random_matrix(size_t{1} * M * K, 1);
+  o.w = random_matrix(size_t{1} * K * N, 2);
+  if (pass == Pass::kForward) {
+    o.out.resize(size_t{1} * M * N);
+  } else {
+    o.d_out = random_matrix(size_t{1} * M * N, 3);
+    o.d_in.resize(size_t{1} * M * K);
+    o.d_w.resize(size_t{1} * K * N);
+  }
+  return o;
+}
+
+void run_sgemm(GemmOperands& o) {
+  reference_sgemm(false, false, o.M, o.N, o.K, o.in.data(), o.w.data(), 0.0f, o.out.data());
+}
+void run_gemm_checked(GemmOperands& o) {
+  gemm<float>(false, false, o.M, o.N, o.K, 1.0f, o.in.data(), o.w.data(), 0.0f, o.out.data());
+}
+void run_linear_forward(GemmOperands& o) {
+  linear_forward(o.out.data(), o.in.data(), o.w.data(), o.M, o.K, o.N);
+}
+void run_linear_backward(GemmOperands& o) {
+  linear_backward(o.d_in.data(), o.d_w.data(), o.d_out.data(), o.in.data(), o.w.data(), o.M, o.K,
+                  o.N);
+}
+// linear_backward's two products as plain cblas_sgemm calls.
+void run_sgemm_bwd_pair(GemmOperands& o) {
+  reference_sgemm(false, true, o.M, o.K, o.N, o.d_out.data(), o.w.data(), 1.0f, o.d_in.data());
+  reference_sgemm(true, false, o.K, o.N, o.M, o.in.data(), o.d_out.data(), 1.0f, o.d_w.data());
+}
+
+using Registered = benchmark::internal::Benchmark;
+
+// The sgemm grid: M = 256..2048, K, N in {128, 256, 2048}.
+void sgemm_grid(Registered* b) {
+  b->ArgNames({"M", "K", "N"})
+      ->ArgsProduct({{256, 512, 1024, 2048}, {128, 256, 2048}, {128, 256, 2048}});
+}
+void gemm_checked_shapes(Registered* b) {
+  b->ArgNames({"M", "K", "N"})
+      ->Args({256, 128, 128})
+      ->Args({256, 128, 2048})
+      ->Args({2048, 2048, 2048});
+}
+// Expert shapes (rows of one expert at 1 and 8 ranks' worth of tokens), attention/shared (256
+// rows), and the LM head (128 -> 2048).
+void linear_shapes(Registered* b) {
+  b->ArgNames({"rows", "in", "out"})
+      ->Args({96, 128, 128})
+      ->Args({256, 128, 128})
+      ->Args({768, 128, 128})
+      ->Args({2048, 128, 128})
+      ->Args({256, 128, 2048});
+}
+
+struct GemmCase {
+  const char* name;
+  Threads threads;
+  Pass pass;
+  void (*run)(GemmOperands&);
+  void (*shapes)(Registered*);  // its arguments: (M, K, N) or (rows, in, out), the same order
+};
+
+// In the benchmark list's order: each linear-layer routine is followed by its cblas_sgemm calls.
+const GemmCase kGemmCases[] = {
+    {"sgemm", Threads::kCblas, Pass::kForward, run_sgemm, sgemm_grid},
+    {"gemm_checked", Threads::kModel, Pass::kForward, run_gemm_checked, gemm_checked_shapes},
+    {"linear_fwd", Threads::kModel, Pass::kForward, run_linear_forward, linear_shapes},
+    {"sgemm_nn", Threads::kCblas, Pass::kForward, run_sgemm, linear_shapes},
+    {"linear_bwd", Threads::kModel, Pass::kBackward, run_linear_backward, linear_shapes},
+    {"sgemm_bwd_pair", Threads::kCblas, Pass::kBackward, run_sgemm_bwd_pair, linear_shapes},
+};
+
+void BM_gemm(benchmark::State& state, const GemmCase& c) {
+  c.threads == Threads::kCblas ? use_cblas_threads() : use_model_threads();
   const int M = static_cast<int>(state.range(0)), K = static_cast<int>(state.range(1)),
             N = static_cast<int>(state.range(2));
-  const auto A = random_matrix(size_t{1} * M * K, 1), B = random_matrix(size_t{1} * K * N, 2);
-  std::vector<float> C(size_t{1} * M * N);
+  GemmOperands o = gemm_operands(M, K, N, c.pass);
+  const float* const result = c.pass == Pass::kForward ? o.out.data() : o.d_w.data();
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A.data(), K, B.data(), N,
-                0.0f, C.data(), N);
-    benchmark::DoNotOptimize(C.data());
+    c.run(o);
+    benchmark::DoNotOptimize(result);
   }
-  set_flops(state, 2.0 * M * N * K);
-}
-
-void BM_gemm_checked(benchmark::State& state) {
-  use_model_threads();
-  const int M = static_cast<int>(state.range(0)), K = static_cast<int>(state.range(1)),
-            N = static_cast<int>(state.range(2));
-  const auto A = random_matrix(size_t{1} * M * K, 1), B = random_matrix(size_t{1} * K * N, 2);
-  std::vector<float> C(size_t{1} * M * N);
-  for (auto _ : state) {
-    gemm<float>(false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data());
-    benchmark::DoNotOptimize(C.data());
-  }
-  set_flops(state, 2.0 * M * N * K);
-}
-
-// ---- linear layer against the same cblas calls ------------------------------------------------
-
-void BM_linear_fwd(benchmark::State& state) {
-  use_model_threads();
-  const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
-            O = static_cast<int>(state.range(2));
-  const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
-  std::vector<float> out(size_t{1} * rows * O);
-  for (auto _ : state) {
-    linear_forward(out.data(), in.data(), w.data(), rows, I, O);
-    benchmark::DoNotOptimize(out.data());
-  }
-  set_flops(state, 2.0 * rows * I * O);
-}
-
-void BM_sgemm_nn(benchmark::State& state) {
-  use_cblas_threads();
-  const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
-            O = static_cast<int>(state.range(2));
-  const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
-  std::vector<float> out(size_t{1} * rows * O);
-  for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, O, I, 1.0f, in.data(), I, w.data(),
-                O, 0.0f, out.data(), O);
-    benchmark::DoNotOptimize(out.data());
-  }
-  set_flops(state, 2.0 * rows * I * O);
-}
-
-void BM_linear_bwd(benchmark::State& state) {
-  use_model_threads();
-  const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
-            O = static_cast<int>(state.range(2));
-  const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
-  const auto d_out = random_matrix(size_t{1} * rows * O, 3);
-  std::vector<float> d_in(size_t{1} * rows * I), d_w(size_t{1} * I * O);
-  for (auto _ : state) {
-    linear_backward(d_in.data(), d_w.data(), d_out.data(), in.data(), w.data(), rows, I, O);
-    benchmark::DoNotOptimize(d_w.data());
-  }
-  set_flops(state, 4.0 * rows * I * O);
-}
-
-void BM_sgemm_bwd_pair(benchmark::State& state) {
-  use_cblas_threads();
-  const int rows = static_cast<int>(state.range(0)), I = static_cast<int>(state.range(1)),
-            O = static_cast<int>(state.range(2));
-  const auto in = random_matrix(size_t{1} * rows * I, 1), w = random_matrix(size_t{1} * I * O, 2);
-  const auto d_out = random_matrix(size_t{1} * rows * O, 3);
-  std::vector<float> d_in(size_t{1} * rows * I), d_w(size_t{1} * I * O);
-  for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, I, O, 1.0f, d_out.data(), O,
-                w.data(), O, 1.0f, d_in.data(), I);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, I, O, rows, 1.0f, in.data(), I,
-                d_out.data(), O, 1.0f, d_w.data(), O);
-    benchmark::DoNotOptimize(d_w.data());
-  }
-  set_flops(state, 4.0 * rows * I * O);
+  set_flops(state, (c.pass == Pass::kForward ? 2.0 : 4.0) * M * N * K);
 }
 
 // ---- SwiGLU, the elementwise work between the expert GEMMs
@@ -303,14 +319,11 @@ void BM_moe_layer_gemms(benchmark::State& state) {
   std::vector<float> Y(X.size()), G(size_t{1} * width * width);
   // out[m,n] = A[m,k]·B[k,n] and its two backward GEMMs, as linear_forward / linear_backward.
   auto fwd = [&](int m, int k, int n) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, X.data(), k, Wt.data(), n,
-                0.0f, Y.data(), n);
+    reference_sgemm(false, false, m, n, k, X.data(), Wt.data(), 0.0f, Y.data());
   };
   auto bwd = [&](int m, int k, int n) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, k, n, 1.0f, X.data(), n, Wt.data(), n,
-                1.0f, Y.data(), k);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, m, 1.0f, X.data(), k, X.data(), n,
-                1.0f, G.data(), n);
+    reference_sgemm(false, true, m, k, n, X.data(), Wt.data(), 1.0f, Y.data());
+    reference_sgemm(true, false, k, n, m, X.data(), X.data(), 1.0f, G.data());
   };
   for (auto _ : state) {
     fwd(N, D, E);  // router (a fixed-order loop in the layer, a GEMM here)
@@ -339,36 +352,15 @@ void BM_moe_layer_gemms(benchmark::State& state) {
 }
 
 void register_all() {
-  auto common = [](benchmark::internal::Benchmark* b) {
+  auto common = [](Registered* b) {
     b->UseRealTime()->MinTime(kMinTime)->Repetitions(kRepetitions)->ReportAggregatesOnly(true);
   };
-  auto* sgemm = benchmark::RegisterBenchmark("sgemm", BM_sgemm);
-  sgemm->ArgNames({"M", "K", "N"})
-      ->ArgsProduct({{256, 512, 1024, 2048}, {128, 256, 2048}, {128, 256, 2048}});
-  common(sgemm);
-  auto* checked = benchmark::RegisterBenchmark("gemm_checked", BM_gemm_checked);
-  checked->ArgNames({"M", "K", "N"})
-      ->Args({256, 128, 128})
-      ->Args({256, 128, 2048})
-      ->Args({2048, 2048, 2048});
-  common(checked);
-  // Expert shapes (rows of one expert at 1 and 8 ranks' worth of tokens), attention/shared (256
-  // rows), and the LM head (128 -> 2048).
-  using Fn = void (*)(benchmark::State&);
-  const std::pair<const char*, Fn> linear[] = {{"linear_fwd", BM_linear_fwd},
-                                               {"sgemm_nn", BM_sgemm_nn},
-                                               {"linear_bwd", BM_linear_bwd},
-                                               {"sgemm_bwd_pair", BM_sgemm_bwd_pair}};
-  for (const auto& [name, fn] : linear) {
-    auto* b = benchmark::RegisterBenchmark(name, fn);
-    b->ArgNames({"rows", "in", "out"})
-        ->Args({96, 128, 128})
-        ->Args({256, 128, 128})
-        ->Args({768, 128, 128})
-        ->Args({2048, 128, 128})
-        ->Args({256, 128, 2048});
+  for (const GemmCase& c : kGemmCases) {
+    auto* b = benchmark::RegisterBenchmark(c.name, BM_gemm, c);
+    c.shapes(b);
     common(b);
   }
+  using Fn = void (*)(benchmark::State&);
   // n = R·F: the routed rows of 256 and 2048 tokens (K = 3, F = 128).
   for (const auto& [name, fn] : {std::pair<const char*, Fn>{"swiglu_fwd", BM_swiglu_fwd},
                                  std::pair<const char*, Fn>{"swiglu_bwd", BM_swiglu_bwd}}) {

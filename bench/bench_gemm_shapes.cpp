@@ -89,9 +89,7 @@ void ours(const Shape& s, Operands& o) {
 }
 
 void openblas(const Shape& s, Operands& o) {
-  cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
-              s.M, s.N, s.K, 1.0f, o.A.data(), s.ta ? s.M : s.K, o.B.data(), s.tb ? s.K : s.N,
-              s.beta, o.C.data(), s.N);
+  reference_sgemm(s.ta, s.tb, s.M, s.N, s.K, o.A.data(), o.B.data(), s.beta, o.C.data());
 }
 
 // One table row: both libraries, alternating, `repeats` times.

@@ -8,8 +8,6 @@
 // N = B·S tokens per rank, W ranks, P EP group size; a GEMM is C[M,N] = op(A)[M,K]·op(B)[K,N].
 #pragma once
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -72,11 +70,8 @@ inline double gemm_replay_seconds(const std::vector<GemmCall>& list, int reps) {
   std::vector<float> A(a, 0.5f), Bm(b, 0.25f), C(c, 0.0f);
   auto replay = [&] {
     for (const GemmCall& g : list) {
-      const int lda = g.trans_a ? g.M : g.K, ldb = g.trans_b ? g.K : g.N;
       for (int i = 0; i < g.count; ++i) {
-        cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
-                    g.trans_b ? CblasTrans : CblasNoTrans, g.M, g.N, g.K, 1.0f, A.data(), lda,
-                    Bm.data(), ldb, 1.0f, C.data(), g.N);
+        reference_sgemm(g.trans_a, g.trans_b, g.M, g.N, g.K, A.data(), Bm.data(), 1.0f, C.data());
       }
     }
   };
@@ -96,8 +91,7 @@ inline double sgemm_rate(int M, int K, int N, int reps) {
   std::vector<double> t;
   for (int r = 0; r <= reps; ++r) {
     const double t0 = MPI_Wtime();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A.data(), K, Bm.data(), N,
-                0.0f, C.data(), N);
+    reference_sgemm(false, false, M, N, K, A.data(), Bm.data(), 0.0f, C.data());
     if (r > 0) t.push_back(MPI_Wtime() - t0);
   }
   return 2.0 * M * N * K / spread_of(t).median;

@@ -71,22 +71,12 @@ void check_rows(std::span<const T> rows, long long num_rows, int D, const char* 
 
 }  // namespace
 
-template <class T>
-void EpExchange::post(Direction direction, std::span<const T> from, std::span<T> to,
-                      const DispatchPlan& plan, int D, int parts) {
-  const ExpertPlacement& pl = plan.placement;
-  const int P = ep_.size(), me = ep_.rank(), max_local = pl.max_local();
-  const size_t blocks = static_cast<size_t>(P) * max_local;
-  if ((parts & (kReceives | kOwnBlocks)) != 0 && plan.recv_block_offsets.size() != blocks) {
-    throw std::logic_error("EpExchange: the plan's receive side is not set (dispatch_counted)");
-  }
-  const int tag_base = direction == Direction::kToExperts ? 0 : combine_tag_base(max_local);
-  const int whole_tag = tag_base + max_local;
-  const bool to_experts = direction == Direction::kToExperts;
-  const size_t Dz = static_cast<size_t>(D), row_bytes = Dz * sizeof(T);
+// What one post() shares among its parts: the plan, the direction's tags, how each pair travels,
+// and how much of the staging area its messages hold so far.
+struct EpExchange::Posting {
   // The pair (this rank, peer) in this direction. On the source, its rows for the owner's experts
   // are one contiguous range of the send order; on the owner they are one block per local expert.
-  // A pair whose rows are few (under whole_message_bytes_), or in one block, travels as one
+  // A pair whose rows are few (under whole_message_bytes), or in one block, travels as one
   // message: the owner sends it gathered from, or receives it into, its staging area and copies
   // the blocks out or in. Otherwise each block is a message of its own, straight from its place to
   // its place. Both ends decide alike: they hold the same counts.
@@ -96,7 +86,18 @@ void EpExchange::post(Direction direction, std::span<const T> from, std::span<T>
     int blocks = 0;  // non-empty ones
     bool whole = true;
   };
-  auto pair_of = [&](int peer, bool i_am_owner) {
+
+  const DispatchPlan& plan;
+  int P, me, max_local;
+  bool to_experts;
+  int tag_base;   // a block's message has tag_base + its local expert
+  int whole_tag;  // a whole pair's message
+  size_t Dz, row_bytes;
+  size_t whole_message_bytes;
+  size_t staged;  // bytes of staging_ in use
+
+  Pair pair_of(int peer, bool i_am_owner) const {
+    const ExpertPlacement& pl = plan.placement;
     Pair pr{i_am_owner ? peer : me, i_am_owner ? me : peer};
     const size_t base = static_cast<size_t>(i_am_owner ? peer : pr.owner) * max_local;
     for (int i = 0; i < pl.num_local(pr.owner); ++i) {
@@ -105,80 +106,123 @@ void EpExchange::post(Direction direction, std::span<const T> from, std::span<T>
       pr.rows += rows;
       pr.blocks += rows > 0;
     }
-    pr.whole = pr.blocks <= 1 || static_cast<double>(pr.rows) * row_bytes < whole_message_bytes_;
+    pr.whole = pr.blocks <= 1 || static_cast<double>(pr.rows) * row_bytes < whole_message_bytes;
     return pr;
-  };
+  }
   // Block i of the pair: its rows, and its element offset on this rank.
-  auto block = [&](const Pair& pr, bool i_am_owner, int i) {
+  std::pair<int, size_t> block(const Pair& pr, bool i_am_owner, int i) const {
     if (i_am_owner) {
       const size_t b = static_cast<size_t>(pr.source) * max_local + i;
       return std::pair<int, size_t>(plan.recv_counts_by_source[b], Dz * plan.recv_block_offsets[b]);
     }
     const size_t b = static_cast<size_t>(pr.owner) * max_local + i;
     return std::pair<int, size_t>(plan.count_message[b], Dz * plan.send_block_offsets[b]);
-  };
-  std::byte* staging = staging_.data();
-  size_t staged = 0;  // bytes of staging_ in use
-  auto exchange = [&](int peer, bool receive) {
-    const bool i_am_owner = to_experts == receive;
-    const Pair pr = pair_of(peer, i_am_owner);
-    if (pr.rows == 0) return;
-    const int experts = pl.num_local(pr.owner);
-    if (!pr.whole) {
-      for (int i = 0; i < experts; ++i) {
-        const auto [rows, at] = block(pr, i_am_owner, i);
-        if (rows == 0) continue;
-        const size_t n = Dz * rows;
-        pending_.push_back(receive ? ep_.irecv(to.subspan(at, n), peer, tag_base + i)
-                                   : ep_.isend(from.subspan(at, n), peer, tag_base + i));
-      }
-      return;
-    }
-    const size_t n = Dz * pr.rows;
-    if (!i_am_owner || pr.blocks == 1) {  // one contiguous range on this rank
-      size_t at = 0;
-      for (int i = 0; i < experts; ++i) {
-        const auto [rows, offset] = block(pr, i_am_owner, i);
-        if (rows > 0) {
-          at = offset;
-          break;
-        }
-      }
-      pending_.push_back(receive ? ep_.irecv(to.subspan(at, n), peer, whole_tag)
-                                 : ep_.isend(from.subspan(at, n), peer, whole_tag));
-      return;
-    }
-    // The owner's blocks through the staging area: gathered before the send, or copied out of it
-    // once the receive completes (wait_pending).
-    std::span<T> area(reinterpret_cast<T*>(staging + staged), n);
-    size_t offset = 0;
+  }
+};
+
+template <class T>
+void EpExchange::post(Direction direction, std::span<const T> from, std::span<T> to,
+                      const DispatchPlan& plan, int D, int parts) {
+  const int P = ep_.size(), max_local = plan.placement.max_local();
+  const size_t blocks = static_cast<size_t>(P) * max_local;
+  if ((parts & (kReceives | kOwnBlocks)) != 0 && plan.recv_block_offsets.size() != blocks) {
+    throw std::logic_error("EpExchange: the plan's receive side is not set (dispatch_counted)");
+  }
+  const bool to_experts = direction == Direction::kToExperts;
+  const int tag_base = to_experts ? 0 : combine_tag_base(max_local);
+  const size_t Dz = static_cast<size_t>(D);
+  Posting posting{.plan = plan,
+                  .P = P,
+                  .me = ep_.rank(),
+                  .max_local = max_local,
+                  .to_experts = to_experts,
+                  .tag_base = tag_base,
+                  .whole_tag = tag_base + max_local,
+                  .Dz = Dz,
+                  .row_bytes = Dz * sizeof(T),
+                  .whole_message_bytes = whole_message_bytes_,
+                  .staged = 0};
+  // Receives first, so that rows arriving early land in place.
+  if ((parts & kReceives) != 0) post_receives(posting, to);
+  if ((parts & kSends) != 0) post_sends(posting, from);
+  if ((parts & kOwnBlocks) != 0) copy_own_blocks(posting, from, to);
+}
+
+// Peers in the order me ± 1, ± 2, ... so that no rank is every rank's first destination.
+template <class T> void EpExchange::post_receives(Posting& posting, std::span<T> to) {
+  const int P = posting.P, me = posting.me;
+  for (int k = 1; k < P; ++k) post_pair<T>(posting, (me - k + P) % P, /*receive=*/true, {}, to);
+}
+
+template <class T> void EpExchange::post_sends(Posting& posting, std::span<const T> from) {
+  const int P = posting.P, me = posting.me;
+  for (int k = 1; k < P; ++k) post_pair<T>(posting, (me + k) % P, /*receive=*/false, from, {});
+}
+
+template <class T>
+void EpExchange::post_pair(Posting& posting, int peer, bool receive, std::span<const T> from,
+                           std::span<T> to) {
+  const bool i_am_owner = posting.to_experts == receive;
+  const Posting::Pair pr = posting.pair_of(peer, i_am_owner);
+  if (pr.rows == 0) return;
+  const int experts = posting.plan.placement.num_local(pr.owner);
+  const size_t Dz = posting.Dz;
+  if (!pr.whole) {
     for (int i = 0; i < experts; ++i) {
-      const auto [rows, at] = block(pr, i_am_owner, i);
-      if (rows == 0) continue;  // an empty block's offset may be one past the buffer's end
-      const size_t bytes = row_bytes * rows;
-      if (receive) {
-        scatters_.push_back({staged + offset, reinterpret_cast<std::byte*>(&to[at]), bytes});
-      } else {
-        std::memcpy(staging + staged + offset, &from[at], bytes);
-      }
-      offset += bytes;
+      const auto [rows, at] = posting.block(pr, i_am_owner, i);
+      if (rows == 0) continue;
+      const size_t n = Dz * rows;
+      const int tag = posting.tag_base + i;
+      pending_.push_back(receive ? ep_.irecv(to.subspan(at, n), peer, tag)
+                                 : ep_.isend(from.subspan(at, n), peer, tag));
     }
-    staged += n * sizeof(T);
-    pending_.push_back(receive ? ep_.irecv(area, peer, whole_tag)
-                               : ep_.isend(std::span<const T>(area), peer, whole_tag));
-  };
-  // Receives first, so that rows arriving early land in place; peers in the order me ± 1, ± 2,
-  // ... so that no rank is every rank's first destination.
-  if ((parts & kReceives) != 0) {
-    for (int k = 1; k < P; ++k) exchange((me - k + P) % P, true);
+    return;
   }
-  if ((parts & kSends) != 0) {
-    for (int k = 1; k < P; ++k) exchange((me + k) % P, false);
+  const size_t n = Dz * pr.rows;
+  const int whole_tag = posting.whole_tag;
+  if (!i_am_owner || pr.blocks == 1) {  // one contiguous range on this rank
+    size_t at = 0;
+    for (int i = 0; i < experts; ++i) {
+      const auto [rows, offset] = posting.block(pr, i_am_owner, i);
+      if (rows > 0) {
+        at = offset;
+        break;
+      }
+    }
+    pending_.push_back(receive ? ep_.irecv(to.subspan(at, n), peer, whole_tag)
+                               : ep_.isend(from.subspan(at, n), peer, whole_tag));
+    return;
   }
-  if ((parts & kOwnBlocks) == 0) return;
-  // This rank's own blocks, while the messages travel.
+  // The owner's blocks through the staging area: gathered before the send, or copied out of it
+  // once the receive completes (wait_pending).
+  std::byte* staging = staging_.data();
+  const size_t staged = posting.staged;
+  std::span<T> area(reinterpret_cast<T*>(staging + staged), n);
+  size_t offset = 0;
+  for (int i = 0; i < experts; ++i) {
+    const auto [rows, at] = posting.block(pr, i_am_owner, i);
+    if (rows == 0) continue;  // an empty block's offset may be one past the buffer's end
+    const size_t bytes = posting.row_bytes * rows;
+    if (receive) {
+      scatters_.push_back({staged + offset, reinterpret_cast<std::byte*>(&to[at]), bytes});
+    } else {
+      std::memcpy(staging + staged + offset, &from[at], bytes);
+    }
+    offset += bytes;
+  }
+  posting.staged += n * sizeof(T);
+  pending_.push_back(receive ? ep_.irecv(area, peer, whole_tag)
+                             : ep_.isend(std::span<const T>(area), peer, whole_tag));
+}
+
+// This rank's own blocks, while the messages travel.
+template <class T>
+void EpExchange::copy_own_blocks(const Posting& posting, std::span<const T> from, std::span<T> to) {
+  const DispatchPlan& plan = posting.plan;
+  const size_t Dz = posting.Dz;
+  const bool to_experts = posting.to_experts;
   for (int i = 0; i < plan.num_local_experts(); ++i) {
-    const size_t b = static_cast<size_t>(me) * max_local + i;
+    const size_t b = static_cast<size_t>(posting.me) * posting.max_local + i;
     const size_t send_at = Dz * plan.send_block_offsets[b],
                  expert_at = Dz * plan.recv_block_offsets[b];
     const size_t n = Dz * plan.count_message[b];

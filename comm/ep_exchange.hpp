@@ -80,15 +80,31 @@ class EpExchange {
  private:
   enum class Direction { kToExperts, kToSources };
 
-  // What post() posts: the receives, the sends, the copies of this rank's own blocks.
+  // What post() does, in this order: post the receives, post the sends, copy this rank's own
+  // blocks.
   enum Parts { kReceives = 1, kSends = 2, kOwnBlocks = 4, kAll = 7 };
 
   // Posts one direction's messages into pending_ (a pair's blocks, or its whole rows as one
-  // message) and copies the rank's own blocks, as `parts` says. Sends need only the plan's send
-  // side; receives and own blocks need its receive side.
+  // message) and copies the rank's own blocks, as `parts` says, through the three functions
+  // below. Sends need only the plan's send side; receives and own blocks need its receive side.
   template <class T>
   void post(Direction direction, std::span<const T> from, std::span<T> to, const DispatchPlan& plan,
             int D, int parts);
+  // What one post() shares among its parts (defined in ep_exchange.cpp).
+  struct Posting;
+  // Posts the receive of every peer's rows into `to`, or into staging_ (then scatters_ says where
+  // they go).
+  template <class T> void post_receives(Posting& posting, std::span<T> to);
+  // Posts the send of `from`'s rows to every peer, an owner's small pairs gathered into staging_.
+  template <class T> void post_sends(Posting& posting, std::span<const T> from);
+  // The messages of one pair (this rank, peer) for post_receives (`receive`) or post_sends: one
+  // per block, or the whole pair as one, an owner's staged at posting.staged in staging_.
+  template <class T>
+  void post_pair(Posting& posting, int peer, bool receive, std::span<const T> from,
+                 std::span<T> to);
+  // Copies this rank's rows for its own experts from `from` to `to`: no message.
+  template <class T>
+  void copy_own_blocks(const Posting& posting, std::span<const T> from, std::span<T> to);
   // The plan was built for this EP group, its rows fit MPI's int counts, and its tags MPI's.
   void check_plan(const DispatchPlan& plan, long long rows, int D) const;
 

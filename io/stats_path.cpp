@@ -1,8 +1,8 @@
-// Where the statistics file goes and how it gets there: StatsWriter::check_path (every problem
-// with an output path, found before anything is created, including a live run writing it), the
-// staging file and its publication (io/stats_path.hpp), the default file name under runs/, and
-// the creation time in ISO 8601. docs/hdf5-schema.md, "Paths", "Locks", "Errors" and "Default
-// file name".
+// Where the statistics file goes and how it gets there (io/stats_path.hpp): the output-path check
+// (every problem with an output path, found before anything is created, including a live run
+// writing it), the staging file and its publication, the default file name under runs/, and the
+// creation time in ISO 8601. docs/hdf5-schema.md, "Paths", "Locks", "Errors" and "Default file
+// name".
 #include "io/stats_path.hpp"
 
 #include <fcntl.h>
@@ -15,8 +15,6 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-
-#include "io/stats_writer.hpp"
 
 namespace moe {
 namespace {
@@ -82,7 +80,7 @@ StatsFiles stats_files(const std::string& path) {
   return f;
 }
 
-void StatsWriter::check_path(const std::string& path, bool overwrite) {
+void stats_check_path(const std::string& path, bool overwrite) {
   if (path.empty()) throw path_error(path, "the path is empty");
   const StatsFiles files = stats_files(path);
   const fs::path file(files.target);

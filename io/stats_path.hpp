@@ -1,13 +1,16 @@
 // The statistics file's names on disk and its moves between them, for StatsWriter
-// (io/stats_writer.cpp): created under a staging name, locked; renamed over the target only by
-// publish(); copied to a compaction name at close. No file a live writer holds (FileLock) is
-// ever replaced or removed. docs/hdf5-schema.md, "Paths" and "Locks".
+// (io/stats_writer.cpp): the output path checked before anything is created; the file created
+// under a staging name, locked; renamed over the target only by publish(); copied to a compaction
+// name at close. No file a live writer holds (FileLock) is ever replaced or removed.
+// docs/hdf5-schema.md, "Paths" and "Locks". Also, for the run, the default file name under runs/
+// and the creation time the header records.
 #pragma once
 
 #include <string>
 
 #include "io/file_lock.hpp"
 #include "io/hdf5_check.hpp"
+#include "io/stats_types.hpp"
 
 namespace moe {
 
@@ -20,6 +23,10 @@ struct StatsFiles {
 };
 
 StatsFiles stats_files(const std::string& path);
+
+// The checks of StatsWriter::check_path (io/stats_writer.hpp), which calls this. Throws
+// StatsPathError.
+void stats_check_path(const std::string& path, bool overwrite);
 
 // Creates files.staging, empty and locked into `lock`. A staging or compaction file left by a
 // killed writer is removed first; one a live writer holds is left alone. Throws StatsPathError
@@ -45,5 +52,14 @@ void stats_compact(const StatsFiles& files, FileLock& lock, hid_t fcpl, hid_t fa
 
 // "statistics file 'PATH': " + problem.
 std::string stats_path_message(const std::string& path, const std::string& problem);
+
+// "<runs_dir>/<model>-YYYYmmdd-HHMMSS.h5" in local time, or with "-2", "-3", ... before ".h5"
+// when that name exists. Creates runs_dir (and parents) if missing, and reserves the name by
+// creating it empty with O_EXCL, so two calls (or two runs) in the same second get two names.
+// Throws StatsPathError if runs_dir cannot be created or is not writable.
+std::string stats_default_path(const std::string& runs_dir, const std::string& model);
+
+// Now, as ISO-8601 local time with the UTC offset: "2026-05-09T07:35:25+02:00".
+std::string stats_now_iso8601();
 
 }  // namespace moe

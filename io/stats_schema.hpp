@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "io/stats_writer.hpp"
+#include "io/stats_types.hpp"
 
 namespace moe {
 

@@ -287,6 +287,10 @@ struct StatsWriter::Impl {
   }
 };
 
+void StatsWriter::check_path(const std::string& path, bool overwrite) {
+  stats_check_path(path, overwrite);
+}
+
 StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHeader& h,
                          const StatsStorage& storage)
     : impl_(std::make_unique<Impl>()) {

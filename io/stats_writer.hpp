@@ -12,32 +12,13 @@
 #include <limits>
 #include <memory>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "io/hdf5_check.hpp"
+#include "io/stats_types.hpp"
 
 namespace moe {
-
-inline constexpr const char* kStatsFormat = "moe_rt.stats";
-// 2: units and description on every dataset, dimension scales (/dims, /steps/step, /perf/phases,
-// /trace/step), typed configuration attributes (/config). Version 1 files lack these only.
-inline constexpr int32_t kStatsFormatVersion = 2;
-
-// An unusable output path. The message names the path and the problem.
-class StatsPathError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// One configuration option as the typed attribute /config/<name>: `text` is its value as written
-// (unquoted); `kind` says its type: 'b' bool, 'i' int64, 'u' uint64, 'f' float64, 's' string.
-struct StatsConfigValue {
-  std::string name;
-  std::string text;
-  char kind = 's';
-};
 
 // Everything known before the first step; becomes root attributes and the /layers, /perf/phases
 // datasets. Invalid sizes throw std::invalid_argument naming the field.
@@ -197,14 +178,5 @@ class StatsWriter {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// "<runs_dir>/<model>-YYYYmmdd-HHMMSS.h5" in local time, or with "-2", "-3", ... before ".h5"
-// when that name exists. Creates runs_dir (and parents) if missing, and reserves the name by
-// creating it empty with O_EXCL, so two calls (or two runs) in the same second get two names.
-// Throws StatsPathError if runs_dir cannot be created or is not writable.
-std::string stats_default_path(const std::string& runs_dir, const std::string& model);
-
-// Now, as ISO-8601 local time with the UTC offset: "2026-05-09T07:35:25+02:00".
-std::string stats_now_iso8601();
 
 }  // namespace moe

@@ -1,4 +1,4 @@
-// File-backed token sources (llm.c shards, raw text), the `--data` factory, and the shard writer.
+// File-backed token sources (llm.c shards, raw text), their content checksum, and the shard writer.
 // Every check on a file happens at open, before any training step, and fails with a DataError
 // that names the file and the problem. A shard's header is read and checked against the file size
 // before the file is mapped, so a file that is not a shard costs 1 KiB of reading, not its size.
@@ -10,17 +10,15 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <string_view>
+#include <memory>
 #include <utility>
 
 #include "io/input_file.hpp"
-#include "io/synthetic_data.hpp"
 
 namespace moe {
 namespace {
 
 constexpr int64_t kShardHeaderBytes = kShardHeaderInts * sizeof(int32_t);
-constexpr const char* kValidSpecs = "valid: synthetic, tokens:PATH, text:PATH";
 
 DataError data_error(const std::string& path, const std::string& problem) {
   return DataError("data file '" + path + "': " + problem);
@@ -244,34 +242,6 @@ std::string FileTokenSource::describe() const {
   const std::string count = std::to_string(num_tokens_);
   if (kind_ == "text") return "text:" + path_ + " (" + count + " bytes as tokens 0..255)";
   return "tokens:" + path_ + " (llm.c shard, " + count + " uint16 tokens)";
-}
-
-void token_source_check_spec(const std::string& spec, const char* option) {
-  if (spec == "synthetic") return;
-  for (std::string_view prefix : {"tokens:", "text:"}) {
-    if (spec.starts_with(prefix)) {
-      if (spec.size() == prefix.size()) {
-        throw DataSpecError(std::string(option) + ": '" + spec + "' names no file (" + kValidSpecs +
-                            ")");
-      }
-      return;
-    }
-  }
-  throw DataSpecError(std::string(option) + ": unknown data source '" + spec + "' (" + kValidSpecs +
-                      ")");
-}
-
-std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int vocab, int seq_len,
-                                               uint64_t seed, TokenCheckPart part) {
-  token_source_check_spec(spec);
-  if (spec == "synthetic") return std::make_unique<SyntheticSource>(vocab, seq_len, seed);
-  const size_t colon = spec.find(':');
-  const std::string path = spec.substr(colon + 1);
-  if (spec.starts_with("tokens:")) {
-    return std::make_unique<FileTokenSource>(
-        FileTokenSource::open_shard(path, vocab, seq_len, part));
-  }
-  return std::make_unique<FileTokenSource>(FileTokenSource::open_text(path, vocab, seq_len));
 }
 
 void token_shard_write(const std::string& path, std::span<const uint16_t> tokens) {

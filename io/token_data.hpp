@@ -2,12 +2,11 @@
 // of sample i (S inputs, and the S next-token targets shifted by one). Sources are pure functions
 // of the sample index, so any rank can read any sample and the global batch does not depend on W.
 // Implementations: llm.c `.bin` token shards (`tokens:PATH`), raw bytes (`text:PATH`), both mapped
-// read-only rather than read, and the generated `synthetic` source of io/synthetic_data.hpp. Also a
-// writer for llm.c shards.
+// read-only rather than read, and the generated `synthetic` source of io/synthetic_data.hpp; a
+// `--data` value opens one through io/token_source.hpp. Also a writer for llm.c shards.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -20,12 +19,6 @@ namespace moe {
 class DataError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
-};
-
-// A `--data` value that is not one of the valid forms; the message names --data and lists them.
-class DataSpecError : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
 };
 
 // Which part of a file's token check (every token < vocab) this process does: part `part_idx` of
@@ -123,16 +116,6 @@ class FileTokenSource : public TokenSource {
   int token_bytes_ = 0;                    // 2: uint16 (shard), 1: uint8 (text)
   int64_t num_tokens_ = 0;
 };
-
-// Opens the source named by a `--data` value: `synthetic`, `tokens:PATH` or `text:PATH`; a shard's
-// tokens are checked in `part` only (see TokenCheckPart). Throws DataSpecError for any other form,
-// DataError for a file that cannot be used.
-std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int vocab, int seq_len,
-                                               uint64_t seed, TokenCheckPart part = {});
-
-// Checks only the form of a `--data` value, opening nothing: lets option parsing fail early. The
-// message names `option` (`--data`, `--val-data`).
-void token_source_check_spec(const std::string& spec, const char* option = "--data");
 
 // Writes `tokens` as an llm.c shard (version 1). Throws DataError naming the file on failure.
 void token_shard_write(const std::string& path, std::span<const uint16_t> tokens);

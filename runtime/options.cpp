@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "io/checkpoint_file.hpp"
-#include "io/token_data.hpp"
+#include "io/token_source.hpp"
 #include "model/balance.hpp"
 #include "model/router.hpp"
 #include "runtime/config_file.hpp"

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "io/stats_path.hpp"
 #include "model/balance.hpp"
 #include "model/config.hpp"
 #include "model/router.hpp"

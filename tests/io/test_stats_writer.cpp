@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/stats_path.hpp"
 #include "io/stats_writer.hpp"
 #include "stats_test_util.hpp"
 #include "test_tempdir.hpp"

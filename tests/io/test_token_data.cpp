@@ -15,6 +15,7 @@
 #include "data_error_check.hpp"
 #include "io/synthetic_data.hpp"
 #include "io/token_data.hpp"
+#include "io/token_source.hpp"
 #include "test_tempdir.hpp"
 
 namespace moe {
