@@ -198,19 +198,40 @@ MoeRouting layer_routing(const RoutingState& r, const ModelBatch& b, const Model
   return m;
 }
 
+// What model_forward and model_backward both start from: the step's sizes (N = B·S rows) and
+// the saved planes they index (plane i of `resid` and `normed` is [N, D], of `rstd` [N]).
+template <class T> struct StepShape {
+  StepShape(ModelActs<T>& a, const ModelConfig& c)
+      : B(a.B),
+        S(c.seq_len),
+        N(a.B * c.seq_len),
+        D(c.d_model),
+        V(c.vocab),
+        ND(static_cast<size_t>(N) * D),
+        ad(attn_dims_from(c)),
+        md(moe_dims_from(c)),
+        resid(a.resid.data()),
+        normed(a.normed.data()),
+        rstd(a.rstd.data()) {}
+  int B, S, N, D, V;
+  size_t ND;
+  AttnDims ad;
+  MoeDims md;
+  T* resid;   // [2L+1, N, D]
+  T* normed;  // [2L, N, D]
+  T* rstd;    // [2L+1, N]
+};
+
 }  // namespace
 
 template <class T>
 double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m,
                      const RoutingState& routing, const ModelBatch& b, const ModelConfig& c,
                      const ExpertPlacement& placement, EpExchange& ex) {
-  const int B = a.B, S = c.seq_len, N = B * S, D = c.d_model, V = c.vocab;
-  const size_t ND = static_cast<size_t>(N) * D;
-  const AttnDims ad = attn_dims_from(c);
-  const MoeDims md = moe_dims_from(c);
-  T* resid = a.resid.data();
-  T* normed = a.normed.data();
-  T* rstd = a.rstd.data();
+  const StepShape<T> z(a, c);
+  const int B = z.B, S = z.S, N = z.N, D = z.D, V = z.V;
+  const size_t ND = z.ND;
+  T *resid = z.resid, *normed = z.normed, *rstd = z.rstd;
 
   {
     ScopedPhase timer(a.times, Phase::kOther);
@@ -225,7 +246,7 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
       rmsnorm_forward(normed + i0 * ND, rstd + i0 * N, resid + i0 * ND, dense + o.attn_norm, N, D,
                       c.norm_eps);
       attention_forward(a.block_out.data(), a.attn[l], normed + i0 * ND, attn_weights_at(dense, o),
-                        ad, a.rope, B);
+                        z.ad, a.rope, B);
       for (size_t i = 0; i < ND; ++i) resid[i1 * ND + i] = resid[i0 * ND + i] + a.block_out[i];
       // x2 = x1 + MoE(RMSNorm(x1)): the norm is counted with attention, the MoE times itself
       rmsnorm_forward(normed + i1 * ND, rstd + i1 * N, resid + i1 * ND, dense + o.moe_norm, N, D,
@@ -233,8 +254,8 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
     }
     a.moe[l].times = a.times;
     moe_forward(a.block_out.data(), a.moe[l], normed + i1 * ND,
-                moe_weights_at(dense, experts, o.moe, md), layer_routing<T>(routing, b, c, l), md,
-                placement, ex, N);
+                moe_weights_at(dense, experts, o.moe, z.md), layer_routing<T>(routing, b, c, l),
+                z.md, placement, ex, N);
     for (size_t i = 0; i < ND; ++i) resid[(i1 + 1) * ND + i] = resid[i1 * ND + i] + a.block_out[i];
     a.layer_balance_loss[l] = a.moe[l].balance_loss;
   }
@@ -258,13 +279,10 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
 template <class T>
 void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m,
                     const ModelBatch& b, const ModelConfig& c, EpExchange& ex) {
-  const int B = a.B, S = c.seq_len, N = B * S, D = c.d_model, V = c.vocab;
-  const size_t ND = static_cast<size_t>(N) * D;
-  const AttnDims ad = attn_dims_from(c);
-  const MoeDims md = moe_dims_from(c);
-  T* resid = a.resid.data();
-  T* normed = a.normed.data();
-  T* rstd = a.rstd.data();
+  const StepShape<T> z(a, c);
+  const int B = z.B, S = z.S, N = z.N, D = z.D, V = z.V;
+  const size_t ND = z.ND;
+  T *resid = z.resid, *normed = z.normed, *rstd = z.rstd;
   T* d_resid = a.d_resid.data();
   T* d_normed = a.d_normed.data();
 
@@ -285,15 +303,15 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     const size_t i0 = 2 * l, i1 = 2 * l + 1;
     // x2 = x1 + MoE(RMSNorm(x1)): d_x1 = d_x2 + RMSNorm'ᵀ(MoE'ᵀ d_x2)
     std::fill(a.d_normed.begin(), a.d_normed.end(), T(0));
-    moe_backward(d_normed, moe_weights_at(dd, de, o.moe, md), d_resid, a.moe[l], normed + i1 * ND,
-                 moe_weights_at(dense, experts, o.moe, md), md, ex);
+    moe_backward(d_normed, moe_weights_at(dd, de, o.moe, z.md), d_resid, a.moe[l], normed + i1 * ND,
+                 moe_weights_at(dense, experts, o.moe, z.md), z.md, ex);
     ScopedPhase timer(a.times, Phase::kAttentionBackward);
     seq_rmsnorm_backward(d_resid, dd + o.moe_norm, a.grad_tree, d_normed, resid + i1 * ND,
                          dense + o.moe_norm, rstd + i1 * N, B, S, D);
     // x1 = x0 + Attn(RMSNorm(x0)): d_x0 = d_x1 + RMSNorm'ᵀ(Attn'ᵀ d_x1)
     std::fill(a.d_normed.begin(), a.d_normed.end(), T(0));
     attention_backward(d_normed, attn_weights_at(dd, o), d_resid, a.attn[l], normed + i0 * ND,
-                       attn_weights_at(dense, o), ad, a.rope, B);
+                       attn_weights_at(dense, o), z.ad, a.rope, B);
     seq_rmsnorm_backward(d_resid, dd + o.attn_norm, a.grad_tree, d_normed, resid + i0 * ND,
                          dense + o.attn_norm, rstd + i0 * N, B, S, D);
   }
