@@ -47,8 +47,8 @@
 #include "model/moe_layer.hpp"
 #include "model/rng.hpp"
 #include "model/swiglu.hpp"
-#include "runtime/options.hpp"
-#include "runtime/presets.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/options/presets.hpp"
 
 namespace moe::bench {
 namespace {

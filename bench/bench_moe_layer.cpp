@@ -22,8 +22,8 @@
 #include "comm/ep_exchange.hpp"
 #include "model/moe_layer.hpp"
 #include "model/rng.hpp"
-#include "runtime/options.hpp"
-#include "runtime/presets.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/options/presets.hpp"
 
 namespace moe::bench {
 namespace {

@@ -7,12 +7,12 @@
 //     few of the model's large shapes (bench_gemm sweeps the whole grid), and the rate on this
 //     step's own GEMM shapes (model_flops.hpp: the GEMM list of one step, replayed through
 //     cblas_sgemm).
-//  2. train_run (runtime/train.hpp, quiet) for --steps steps; the first step is discarded; the
+//  2. train_run (runtime/run/train.hpp, quiet) for --steps steps; the first step is discarded; the
 //     step time (slowest rank) median [min, max], tokens/s, model FLOP/s (3 × the forward FLOPs
 //     per token of model_forward_flops_per_token, model/model.hpp) and MFU = model FLOP/s ÷ each
 //     of the two sgemm rates.
 //  3. Where the time goes, from the same run's phase summary (TrainSummary::phases: the model's
-//     phase timers, and the all-reduces, optimizer and statistics timed in runtime/train.cpp):
+//     phase timers, and the all-reduces, optimizer and statistics timed in runtime/run/train.cpp):
 //     per phase, the mean over steps and ranks and the slowest rank's mean, as a share of the
 //     mean step.
 //  4. The balance bookkeeping of a step timed alone (target: < 1% of the step): the loss-free bias
@@ -34,9 +34,9 @@
 #include "model/balance.hpp"
 #include "model/model.hpp"
 #include "model/phase_timer.hpp"
-#include "runtime/options.hpp"
-#include "runtime/presets.hpp"
-#include "runtime/train.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/options/presets.hpp"
+#include "runtime/run/train.hpp"
 
 namespace moe::bench {
 namespace {

@@ -1,6 +1,6 @@
 // The checkpoint file ("moe_rt.checkpoint", format version 1): HDF5 holding named float32 tensors,
 // int32 tables and a header of root attributes, everything a run needs to continue after step s.
-// io/ knows no model: the caller names the tensors (runtime/checkpoint.cpp: parameters, AdamW
+// io/ knows no model: the caller names the tensors (runtime/run/checkpoint.cpp: parameters, AdamW
 // moments, routing bias and hash tables, with expert tensors named by global expert id).
 //
 // Crash safety: a checkpoint is written under a temporary name beside its final one, closed,

@@ -88,7 +88,7 @@ struct ModelMemory {
   double total() const { return param_bytes + act_bytes; }
 };
 // With `world_size` ranks (0: one EP group) forming several EP groups, the expert gradients'
-// extra planes, the gathered planes of every group and the tree's scratch (runtime/trainer.cpp,
+// extra planes, the gathered planes of every group and the tree's scratch (runtime/run/trainer.cpp,
 // model/expert_grads.hpp) count with the parameters.
 ModelMemory model_memory_estimate(const ModelConfig& cfg, int ep_size, int world_size = 0);
 

@@ -9,11 +9,11 @@
 
 #include "comm/communicator.hpp"
 #include "io/hdf5_check.hpp"
-#include "runtime/config_agree.hpp"
-#include "runtime/options.hpp"
-#include "runtime/report.hpp"
-#include "runtime/stop_signal.hpp"
-#include "runtime/train.hpp"
+#include "runtime/options/config_agree.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/output/report.hpp"
+#include "runtime/run/stop_signal.hpp"
+#include "runtime/run/train.hpp"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "runtime/options.hpp"
-#include "runtime/presets.hpp"
-#include "runtime/train.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/options/presets.hpp"
+#include "runtime/run/train.hpp"
 
 namespace moe {
 namespace {

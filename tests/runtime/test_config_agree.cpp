@@ -1,14 +1,14 @@
-// Tests of the set-up check that every rank holds the same configuration (runtime/config_agree):
-// the items compared, the digest buffer and its reduction on simulated ranks in one process, and
-// config_agree itself over the real ranks (1 and 2), where rank 1 is given a different option.
+// Tests of the set-up check that every rank holds the same configuration
+// (runtime/options/config_agree): the items compared, the digest buffer and its reduction on
+// simulated ranks in one process, and config_agree itself over the real ranks (1 and 2), where rank
+// 1 is given a different option.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "runtime/config_agree.hpp"
-#include "runtime/train.hpp"
+#include "runtime/options/config_agree.hpp"
 
 namespace moe {
 namespace {

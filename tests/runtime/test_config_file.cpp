@@ -1,7 +1,7 @@
-// Tests of config files (runtime/config_file.hpp): TOML with flat keys or topic tables, values
-// typed by their option, every error naming the line, the old `key = value` format still read,
-// config_toml_text read back unchanged for awkward values, and the bounded, escaped excerpts that
-// error messages quote. Pure functions of text.
+// Tests of config files (runtime/options/config_file.hpp): TOML with flat keys or topic tables,
+// values typed by their option, every error naming the line, the old `key = value` format still
+// read, config_toml_text read back unchanged for awkward values, and the bounded, escaped excerpts
+// that error messages quote. Pure functions of text.
 #include <gtest/gtest.h>
 
 #include <initializer_list>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "model/config.hpp"
-#include "runtime/config_file.hpp"
-#include "runtime/options.hpp"
+#include "runtime/options/config_file.hpp"
+#include "runtime/options/options.hpp"
 
 namespace moe {
 namespace {

@@ -5,9 +5,9 @@
 #include <cstdio>
 
 #include "comm/communicator.hpp"
-#include "runtime/options.hpp"
-#include "runtime/presets.hpp"
-#include "runtime/train.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/options/presets.hpp"
+#include "runtime/run/train.hpp"
 
 namespace moe {
 namespace {

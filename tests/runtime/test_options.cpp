@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config_agree.hpp"
-#include "runtime/config_file.hpp"
-#include "runtime/option_table.hpp"
-#include "runtime/options.hpp"
-#include "runtime/presets.hpp"
+#include "runtime/options/config_agree.hpp"
+#include "runtime/options/config_file.hpp"
+#include "runtime/options/option_table.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/options/presets.hpp"
 #include "test_tempdir.hpp"
 
 namespace moe {

@@ -10,9 +10,9 @@
 
 #include "comm/communicator.hpp"
 #include "mpi_test_ranks.hpp"
-#include "runtime/options.hpp"
-#include "runtime/presets.hpp"
-#include "runtime/train.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/options/presets.hpp"
+#include "runtime/run/train.hpp"
 
 namespace moe {
 namespace {

@@ -1,4 +1,4 @@
-// One training run's state and step (runtime/train.cpp's loop calls it): parameters, gradients
+// One training run's state and step (runtime/run/train.cpp's loop calls it): parameters, gradients
 // and AdamW state in two arenas, activations, the token exchange, the routing state, and the
 // per-step scratch, all sized once. step() is one training step, collective over the world:
 // data -> forward -> backward -> all-reduces -> clipping and AdamW -> bias update -> statistics.
@@ -18,10 +18,10 @@
 #include "model/model.hpp"
 #include "model/optimizer.hpp"
 #include "model/phase_timer.hpp"
-#include "runtime/checkpoint.hpp"
-#include "runtime/options.hpp"
-#include "runtime/records.hpp"
-#include "runtime/run_stats.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/output/records.hpp"
+#include "runtime/output/run_stats.hpp"
+#include "runtime/run/checkpoint.hpp"
 
 namespace moe {
 

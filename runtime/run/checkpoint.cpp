@@ -1,16 +1,27 @@
-// checkpoint_save and checkpoint_load: a Trainer's state to and from a checkpoint file. Datasets:
-// param/<tensor>, adam_m/<tensor>, adam_v/<tensor> for every tensor of both arenas (expert
-// tensors "layers.<l>.moe.experts.<global id>.w1|w3|w2"), routing/bias [L·E] (flat) and
-// routing/hash_tables [L_h, V, K]. docs/checkpoints.md.
-#include "runtime/checkpoint.hpp"
+// A run's checkpoints: its identity, folder and header (checkpoint_plan_make), the write after a
+// step (checkpoint_after), and checkpoint_save and checkpoint_load, a Trainer's state to and from
+// a checkpoint file. Datasets: param/<tensor>, adam_m/<tensor>, adam_v/<tensor> for every tensor
+// of both arenas (expert tensors "layers.<l>.moe.experts.<global id>.w1|w3|w2"), routing/bias
+// [L·E] (flat) and routing/hash_tables [L_h, V, K]. docs/checkpoints.md.
+#include "runtime/run/checkpoint.hpp"
+
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
 #include <utility>
 #include <vector>
 
+#include "io/stats_path.hpp"
 #include "model/router.hpp"
+#include "runtime/options/config_file.hpp"
+#include "runtime/run/trainer.hpp"
 
 namespace moe {
 namespace {
@@ -57,6 +68,111 @@ void write_file(const std::string& path, const CheckpointHeader& h, const TrainS
 }
 
 }  // namespace
+
+RunIdentity run_identity_make(const RunConfig& cfg) {
+  RunIdentity r;
+  std::random_device device;
+  const uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ device();
+  char id[17];
+  std::snprintf(id, sizeof id, "%016" PRIx64, bits);
+  r.id = id;
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  r.started = static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+  const ResumePoint& p = cfg.resume_point;
+  if (p.active()) {
+    r.lineage =
+        p.lineage + (p.lineage.empty() ? "" : ";") + p.run_id + "@" + std::to_string(p.step);
+  }
+  return r;
+}
+
+CheckpointPlan checkpoint_plan_make(const RunConfig& cfg, int world_size, int ep_size,
+                                    const std::string& stats_path,
+                                    const std::string& data_description, const RunIdentity& run) {
+  CheckpointPlan plan;
+  if (cfg.checkpoint_every == 0) return plan;
+  namespace fs = std::filesystem;
+  fs::path dir = cfg.checkpoint_dir;
+  if (dir.empty() && cfg.resume_point.active()) {
+    dir = fs::path(cfg.resume_point.checkpoint).parent_path();
+    if (dir.empty()) dir = ".";
+  }
+  if (dir.empty()) {
+    fs::path stem = stats_path;
+    dir = stem.replace_extension().string() + "-checkpoints";
+  }
+  std::error_code ec;
+  if (!stats_path.empty() && fs::absolute(dir, ec) == fs::absolute(stats_path, ec)) {
+    throw CheckpointError("--checkpoint-dir '" + dir.string() +
+                          "' is the statistics file's path; choose another folder or --stats");
+  }
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  plan.lock = CheckpointFolderLock(dir.string(), "run " + run.id + ", process " +
+                                                     std::to_string(::getpid()) + " on " + host +
+                                                     ", started " + stats_now_iso8601());
+  plan.dir = dir.string();
+  int64_t others = 0;
+  for (const CheckpointEntry& e : checkpoint_catalog(plan.dir)) {
+    others += checkpoint_on_branch(e, run.id, run.lineage) ? 0 : 1;
+  }
+  if (others > 0) {
+    plan.note = "checkpoint folder '" + plan.dir + "' also holds " + std::to_string(others) +
+                " checkpoint(s) of other runs or branches: they are kept, and --resume of the " +
+                "folder continues this run";
+  }
+
+  CheckpointHeader& h = plan.header;
+  RunConfig resolved = cfg;
+  resolved.lr_decay_steps = lr_horizon(cfg);
+  if (!stats_path.empty()) h.stats_path = fs::absolute(stats_path, ec).string();
+  resolved.stats_path = stats_path.empty() ? kNoStats : h.stats_path;
+  h.config_text = run_config_to_text(resolved);
+  h.global_batch = static_cast<int64_t>(world_size) * cfg.model.batch_per_rank;
+  h.world_size = world_size;
+  h.ep_size = ep_size;
+  h.seed = cfg.seed;
+  h.model = cfg.model_name;
+  h.program_version = std::string("moe_rt ") + MOE_RT_VERSION;
+  h.data_description = data_description;
+  h.run_id = run.id;
+  h.run_started = run.started;
+  h.lineage = run.lineage;
+  return plan;
+}
+
+bool checkpoint_due(const RunConfig& cfg, int step, bool stop) {
+  return cfg.checkpoint_every > 0 &&
+         (stop || step + 1 == cfg.steps || (step + 1) % cfg.checkpoint_every == 0);
+}
+
+bool checkpoint_after(int step, Trainer& trainer, CheckpointPlan& plan, const RunConfig& cfg,
+                      const Comm& world, TrainSummary& summary) {
+  const double t0 = MPI_Wtime();
+  std::string path;
+  if (world.rank() == 0) {
+    path = checkpoint_path_for(plan.dir, step, plan.header.run_id);
+    plan.header.step = step;
+    plan.header.created = stats_now_iso8601();
+  }
+  try {
+    checkpoint_save(path, plan.header, trainer.state(), world);
+  } catch (const CheckpointError& e) {
+    summary.end = RunEnd::kCheckpointFailed;
+    summary.end_detail = e.what();
+    return false;
+  }
+  if (world.rank() == 0) {
+    summary.last_checkpoint = path;
+    for (const std::string& w : checkpoint_prune(plan.dir, cfg.keep_checkpoints, plan.header.run_id,
+                                                 plan.header.lineage)) {
+      std::fprintf(stderr, "moe_rt: warning: %s\n", w.c_str());
+    }
+  }
+  trainer.charge_checkpoint(MPI_Wtime() - t0);
+  return true;
+}
 
 void checkpoint_save(const std::string& path, const CheckpointHeader& h, const TrainState& s,
                      const Comm& world) {

@@ -1,15 +1,15 @@
 // The option table (option_table.hpp): one entry per option, its value read and written through
 // option_values.hpp by the type of the RunConfig field it names, and its rules: what --resume
 // does with it, the values it accepts by itself, whether ranks may differ on it.
-#include "runtime/option_table.hpp"
+#include "runtime/options/option_table.hpp"
 
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 #include <utility>
 
-#include "runtime/config_file.hpp"
-#include "runtime/option_values.hpp"
+#include "runtime/options/config_file.hpp"
+#include "runtime/options/option_values.hpp"
 
 namespace moe {
 namespace {

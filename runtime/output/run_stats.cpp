@@ -1,5 +1,5 @@
 // RunStats: the statistics file and the gathers that feed it.
-#include "runtime/run_stats.hpp"
+#include "runtime/output/run_stats.hpp"
 
 #include <algorithm>
 #include <cstdio>

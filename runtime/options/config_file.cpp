@@ -1,7 +1,7 @@
 // Config files: TOML read with toml++ and written for --print-config, the old `key = value` line
 // format read for files and checkpoints written before, and error excerpts. The format is
 // described in config_file.hpp; README.md and moe_rt --help say the same.
-#include "runtime/config_file.hpp"
+#include "runtime/options/config_file.hpp"
 
 #include <toml++/toml.h>
 
@@ -15,8 +15,8 @@
 
 #include "io/input_file.hpp"
 #include "model/config.hpp"
-#include "runtime/option_table.hpp"
-#include "runtime/option_values.hpp"
+#include "runtime/options/option_table.hpp"
+#include "runtime/options/option_values.hpp"
 
 namespace moe {
 namespace {

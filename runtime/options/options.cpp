@@ -4,7 +4,7 @@
 // disagree. Boost parses the command line, config_file.cpp the config file; values are converted
 // here, strictly (the whole string, finite numbers), so a bad value names its option. A value is
 // echoed in an error only as a bounded, escaped excerpt (text_excerpt).
-#include "runtime/options.hpp"
+#include "runtime/options/options.hpp"
 
 #include <boost/program_options.hpp>
 
@@ -23,10 +23,10 @@
 #include "io/token_source.hpp"
 #include "model/balance.hpp"
 #include "model/router.hpp"
-#include "runtime/config_file.hpp"
-#include "runtime/option_table.hpp"
-#include "runtime/option_values.hpp"
-#include "runtime/presets.hpp"
+#include "runtime/options/config_file.hpp"
+#include "runtime/options/option_table.hpp"
+#include "runtime/options/option_values.hpp"
+#include "runtime/options/presets.hpp"
 
 namespace moe {
 namespace {

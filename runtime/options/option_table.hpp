@@ -1,8 +1,8 @@
 // The option table: every configuration option once, with its help text, how to read and write
 // its value, what --resume does with it, the values it accepts on its own, and whether ranks must
 // agree on it. --help, the config-file keys, parsing, run_config_to_text, the rules of --resume,
-// the range checks and the ranks' agreement are all generated from it (runtime/options.cpp,
-// runtime/config_agree.cpp), so they cannot disagree: adding an option is adding a row.
+// the range checks and the ranks' agreement are all generated from it (runtime/options/options.cpp,
+// runtime/options/config_agree.cpp), so they cannot disagree: adding an option is adding a row.
 #pragma once
 
 #include <functional>
@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/options.hpp"
+#include "runtime/options/options.hpp"
 
 namespace moe {
 

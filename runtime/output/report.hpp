@@ -7,8 +7,8 @@
 #include <string>
 
 #include "model/model.hpp"
-#include "runtime/options.hpp"
-#include "runtime/records.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/output/records.hpp"
 
 namespace moe {
 

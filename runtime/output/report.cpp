@@ -1,5 +1,5 @@
 // Rank 0's story of a run, on stdout.
-#include "runtime/report.hpp"
+#include "runtime/output/report.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "model/blas.hpp"
 #include "model/phase_timer.hpp"
 #include "model/simd.hpp"
-#include "runtime/config_file.hpp"
+#include "runtime/options/config_file.hpp"
 
 namespace moe {
 

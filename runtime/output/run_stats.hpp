@@ -13,8 +13,8 @@
 #include "io/stats_writer.hpp"
 #include "model/model.hpp"
 #include "model/phase_timer.hpp"
-#include "runtime/options.hpp"
-#include "runtime/records.hpp"
+#include "runtime/options/options.hpp"
+#include "runtime/output/records.hpp"
 
 namespace moe {
 

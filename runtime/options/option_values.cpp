@@ -1,10 +1,10 @@
 // Option values as text, both ways (option_values.hpp).
-#include "runtime/option_values.hpp"
+#include "runtime/options/option_values.hpp"
 
 #include <cmath>
 #include <type_traits>
 
-#include "runtime/config_file.hpp"
+#include "runtime/options/config_file.hpp"
 
 namespace moe {
 namespace {

@@ -1,9 +1,9 @@
 // The records of a run, one name per quantity from the step to the statistics file
 // (docs/hdf5-schema.md: a field named as its dataset, e.g. StepRecord::load_variance is
 // /routing/load_variance) to the summaries: what a step and an evaluation measured, where the
-// time went, and how the run ended. The training loop (runtime/train.hpp) fills them; the
-// statistics file (runtime/run_stats.hpp) and the report (runtime/report.hpp) read them.
-// Legend: L layers, E experts, W ranks.
+// time went, and how the run ended. The training loop (runtime/run/train.hpp) fills them; the
+// statistics file (runtime/output/run_stats.hpp) and the report (runtime/output/report.hpp) read
+// them. Legend: L layers, E experts, W ranks.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Trainer: one training step as a flat sequence of calls (see trainer.hpp).
-#include "runtime/trainer.hpp"
+#include "runtime/run/trainer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "io/synthetic_data.hpp"
 #include "model/balance.hpp"
 #include "model/parallel.hpp"
-#include "runtime/stop_signal.hpp"
+#include "runtime/run/stop_signal.hpp"
 
 namespace moe {
 namespace {

@@ -1,9 +1,9 @@
 // The built-in model presets. Every field of each is spelled out, so a change of ModelConfig's
 // defaults cannot move a preset.
-#include "runtime/presets.hpp"
+#include "runtime/options/presets.hpp"
 
 #include "model/config.hpp"
-#include "runtime/config_file.hpp"
+#include "runtime/options/config_file.hpp"
 
 namespace moe {
 namespace {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "model/config.hpp"
-#include "runtime/options.hpp"
+#include "runtime/options/options.hpp"
 
 namespace moe {
 

@@ -1,5 +1,5 @@
 // The stop-signal flag and its handlers (stop_signal.hpp).
-#include "runtime/stop_signal.hpp"
+#include "runtime/run/stop_signal.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

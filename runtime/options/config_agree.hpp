@@ -1,4 +1,6 @@
-// Whether every rank holds the same configuration. Each rank parses its own command line and
+// What the ranks agree on before the first step. Set-up errors: each rank reads its options and
+// input files itself, so one may fail where the others do not; setup_agree makes all of them stop
+// with one message (SetupError). The configuration: each rank parses its own command line and
 // config file, so an MPMD command line (`mpirun -np 1 moe_rt --steps 5 : -np 1 moe_rt --steps 6`)
 // or node-local config files can give ranks different options: different step counts hang in the
 // collectives of the last steps, a different seed or learning rate trains on silently. At set-up
@@ -9,14 +11,32 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "runtime/options.hpp"
+#include "runtime/options/options.hpp"
 
 namespace moe {
+
+// A failure before the first collective (options, data, layout), agreed on by every rank: all ranks
+// throw it, and exactly one of them (the lowest failing rank) reports it, so the user reads one
+// message and every rank exits non-zero without MPI_Abort.
+class SetupError : public std::runtime_error {
+ public:
+  SetupError(const std::string& message, bool report)
+      : std::runtime_error(message), report_(report) {}
+  bool report() const { return report_; }
+
+ private:
+  bool report_;
+};
+
+// Collective over `world`: returns when no rank has an error; otherwise throws SetupError on every
+// rank. `local_error` is this rank's message, empty when it has none.
+void setup_agree(const Comm& world, const std::string& local_error);
 
 // One thing the ranks must agree on: an option's name ("--steps") and its value as text.
 struct ConfigItem {

@@ -1,10 +1,10 @@
-// Set-up check that every rank holds the same configuration: digests compared with one MAX
-// all-reduce, and, only when they differ, two small collectives to name the values.
-#include "runtime/config_agree.hpp"
+// The ranks' agreement at set-up: on errors, one MAX all-reduce naming the lowest failing rank; on
+// the configuration, digests compared with one MAX all-reduce and, only when they differ, two
+// small collectives to name the values.
+#include "runtime/options/config_agree.hpp"
 
-#include "runtime/config_file.hpp"
-#include "runtime/option_table.hpp"
-#include "runtime/train.hpp"
+#include "runtime/options/config_file.hpp"
+#include "runtime/options/option_table.hpp"
 
 namespace moe {
 namespace {
@@ -20,6 +20,19 @@ std::string broadcast_text(const Comm& world, const std::string& text, int root)
 }
 
 }  // namespace
+
+void setup_agree(const Comm& world, const std::string& local_error) {
+  // Lowest failing rank, or W when none failed: a MIN all-reduce of (failed ? rank : W), written
+  // as the MAX of the negation with the typed helper.
+  std::vector<int> flag = {local_error.empty() ? -world.size() : -world.rank()};
+  world.allreduce_max(std::span<int>(flag));
+  const int reporter = -flag[0];
+  if (reporter == world.size()) return;
+  if (local_error.empty()) {
+    throw SetupError("rank " + std::to_string(reporter) + " failed during set-up", false);
+  }
+  throw SetupError(local_error, world.rank() == reporter);
+}
 
 std::vector<ConfigItem> config_agree_items(const RunConfig& cfg) {
   std::vector<ConfigItem> items = {{"--help", cfg.help ? "true" : "false"},

@@ -1,0 +1,50 @@
+"""tests/include_arrows.py, the check of the house's arrows: it passes on this tree, and names each
+kind of violation in a small tree made for the purpose (an include against the arrows, between
+runtime's wings, of a header that does not exist, a runtime file outside the wings)."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(TESTS, "include_arrows.py")
+spec = importlib.util.spec_from_file_location("include_arrows", SCRIPT)
+include_arrows = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(include_arrows)
+
+
+def write(root, relative, text):
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def test_this_tree_follows_the_arrows():
+    proc = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.endswith(" 0 violation(s)\n")
+    files = int(proc.stdout.split("include arrows: ")[1].split(" files")[0])
+    assert files > 100  # it read the tree, not an empty folder
+
+
+def test_each_kind_of_violation_is_named(tmp_path):
+    write(tmp_path, "comm/communicator.hpp", "#pragma once\n")
+    write(tmp_path, "model/model.hpp", '#include "comm/communicator.hpp"\n')
+    write(tmp_path, "model/gemm/gemm.cpp", '#include "model/model.hpp"\n')
+    write(tmp_path, "io/reader.cpp", '#include "model/model.hpp"\n')  # io knows no model
+    write(tmp_path, "runtime/options/options.hpp", '#include "model/model.hpp"\n')
+    write(tmp_path, "runtime/run/train.hpp", '#include "runtime/options/options.hpp"\n')
+    write(tmp_path, "runtime/options/presets.cpp", '#include "runtime/run/train.hpp"\n')
+    write(tmp_path, "runtime/output/report.cpp", '#include "runtime/output/gone.hpp"\n')
+    write(tmp_path, "runtime/main.cpp", '#include "runtime/run/train.hpp"\n')
+    write(tmp_path, "runtime/stray.cpp", "int x;\n")
+    write(tmp_path, "tests/t.cpp", '#include "runtime/run/train.hpp"\n#include "helper.hpp"\n')
+    found, files = include_arrows.violations(tmp_path)
+    assert files == 11
+    assert sorted(found) == sorted([
+        "io/reader.cpp:1: io/ may not include model/model.hpp (model/ is not below it)",
+        "runtime/options/presets.cpp:1: runtime/options/ may not include runtime/run/train.hpp "
+        "(runtime/run/ is not below it)",
+        "runtime/output/report.cpp:1: includes runtime/output/gone.hpp, which does not exist",
+        "runtime/stray.cpp: a runtime file outside the wings (options/, output/, run/)",
+    ])
