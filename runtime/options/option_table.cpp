@@ -290,6 +290,14 @@ const std::vector<OptionField>& option_fields() {
           kOptimizer, "grad-clip", "X", "clip of the global gradient L2 norm (0 = off)",
           [](auto& c) -> auto& { return c.grad_clip; },
           OptionRules{OnResume::kFromCheckpoint, nonnegative_float()}),
+#ifdef MOE_RT_OPTION_PROBE
+      // A new option is one row and its RunConfig field (options.hpp): this one exists only in
+      // the options' test build, whose test shows that the row reaches every place.
+      field(
+          kOptimizer, "probe-option", "N", "an option of the options' test build only (0 to 100)",
+          [](auto& c) -> auto& { return c.probe_option; },
+          OptionRules{OnResume::kContinued, within(0, 100)}),
+#endif
       field(
           kParallel, "ep", "N", "expert-parallel group size P (0: largest divisor of W <= E)",
           [](auto& c) -> auto& { return c.ep; },

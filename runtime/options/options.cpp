@@ -123,37 +123,32 @@ RunConfig config_from_text(const std::string& text, const std::string& origin) {
   return cfg;
 }
 
-// The configuration of a resumed run: the checkpoint's, with this run's own options and the
-// continued ones given again. An option that changes the arithmetic and differs is refused.
-RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
-                       const std::vector<ConfigEntry>& file) {
-  std::string path, note;
-  CheckpointHeader h;
+// The checkpoint --resume names (a file, or a folder's newest: checkpoint_resolve) and its header.
+// A folder's newest checkpoint removed since it was chosen (a live run writing there pruned it)
+// is chosen again, up to five times. `note`: what a folder held besides.
+std::pair<std::string, CheckpointHeader> resume_header(const std::string& resume,
+                                                       std::string& note) {
   try {
     for (int attempt = 1;; ++attempt) {
-      path = checkpoint_resolve(requested.resume, &note);
+      const std::string path = checkpoint_resolve(resume, &note);
       try {
-        h = CheckpointReader(path).header();
-        break;
+        return {path, CheckpointReader(path).header()};
       } catch (const CheckpointError&) {
-        // A folder's newest checkpoint removed since it was chosen (a live run writing there
-        // pruned it): choose again.
         std::error_code ec;
-        if (attempt < 5 && path != requested.resume && !std::filesystem::exists(path, ec) && !ec) {
-          continue;
-        }
+        if (attempt < 5 && path != resume && !std::filesystem::exists(path, ec) && !ec) continue;
         throw;
       }
     }
   } catch (const CheckpointError& e) {
     throw ConfigError(std::string("--resume: ") + e.what());
   }
-  RunConfig cfg = config_from_text(h.config_text, "the configuration of checkpoint '" + path + "'");
-  auto given = [&](std::string_view name) {
-    return cli.count(std::string(name)) > 0 ||
-           std::any_of(file.begin(), file.end(),
-                       [&](const ConfigEntry& entry) { return entry.key == name; });
-  };
+}
+
+// Each option's resume rule (the table's), applied to `cfg`, the checkpoint's configuration:
+// this run's own options and the continued ones given again (`given`) come from `requested`; an
+// option that changes the arithmetic and is given with another value is refused.
+void resume_rules_apply(RunConfig& cfg, const RunConfig& requested, const std::string& path,
+                        const std::function<bool(std::string_view)>& given) {
   for (const OptionField& f : option_fields()) {
     const std::string name = f.name;
     switch (f.rules.on_resume) {  // --batch-per-rank: the global batch, run_config_fit_world
@@ -175,6 +170,21 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
         break;
     }
   }
+}
+
+// The configuration of a resumed run: the checkpoint's, with this run's own options and the
+// continued ones given again. An option that changes the arithmetic and differs is refused.
+RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
+                       const std::vector<ConfigEntry>& file) {
+  std::string note;
+  const auto [path, h] = resume_header(requested.resume, note);
+  RunConfig cfg = config_from_text(h.config_text, "the configuration of checkpoint '" + path + "'");
+  auto given = [&](std::string_view name) {
+    return cli.count(std::string(name)) > 0 ||
+           std::any_of(file.begin(), file.end(),
+                       [&](const ConfigEntry& entry) { return entry.key == name; });
+  };
+  resume_rules_apply(cfg, requested, path, given);
   cfg.config_path = requested.config_path;
   cfg.resume_point = {path,
                       h.step,
@@ -187,7 +197,7 @@ RunConfig resume_merge(const RunConfig& requested, const po::variables_map& cli,
                       note,
                       h.data_checksum};
   // Checkpoints go to the resumed checkpoint's folder unless --checkpoint-dir says otherwise
-  // (checkpoint_dir_prepare); one live run per folder.
+  // (checkpoint_plan_make); one live run per folder.
   const std::filesystem::path folder = !cfg.checkpoint_dir.empty()
                                            ? std::filesystem::path(cfg.checkpoint_dir)
                                            : std::filesystem::path(path).parent_path();

@@ -60,6 +60,9 @@ struct RunConfig {
   int ep = 0;                  // --ep: P, 0 = default_ep_size(W, E)
   int ranks_per_host = 0;      // --ranks-per-host: N, 0 = auto (the launcher)
   int threads = 0;             // --threads: per rank, 0 = cores / ranks
+#ifdef MOE_RT_OPTION_PROBE
+  int probe_option = 0;  // --probe-option: the options' test build only (option_table.cpp)
+#endif
 
   // Actions and provenance; not configuration, so not part of run_config_to_text.
   bool help = false;          // --help: the caller prints options_help_text() and exits

@@ -154,11 +154,10 @@ void kernel_levels_from_env() {
   }
 }
 
-
 // What set-up opens before the Trainer takes it over.
 struct SetupInputs {
-  ModelMemory memory;                          // one rank's, model_memory_estimate
-  std::unique_ptr<CheckpointReader> resume;    // the checkpoint resumed from, until it is loaded
+  ModelMemory memory;                           // one rank's, model_memory_estimate
+  std::unique_ptr<CheckpointReader> resume;     // the checkpoint resumed from, until it is loaded
   std::unique_ptr<TokenSource> data, val_data;  // val_data: null without --val-data
   RoutingState routing;
   int64_t data_private_bytes = 0, data_mapped_bytes = 0;  // TokenSource's, both sources
@@ -233,14 +232,13 @@ void setup_open(const RunConfig& cfg, int rank, int W, int P, const RunIdentity&
   summary.layer_modes = in.routing.modes;
   if (cfg.stats_path != kNoStats) {
     run.stats = std::make_unique<RunStats>(cfg, rank, W, P, run.hosts, in.routing,
-                                           summary.data_description,
-                                           summary.val_data_description, summary.entropy_floor,
-                                           identity.id);
+                                           summary.data_description, summary.val_data_description,
+                                           summary.entropy_floor, identity.id);
     summary.stats_path = run.stats->path();
   }
   if (rank == 0) {
-    run.checkpoints = checkpoint_plan_make(cfg, W, P, summary.stats_path,
-                                           summary.data_description, identity);
+    run.checkpoints =
+        checkpoint_plan_make(cfg, W, P, summary.stats_path, summary.data_description, identity);
     summary.checkpoint_dir = run.checkpoints.dir;
   }
 }
@@ -261,7 +259,8 @@ void agree(const Comm& world, const std::string& local_error, RunSetup& run) {
 // checkpoint's. Returns the problem, "" when there is none.
 std::string data_checksum_check(const RunConfig& cfg, const Comm& world, const SetupInputs& in,
                                 RunSetup& run) {
-  std::vector<uint64_t> checksum = {in.data->checksum_part(TokenCheckPart{world.rank(), world.size()})};
+  std::vector<uint64_t> checksum = {
+      in.data->checksum_part(TokenCheckPart{world.rank(), world.size()})};
   world.allreduce_sum(std::span<uint64_t>(checksum));
   TrainSummary& summary = run.summary;
   summary.data_checksum = data_checksum_text(checksum[0]);
@@ -276,11 +275,11 @@ std::string data_checksum_check(const RunConfig& cfg, const Comm& world, const S
 // Rank 0: the configuration table and the notes of --resume and of the checkpoint folder.
 void report_setup(const RunConfig& cfg, const RunSetup& run, const SetupInputs& in, int W, int P) {
   const TrainSummary& s = run.summary;
-  report_config(cfg, RunShape{W, P, run.threads, run.trainer->num_dense_params(),
-                              static_cast<size_t>(model_expert_params(cfg.model)), in.memory,
-                              s.data_description, s.val_data_description, s.stats_path,
-                              in.data_private_bytes, in.data_mapped_bytes,
-                              host_layout_describe(run.hosts, P)});
+  report_config(
+      cfg, RunShape{W, P, run.threads, run.trainer->num_dense_params(),
+                    static_cast<size_t>(model_expert_params(cfg.model)), in.memory,
+                    s.data_description, s.val_data_description, s.stats_path, in.data_private_bytes,
+                    in.data_mapped_bytes, host_layout_describe(run.hosts, P)});
   for (const std::string& note : {cfg.resume_point.note, run.checkpoints.note}) {
     if (!note.empty()) std::printf("moe_rt: note: %s\n", note.c_str());
   }
@@ -315,9 +314,9 @@ RunSetup run_setup(const RunConfig& cfg, const Comm& world, bool quiet) {
   // reaches the agreement. So can a checkpoint's tensors, which every rank reads for itself.
   error.clear();
   try {
-    run.trainer = std::make_unique<Trainer>(cfg, world, run.hosts, P, std::move(in.data),
-                                            std::move(in.val_data), std::move(in.routing),
-                                            run.stats.get());
+    run.trainer =
+        std::make_unique<Trainer>(cfg, world, run.hosts, P, std::move(in.data),
+                                  std::move(in.val_data), std::move(in.routing), run.stats.get());
     if (in.resume) checkpoint_load(*in.resume, run.trainer->state());
   } catch (const std::bad_alloc&) {
     error = "out of memory allocating the model (estimated " + gib_text(in.memory.total()) +

@@ -48,3 +48,20 @@ def test_each_kind_of_violation_is_named(tmp_path):
         "runtime/output/report.cpp:1: includes runtime/output/gone.hpp, which does not exist",
         "runtime/stray.cpp: a runtime file outside the wings (options/, output/, run/)",
     ])
+
+
+def test_the_architecture_page_lists_every_file_of_each_library():
+    """docs/architecture.md's table names each library's files: a file added, moved or renamed
+    without the page following fails here."""
+    root = os.path.dirname(TESTS)
+    with open(os.path.join(root, "docs", "architecture.md"), encoding="utf-8") as f:
+        rows = {line.split("|")[1].strip().strip("`"): line
+                for line in f if line.startswith("| `")}
+    folders = ["numeric/", "comm/", "model/", "model/gemm/", "io/", "runtime/options/",
+               "runtime/output/", "runtime/run/", "runtime/"]
+    for folder in folders:
+        assert folder in rows, f"docs/architecture.md has no row for {folder}"
+        names = {os.path.splitext(name)[0] for name in os.listdir(os.path.join(root, folder))
+                 if name.endswith((".cpp", ".hpp", ".h"))}
+        missing = sorted(name for name in names if f"`{name}`" not in rows[folder])
+        assert not missing, f"{folder}: docs/architecture.md does not list {missing}"
