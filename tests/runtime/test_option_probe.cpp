@@ -49,10 +49,9 @@ std::string config_error(const std::vector<std::string>& args) {
 }
 
 TEST(OptionProbe, TheRowIsInTheTableOnce) {
-  const auto count = std::count_if(option_fields().begin(), option_fields().end(),
-                                   [](const OptionField& f) {
-                                     return std::string(f.name) == "probe-option";
-                                   });
+  const auto count =
+      std::count_if(option_fields().begin(), option_fields().end(),
+                    [](const OptionField& f) { return std::string(f.name) == "probe-option"; });
   EXPECT_EQ(count, 1);
   const OptionField* f = option_find("probe-option");
   ASSERT_NE(f, nullptr);
@@ -63,8 +62,7 @@ TEST(OptionProbe, HelpListsItWithItsResumeRule) {
   const std::string help = options_help_text();
   EXPECT_NE(help.find("\n  --probe-option N "), std::string::npos) << help;
   const std::string resume_rules = help.substr(help.find("\nOn --resume"));
-  const std::string continued =
-      resume_rules.substr(0, resume_rules.find("this run's own:"));
+  const std::string continued = resume_rules.substr(0, resume_rules.find("this run's own:"));
   EXPECT_NE(continued.find("--probe-option"), std::string::npos) << resume_rules;
 }
 
@@ -79,8 +77,9 @@ TEST(OptionProbe, CommandLineAndRangeCheck) {
 
 TEST(OptionProbe, TomlInItsTableAndPrintConfigReadsBack) {
   TempDir dir;
-  const RunConfig in_table = parse(
-      {"--config", write_file(dir, "a.toml", "model = \"micro\"\n[optimizer]\nprobe-option = 9\n")});
+  const RunConfig in_table =
+      parse({"--config",
+             write_file(dir, "a.toml", "model = \"micro\"\n[optimizer]\nprobe-option = 9\n")});
   EXPECT_EQ(in_table.probe_option, 9);
   const RunConfig top_level =
       parse({"--config", write_file(dir, "b.toml", "model = \"micro\"\nprobe-option = 8\n")});
@@ -89,8 +88,8 @@ TEST(OptionProbe, TomlInItsTableAndPrintConfigReadsBack) {
       {"--config", write_file(dir, "c.toml", "model = \"micro\"\n[routing]\nprobe-option = 9\n")});
   EXPECT_NE(misplaced.find("'probe-option' belongs in [optimizer]"), std::string::npos)
       << misplaced;
-  const std::string wrong_type = config_error(
-      {"--config", write_file(dir, "d.toml", "[optimizer]\nprobe-option = \"9\"\n")});
+  const std::string wrong_type =
+      config_error({"--config", write_file(dir, "d.toml", "[optimizer]\nprobe-option = \"9\"\n")});
   EXPECT_NE(wrong_type.find("--probe-option takes an integer"), std::string::npos) << wrong_type;
 
   const std::string text = run_config_to_text(in_table);
@@ -149,8 +148,7 @@ TEST(OptionProbe, ResumeContinuesItUnlessGivenAgain) {
   TempDir dir;
   const std::string checkpoint = probe_checkpoint(dir);
   EXPECT_EQ(parse({"--resume", checkpoint, "--steps", "8"}).probe_option, 3);
-  EXPECT_EQ(parse({"--resume", checkpoint, "--steps", "8", "--probe-option", "5"}).probe_option,
-            5);
+  EXPECT_EQ(parse({"--resume", checkpoint, "--steps", "8", "--probe-option", "5"}).probe_option, 5);
 }
 
 }  // namespace
