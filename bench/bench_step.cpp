@@ -12,9 +12,9 @@
 //     per token of model_forward_flops_per_token, model/model.hpp) and MFU = model FLOP/s ÷ each
 //     of the two sgemm rates.
 //  3. Where the time goes, from the same run's phase summary (TrainSummary::phases: the model's
-//     phase timers, and the all-reduces, optimizer and statistics timed in runtime/run/train.cpp):
-//     per phase, the mean over steps and ranks and the slowest rank's mean, as a share of the
-//     mean step.
+//     phase timers, and the all-reduces, optimizer and statistics timed in
+//     runtime/run/trainer.cpp): per phase, the mean over steps and ranks and the slowest rank's
+//     mean, as a share of the mean step.
 //  4. The balance bookkeeping of a step timed alone (target: < 1% of the step): the loss-free bias
 //     update and the balance metrics of every layer (model/balance.hpp), and the two load
 //     collectives (all-reduce of the [L, E] counts, all-gather of the rows each rank received).

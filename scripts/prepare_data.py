@@ -338,7 +338,7 @@ def main(argv=None):
 def eval_batches_that_fit(num_val_tokens, seq_len):
     """moe_rt's --eval-batches for the validation shard, at most its default: every evaluation
     reads --eval-batches x ranks x batch-per-rank sequences of S tokens, and the last target,
-    without wrapping around (runtime/run/train.cpp refuses a shorter file). 0: not one batch fits."""
+    without wrapping around (runtime/run/run_setup.cpp refuses a shorter file). 0: not one batch fits."""
     per_batch = SUGGESTED_RANKS * PRESET_BATCH_PER_RANK * seq_len
     return min(PRESET_EVAL_BATCHES, (num_val_tokens - 1) // per_batch)
 

@@ -125,7 +125,7 @@ RunConfig config_from_text(const std::string& text, const std::string& origin) {
 
 // The checkpoint --resume names (a file, or a folder's newest: checkpoint_resolve) and its header.
 // A folder's newest checkpoint removed since it was chosen (a live run writing there pruned it)
-// is chosen again, up to five times. `note`: what a folder held besides.
+// is chosen again: five choices in all. `note`: what a folder held besides.
 std::pair<std::string, CheckpointHeader> resume_header(const std::string& resume,
                                                        std::string& note) {
   try {

@@ -77,7 +77,9 @@ class Trainer;
 // Collective over `world`: writes the checkpoint of `step` into rank 0's plan (rank 0 names it,
 // then prunes the folder to --keep-checkpoints of this branch) and charges its time to the
 // trainer's next step. A failed write ends the run: false, with `summary`'s end saying why on
-// every rank.
+// every rank. The caller first agrees that every statistics row was written (train.cpp,
+// stats_failed_agree): a checkpoint after a missing row would resume into a chain of files with
+// rows missing.
 bool checkpoint_after(int step, Trainer& trainer, CheckpointPlan& plan, const RunConfig& cfg,
                       const Comm& world, TrainSummary& summary);
 

@@ -264,7 +264,7 @@ std::string data_checksum_check(const RunConfig& cfg, const Comm& world, const S
   world.allreduce_sum(std::span<uint64_t>(checksum));
   TrainSummary& summary = run.summary;
   summary.data_checksum = data_checksum_text(checksum[0]);
-  run.checkpoints.header.data_checksum = summary.data_checksum;
+  if (world.rank() == 0) run.checkpoints.header.data_checksum = summary.data_checksum;
   const std::string& then = cfg.resume_point.data_checksum;
   if (!in.resume || then.empty() || summary.data_checksum == then) return "";
   return "--data: the contents of " + summary.data_description + " are not those checkpoint '" +

@@ -24,8 +24,8 @@ struct RunSetup {
   int node_ranks = 1;                // the ranks sharing this node's memory and cores
   int threads = 1;                   // per rank: --threads, else the node's cores / node_ranks
   std::unique_ptr<RunStats> stats;   // null with --stats none
-  std::unique_ptr<Trainer> trainer;  // points to *stats: declared after it, so destroyed first
   CheckpointPlan checkpoints;        // rank 0's folder, lock and header
+  std::unique_ptr<Trainer> trainer;  // points to *stats: declared after it, so destroyed first
   TrainSummary summary;              // what set-up learnt of the run; the step loop adds the rest
 };
 

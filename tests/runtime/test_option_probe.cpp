@@ -61,9 +61,15 @@ TEST(OptionProbe, TheRowIsInTheTableOnce) {
 TEST(OptionProbe, HelpListsItWithItsResumeRule) {
   const std::string help = options_help_text();
   EXPECT_NE(help.find("\n  --probe-option N "), std::string::npos) << help;
-  const std::string resume_rules = help.substr(help.find("\nOn --resume"));
-  const std::string continued = resume_rules.substr(0, resume_rules.find("this run's own:"));
-  EXPECT_NE(continued.find("--probe-option"), std::string::npos) << resume_rules;
+  const size_t rules = help.find("\nOn --resume"), continued = help.find("continued unless"),
+               own = help.find("this run's own:");
+  ASSERT_NE(rules, std::string::npos) << help;
+  ASSERT_NE(continued, std::string::npos) << help;
+  ASSERT_NE(own, std::string::npos) << help;
+  ASSERT_LT(rules, continued);
+  ASSERT_LT(continued, own);
+  const size_t listed = help.find("--probe-option", continued);
+  EXPECT_LT(listed, own) << "not in the list of continued options:\n" << help.substr(rules);
 }
 
 TEST(OptionProbe, CommandLineAndRangeCheck) {
@@ -115,7 +121,9 @@ TEST(OptionProbe, TheRanksAgreeOnItAndTheStatisticsFileRecordsIt) {
   EXPECT_NE(config_digest_buffer(items),
             config_digest_buffer(config_agree_items(parse({"--model", "micro"}))));
 
-  const std::vector<RunConfigValue> values = run_config_values(cfg);  // the file's /config
+  // The statistics file's /config and its config attribute are written from these values
+  // (runtime/output/run_stats.cpp), as the report's table is.
+  const std::vector<RunConfigValue> values = run_config_values(cfg);
   const auto value = std::find_if(values.begin(), values.end(),
                                   [](const RunConfigValue& v) { return v.name == "probe-option"; });
   ASSERT_NE(value, values.end());
