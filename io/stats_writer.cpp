@@ -373,6 +373,8 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
   add(m.steps, "/routing/dispatch_rows", i64, n_i64, {m.L});
   add(m.steps, "/routing/cross_host_rows", i64, n_i64, {m.L});
   add(m.steps, "/routing/cross_host_tokens", i64, n_i64, {m.L});
+  add(m.steps, "/steps/z_loss", f64, n_f64, {});
+  add(m.steps, "/routing/z_loss", f64, n_f64, {m.L});
   add(m.steps, "/steps/step", i64, n_i64, {}, &no_step);
   if (m.T > 0) {
     for (const char* name : {"/trace/token_id", "/trace/position", "/trace/rank"}) {
@@ -421,21 +423,37 @@ void StatsWriter::append(const StepRow& r) {
                                      {"max_violation", r.max_violation},
                                      {"load_cv", r.load_cv},
                                      {"rank_overload", r.rank_overload},
-                                     {"layer_balance_loss", r.layer_balance_loss}}) {
+                                     {"layer_balance_loss", r.layer_balance_loss},
+                                     {"layer_z_loss", r.layer_z_loss}}) {
     require_size(call, name, values, m.L, "L");
   }
   require_size(call, "phase_times", r.phase_times, m.W * m.num_phases, "W*num_phases");
   require_size(call, "dispatch_rows", r.dispatch_rows, m.L, "L");
   require_size(call, "cross_host_rows", r.cross_host_rows, m.L, "L");
   require_size(call, "cross_host_tokens", r.cross_host_tokens, m.L, "L");
-  impl_->append_row(
-      impl_->steps,
-      {&r.loss, &r.balance_loss, &r.grad_norm, &r.lr, &r.tokens_per_s, &r.step_time_s,
-       r.expert_load.data(), r.rank_load.data(), r.bias.data(), r.load_variance.data(),
-       r.max_violation.data(), r.load_cv.data(), r.rank_overload.data(),
-       r.layer_balance_loss.data(), r.phase_times.data(), r.dispatch_rows.data(),
-       r.cross_host_rows.data(), r.cross_host_tokens.data(), &r.step},
-      impl_->rows_done);
+  impl_->append_row(impl_->steps,
+                    {&r.loss,
+                     &r.balance_loss,
+                     &r.grad_norm,
+                     &r.lr,
+                     &r.tokens_per_s,
+                     &r.step_time_s,
+                     r.expert_load.data(),
+                     r.rank_load.data(),
+                     r.bias.data(),
+                     r.load_variance.data(),
+                     r.max_violation.data(),
+                     r.load_cv.data(),
+                     r.rank_overload.data(),
+                     r.layer_balance_loss.data(),
+                     r.phase_times.data(),
+                     r.dispatch_rows.data(),
+                     r.cross_host_rows.data(),
+                     r.cross_host_tokens.data(),
+                     &r.z_loss,
+                     r.layer_z_loss.data(),
+                     &r.step},
+                    impl_->rows_done);
 }
 
 void StatsWriter::append_trace(const TraceRow& r) {

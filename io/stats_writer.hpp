@@ -77,6 +77,8 @@ struct StepRow {
   std::span<const int64_t> dispatch_rows;      // [L] assignments dispatched (T·K)
   std::span<const int64_t> cross_host_rows;    // [L] of them sent to a rank on another host
   std::span<const int64_t> cross_host_tokens;  // [L] (token, other host of its experts) pairs
+  double z_loss = 0;                           // router z-loss added, summed over layers
+  std::span<const double> layer_z_loss;        // [L]
 };
 
 // The routing of T traced tokens at one step.

@@ -149,6 +149,7 @@ void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_siz
   }
   a.logits.assign(n(z.NV), T(0));
   a.layer_balance_loss.assign(L, 0.0);
+  a.layer_z_loss.assign(L, 0.0);
   a.d_logits.assign(n(z.NV), T(0));
   a.row_loss.assign(n(z.rows), 0.0);
   a.grad_tree.reserve(n(z.tree), B);
@@ -194,6 +195,9 @@ MoeRouting layer_routing(const RoutingState& r, const ModelBatch& b, const Model
     m.balance_weight = weight;
   }
   m.balance_loss_form = rc.balance_loss_form;
+  if (rc.z_loss_weight > 0) {  // a mean over the step's T tokens
+    m.z_loss_weight = rc.z_loss_weight / (static_cast<double>(b.num_global_sequences) * c.seq_len);
+  }
   m.seq_len = c.seq_len;
   return m;
 }
@@ -258,6 +262,7 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
                 z.md, placement, ex, N);
     for (size_t i = 0; i < ND; ++i) resid[(i1 + 1) * ND + i] = resid[i1 * ND + i] + a.block_out[i];
     a.layer_balance_loss[l] = a.moe[l].balance_loss;
+    a.layer_z_loss[l] = a.moe[l].z_loss;
   }
   ScopedPhase timer(a.times, Phase::kOther);
   const size_t last = 2 * static_cast<size_t>(c.layers);

@@ -106,6 +106,7 @@ template <class T> struct ModelActs {
   std::vector<double> row_loss;  // [N] the cross-entropy's per-token losses (scratch)
   std::vector<T> d_resid, d_normed, d_final;  // [N, D] backward scratch
   std::vector<double> layer_balance_loss;     // [L] this rank's share, from the last forward
+  std::vector<double> layer_z_loss;           // [L] this rank's share of the router z-loss
   TreeSum<T> grad_tree;            // per-sequence weight gradients of the LM head, norms, embedding
   RopeTable rope;                  // cos/sin for S positions
   std::vector<AttnSaved<T>> attn;  // [L]
@@ -123,13 +124,15 @@ struct ModelBatch {
   int64_t first_global_token = 0;    // global index of local token 0 (forced routing)
   int64_t step = 0;                  // forced random routing draws anew each step
   double loss_scale = 1.0;           // 1 / global token count: gradients of the global mean
-  int64_t num_global_sequences = 1;  // the balance loss is averaged over these
+  int64_t num_global_sequences = 1;  // the balance loss is averaged over these (the z-loss over
+                                     // their tokens)
 };
 
 // Runs the model on N = B·S local tokens. Returns the local sum of token losses (the caller
 // all-reduces and divides); leaves d_logits of the global mean loss in acts for backward, and
 // each layer's share of the balance loss (already a share of the global mean) in
-// acts.layer_balance_loss; backward differentiates CE mean + Σ balance.
+// acts.layer_balance_loss, and of the router z-loss in acts.layer_z_loss; backward differentiates
+// CE mean + Σ balance + Σ z-loss.
 // Collective over the EP group (MoE layers).
 // Parameters are read only; they are passed as T* because MoeWeights and AttnWeights serve for
 // both parameters and gradients.

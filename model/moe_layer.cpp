@@ -15,6 +15,7 @@
 #include "model/phase_timer.hpp"
 #include "model/router.hpp"
 #include "model/swiglu.hpp"
+#include "model/z_loss.hpp"
 
 namespace moe {
 
@@ -196,6 +197,16 @@ template <class T> std::pair<int, int> sequences_of(const MoeSaved<T>& s, int N)
   return {S > 0 ? N / S : 0, S};
 }
 
+// The layer's share of the router z-loss (its gradient is added in backward, from the logits).
+template <class T>
+void z_loss_forward(MoeSaved<T>& s, const MoeRouting& routing, const MoeDims& d, int N) {
+  s.z_loss_weight = routing.z_loss_weight;
+  s.z_loss = 0.0;
+  if (routing.z_loss_weight <= 0) return;
+  const auto [B, S] = sequences_of(s, N);
+  s.z_loss = router_z_loss_forward(s.logits.data(), B, S, d.E, routing.z_loss_weight);
+}
+
 // The shared expert writes out = swiglu(in·S1, in·S3)·S2 (or zeros without one); the routed
 // experts' weighted outputs are added to it afterwards.
 template <class T>
@@ -333,7 +344,7 @@ template <class T> void weighted_sum_backward(MoeSaved<T>& s, const T* d_out, co
 }
 
 // The router reversed: w = normalise(s[sel])·scale, s = f(logits), logits = in·W_g; the balance
-// loss contributes its own ∂/∂s, computed in forward.
+// loss contributes its own ∂/∂s, computed in forward, and the z-loss its ∂/∂logits.
 template <class T>
 void router_backward(T* d_in, const MoeWeights<T>& gr, MoeSaved<T>& s, const T* in,
                      const MoeWeights<T>& w, const MoeDims& d) {
@@ -349,6 +360,9 @@ void router_backward(T* d_in, const MoeWeights<T>& gr, MoeSaved<T>& s, const T* 
                          s.expert_idx.data(), N, d.E, d.K, d.route_scale);
   score_backward(s.d_logits.data(), s.d_scores.data(), s.logits.data(), s.scores.data(), N, d.E,
                  d.score);
+  if (s.z_loss_weight > 0) {
+    router_z_loss_backward(s.d_logits.data(), s.logits.data(), N, d.E, s.z_loss_weight);
+  }
   seq_linear_backward_input(d_in, s.d_logits.data(), w.router, B, S, d.D, d.E);
   seq_linear_weight_backward(gr.router, s.grad_tree, s.d_logits.data(), in, B, S, d.D, d.E);
 }
@@ -401,6 +415,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     route_weights_forward(s.weights.data(), s.scores.data(), s.expert_idx.data(), N, d.E, d.K,
                           d.route_scale);
     balance_loss_forward(s, routing, d, N);
+    z_loss_forward(s, routing, d, N);
     dispatch_plan_build(s.plan, s.expert_idx, N, d.K, placement, ex.comm().rank());
   }
   const int NK = s.plan.num_send();

@@ -82,6 +82,8 @@ struct MoeRouting {
   // (and / top-k layers for the MaxText form); 0 turns it off.
   double balance_weight = 0.0;
   BalanceLossForm balance_loss_form = BalanceLossForm::kDeepSeek;
+  // Router z-loss (every layer; see z_loss.hpp): weight = --z-loss-weight / global tokens; 0 off.
+  double z_loss_weight = 0.0;
   int seq_len = 0;  // S: the loss, the shared expert's GEMMs and the
                     //   weight gradients go by sequences of S tokens
                     //   (N a multiple of S); 0: N tokens, one sequence
@@ -108,6 +110,8 @@ template <class T> struct MoeSaved {
   std::vector<T> d_scores_balance;      // [N, E] its gradient, added in backward
   std::vector<int32_t> topk_scratch;    // [N, K]
   std::vector<double> balance_scratch;  // [(S + 2)·E]
+  double z_loss = 0.0;                  // this rank's share of the layer's router z-loss
+  double z_loss_weight = 0.0;           // the forward's MoeRouting::z_loss_weight, for backward
 
   // backward temporaries
   std::vector<T> d_rows;              // [N·K, D] send-order rows: w·d_out out, d_x back

@@ -53,6 +53,7 @@ struct RoutingConfig {
   bool bias_update_center = false;      // shift each update to mean 0
   double seq_aux_loss_weight = 0.0001;  // α of the balance loss, 0 = off
   BalanceLossForm balance_loss_form = BalanceLossForm::kDeepSeek;  // of the balance loss
+  double z_loss_weight = 0.0;   // of the router z-loss (model/z_loss.hpp), 0 = off
   std::string hash_table_path;  // the hash layers' tables file, "" = seeded (routing_state_make)
   bool operator==(const RoutingConfig&) const = default;
 };

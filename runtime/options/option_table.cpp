@@ -195,6 +195,12 @@ const std::vector<OptionField>& option_fields() {
           [](auto& c) -> auto& { return c.routing.balance_loss_form; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
+          kRouting, "z-loss-weight", "X",
+          "router z-loss weight: the mean squared log-sum-exp of the router logits, every layer "
+          "(0 = off; ST-MoE used 0.001)",
+          [](auto& c) -> auto& { return c.routing.z_loss_weight; },
+          OptionRules{OnResume::kFromCheckpoint, nonnegative_float()}),
+      field(
           kRouting, "routing-groups", "N", "G expert groups for group-limited top-k (1 = off)",
           [](auto& c) -> auto& { return c.routing.routing_groups; },
           OptionRules{OnResume::kFromCheckpoint}),

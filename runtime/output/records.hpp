@@ -19,6 +19,7 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0.0;          // LM cross-entropy, global mean
   double balance_loss = 0.0;  // total sequence-wise balance loss added
+  double z_loss = 0.0;        // total router z-loss added (0 without --z-loss-weight)
   double grad_norm = 0.0;     // before clipping
   double lr = 0.0;
   double step_time_s = 0.0;  // the slowest rank's step time
@@ -35,6 +36,7 @@ struct StepRecord {
   std::vector<double> load_cv;             // [L] std / mean of expert_load
   std::vector<double> rank_overload;       // [L] max / mean of rank_load
   std::vector<double> layer_balance_loss;  // [L] (/routing/balance_loss in the file)
+  std::vector<double> layer_z_loss;        // [L] (/routing/z_loss in the file)
 };
 
 // A validation loss after a step (--val-data): forward only, over --eval-batches global batches

@@ -172,6 +172,8 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
   row.load_cv = rec.load_cv;
   row.rank_overload = rec.rank_overload;
   row.layer_balance_loss = rec.layer_balance_loss;
+  row.z_loss = rec.z_loss;
+  row.layer_z_loss = rec.layer_z_loss;
   row.phase_times = phase_all_;
   append_row("the row of step " + std::to_string(rec.step), [&] { writer_->append(row); });
 }

@@ -110,8 +110,8 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   sample_.resize(S + 1);
   tokens_.resize(N);
   targets_.resize(N);
-  sums_.resize(1 + L);
-  sums_scratch_.resize(1 + L);
+  sums_.resize(1 + 2 * static_cast<size_t>(L));
+  sums_scratch_.resize(sums_.size());
   dense_scratch_.resize(dense_.size());
   expert_sq_.resize(static_cast<size_t>(L) * placement_.max_local());
   expert_sq_all_.resize(expert_sq_.size() * P_);
@@ -143,6 +143,7 @@ StepRecord Trainer::step(int step) {
   sums_[0] = model_forward(acts_, dense_.data(), experts_.data(), layout_, routing_, batch_, mc_,
                            placement_, ex_);
   std::copy(acts_.layer_balance_loss.begin(), acts_.layer_balance_loss.end(), sums_.begin() + 1);
+  std::copy(acts_.layer_z_loss.begin(), acts_.layer_z_loss.end(), sums_.begin() + 1 + mc_.layers);
   model_backward(d_dense_.data(), d_experts_.data(), acts_, dense_.data(), experts_.data(), layout_,
                  batch_, mc_, ex_);
   reduce(rec);
@@ -252,8 +253,10 @@ void Trainer::reduce(StepRecord& rec) {
   if (groups_.num_replicas > 1) reduce_expert_replicas();
   world_.allreduce_sum_tree(std::span<double>(sums_), std::span<double>(sums_scratch_));
   rec.loss = sums_[0] / static_cast<double>(T_);
-  rec.layer_balance_loss.assign(sums_.begin() + 1, sums_.end());
+  rec.layer_balance_loss.assign(sums_.begin() + 1, sums_.begin() + 1 + L);
+  rec.layer_z_loss.assign(sums_.begin() + 1 + L, sums_.end());
   for (double b : rec.layer_balance_loss) rec.balance_loss += b;
+  for (double z : rec.layer_z_loss) rec.z_loss += z;
   const size_t LE = static_cast<size_t>(L) * E;
   for (int l = 0; l < L; ++l) {
     const DispatchPlan& plan = acts_.moe[l].plan;

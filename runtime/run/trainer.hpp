@@ -104,11 +104,11 @@ class Trainer {
   PhaseTimes times_;
   int64_t T_ = 0;                                   // tokens per step, all ranks
   std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
-  std::vector<double> sums_;                        // [CE sum, balance loss of each layer]
-  std::vector<int64_t> recv_local_, recv_all_;      // [L], [W, L]
+  std::vector<double> sums_;  // [CE sum, balance loss of each layer, z-loss of each layer]
+  std::vector<int64_t> recv_local_, recv_all_;  // [L], [W, L]
   std::vector<int64_t> load_sums_;    // [L·E expert loads, L cross-host rows, L cross-host tokens]
   std::vector<float> dense_scratch_;  // [dense elements] for the tree all-reduce
-  std::vector<double> sums_scratch_;  // [1 + L]
+  std::vector<double> sums_scratch_;  // [1 + 2·L]
   std::vector<double> expert_sq_, expert_sq_all_;  // [L, max local], [P, L, max local]
   // Expert gradients by sequence (model/expert_grads.hpp): each EP group's tree nodes (by group),
   // the planes of d_experts_ they need, and with replicas the gathered planes and the scratch of

@@ -16,6 +16,7 @@ mean m = sum(c) / E = T*K / E and p[e] = c[e] / sum(c):
     entropy            H = -sum p log p in nats (0 log 0 = 0); log E when balanced
     diversity          exp(H) / E: the effective fraction of experts used (1 = balanced)
     balance_loss       /routing/balance_loss as stored (NaN where the file has none)
+    z_loss             /routing/z_loss, the router z-loss, as stored (NaN where the file has none)
     bias_spread        max - min of the router bias over experts (0 when the bias is off)
     bias_norm          L2 norm of the router bias over experts
     rank_overload      max / mean of the load over ranks (stored, else recomputed)
@@ -48,6 +49,7 @@ METRICS = {
     "entropy": ("nats", "entropy of the load distribution over experts (log E = balanced)"),
     "diversity": ("1", "exp(entropy) / E, the effective fraction of experts used"),
     "balance_loss": ("1", "balance loss of the layer, as stored"),
+    "z_loss": ("1", "router z-loss of the layer, as stored"),
     "bias_spread": ("1", "max - min of the router bias over experts"),
     "bias_norm": ("1", "L2 norm of the router bias over experts"),
     "rank_overload": ("1", "max / mean of the load over ranks (1 = even)"),
@@ -100,9 +102,10 @@ def load_metrics(load):
 def layer_metrics(run):
     """{name: [N, L] float64} for every name of METRICS, in its order."""
     out = load_metrics(run.data["routing/expert_load"])
-    stored = run.data.get("routing/balance_loss")
-    out["balance_loss"] = (np.asarray(stored, dtype=np.float64) if stored is not None
-                           else np.full(out["max"].shape, np.nan))
+    for name in ("balance_loss", "z_loss"):
+        stored = run.data.get(f"routing/{name}")
+        out[name] = (np.asarray(stored, dtype=np.float64) if stored is not None
+                     else np.full(out["max"].shape, np.nan))
     bias = run.data["routing/bias"].astype(np.float64)
     out["bias_spread"] = bias.max(axis=2) - bias.min(axis=2)
     out["bias_norm"] = np.sqrt((bias * bias).sum(axis=2))

@@ -36,7 +36,7 @@ REQUIRED_PER_STEP = (
 OPTIONAL_PER_STEP = (
     "steps/step_time_s", "routing/load_cv", "routing/rank_overload", "routing/balance_loss",
     "perf/phase_time", "routing/dispatch_rows", "routing/cross_host_rows",
-    "routing/cross_host_tokens",
+    "routing/cross_host_tokens", "steps/z_loss", "routing/z_loss",
 )
 # Dimensions of every per-step dataset, rows first: [N], [N, L], [N, L, E], [N, L, W], ...
 PER_STEP_NDIM = {name: 1 for name in REQUIRED_PER_STEP + OPTIONAL_PER_STEP
@@ -46,7 +46,7 @@ PER_STEP_NDIM.update({"routing/expert_load": 3, "routing/rank_load": 3, "routing
                       "routing/load_cv": 2, "routing/rank_overload": 2,
                       "routing/balance_loss": 2, "perf/phase_time": 3,
                       "routing/dispatch_rows": 2, "routing/cross_host_rows": 2,
-                      "routing/cross_host_tokens": 2})
+                      "routing/cross_host_tokens": 2, "routing/z_loss": 2})
 assert set(PER_STEP_NDIM) == set(REQUIRED_PER_STEP + OPTIONAL_PER_STEP)
 
 # The validation rows (/eval, present when the run had --val-data): one per evaluation, with the

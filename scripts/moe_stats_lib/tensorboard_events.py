@@ -6,6 +6,7 @@ Each run goes to LOGDIR/LABEL (LABEL: --label, else the file's name without .h5)
 step holding every scalar, at the step's wall time (the file's `created` time plus the summed
 step times). Tags, grouped by the part before the first "/" (TensorBoard's sections):
     loss/train, loss/balance                  /steps/loss, /steps/balance_loss
+    loss/z                                    /steps/z_loss (files that have it)
     optim/lr, optim/grad_norm                 /steps/lr, /steps/grad_norm
     throughput/tokens_per_s, throughput/step_time_s
     phase_time_ms/PHASE                       /perf/phase_time, mean over ranks, milliseconds
@@ -74,6 +75,8 @@ def scalar_series(run):
               ("optim/lr", run.data["steps/lr"]),
               ("optim/grad_norm", run.data["steps/grad_norm"]),
               ("throughput/tokens_per_s", run.data["steps/tokens_per_s"])]
+    if "steps/z_loss" in run.data:
+        series.append(("loss/z", run.data["steps/z_loss"]))
     if "steps/step_time_s" in run.data:
         series.append(("throughput/step_time_s", run.data["steps/step_time_s"]))
     if "perf/phase_time" in run.data:

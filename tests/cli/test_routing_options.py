@@ -84,3 +84,24 @@ def test_group_limited_routing_and_bias_check_run(run_moe, tmp_path):
         # steps of exactly ±γ they may well all be back at 0 at some step, the last included.
         assert (np.abs(bias.sum(axis=2)) < 1e-5).all()
         assert np.abs(bias).sum() > 0
+
+
+def test_router_z_loss_is_recorded_per_layer(run_moe, tmp_path):
+    """--z-loss-weight: /routing/z_loss holds each layer's value (every layer, the hash layer
+    too), /steps/z_loss their sum; without it both are 0; a negative weight is refused."""
+    on, off = tmp_path / "z.h5", tmp_path / "off.h5"
+    proc = run_moe(MICRO + ["--z-loss-weight", "0.01", "--stats", str(on)], np_=2)
+    assert proc.returncode == 0, proc.stderr
+    with stats(on) as f:
+        layers = f["/routing/z_loss"][...]
+        total = f["/steps/z_loss"][...]
+        assert layers.shape == (3, 3)
+        assert (layers > 0).all()
+        np.testing.assert_allclose(total, layers.sum(axis=1), rtol=1e-12)
+        assert f["/routing/z_loss"].attrs["units"] == "1"
+        assert "z-loss-weight = 0.01" in f.attrs["config"]
+    proc = run_moe(MICRO + ["--stats", str(off)], np_=2)
+    assert proc.returncode == 0, proc.stderr
+    with stats(off) as f:
+        assert (f["/routing/z_loss"][...] == 0).all() and (f["/steps/z_loss"][...] == 0).all()
+    assert_one_clear_error(run_moe(MICRO + ["--z-loss-weight", "-1"]), "--z-loss-weight")

@@ -44,14 +44,14 @@ struct RowData {
   int64_t s;
   std::vector<int64_t> expert_load, rank_load;  // [L, E], [L, W]
   std::vector<float> bias;                      // [L, E]
-  std::vector<double> per_layer;                // [5, L]: variance, violation, cv, overload, loss
-  std::vector<double> phase_times;              // [W, num_phases]
+  std::vector<double> per_layer;    // [6, L]: variance, violation, cv, overload, loss, z-loss
+  std::vector<double> phase_times;  // [W, num_phases]
   std::vector<int64_t> dispatch_rows, cross_host_rows, cross_host_tokens;  // [L] each
   explicit RowData(int64_t step) : s(step) {
     for (int i = 0; i < kL * kE; ++i) expert_load.push_back(s * 100 + i);
     for (int i = 0; i < kL * kW; ++i) rank_load.push_back(s * 10 + i + 7);
     for (int i = 0; i < kL * kE; ++i) bias.push_back(0.5f * s - 0.25f * i);
-    for (int i = 0; i < 5 * kL; ++i) per_layer.push_back(s + 0.125 * i);
+    for (int i = 0; i < 6 * kL; ++i) per_layer.push_back(s + 0.125 * i);
     for (int i = 0; i < kW * kNumPhases; ++i) phase_times.push_back(0.001 * (s + 1) * (i + 1));
     for (int i = 0; i < kL; ++i) dispatch_rows.push_back(s * 1000 + 32);
     for (int i = 0; i < kL; ++i) cross_host_rows.push_back(s * 3 + i);
@@ -79,7 +79,9 @@ struct RowData {
                    phase_times,
                    dispatch_rows,
                    cross_host_rows,
-                   cross_host_tokens};
+                   cross_host_tokens,
+                   0.002 * s,
+                   layer_field(5)};
   }
 };
 

@@ -148,6 +148,7 @@ inline void expect_step_rows(hid_t f, size_t n, bool exact = false) {
   const std::pair<const char*, double StepRow::*> scalars[] = {
       {"loss", &StepRow::loss},
       {"balance_loss", &StepRow::balance_loss},
+      {"z_loss", &StepRow::z_loss},
       {"grad_norm", &StepRow::grad_norm},
       {"lr", &StepRow::lr},
       {"tokens_per_s", &StepRow::tokens_per_s},
@@ -166,7 +167,8 @@ inline void expect_step_rows(hid_t f, size_t n, bool exact = false) {
       {"max_violation", &StepRow::max_violation},
       {"load_cv", &StepRow::load_cv},
       {"rank_overload", &StepRow::rank_overload},
-      {"balance_loss", &StepRow::layer_balance_loss}};
+      {"balance_loss", &StepRow::layer_balance_loss},
+      {"z_loss", &StepRow::layer_z_loss}};
   for (const auto& [name, field] : per_layer) {
     expect_column<double>(f, std::string("/routing/") + name, n, {kL}, exact,
                           [field](R r) { return r.*field; });

@@ -81,7 +81,7 @@ void expect_described(const std::string& path, bool live) {
   std::vector<std::string> datasets;
   MOE_H5_CHECK(
       H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &datasets, H5O_INFO_BASIC));
-  EXPECT_EQ(datasets.size(), 42u);  // 19 per-step, 4 fixed, 5 axes, 7 trace, 7 eval
+  EXPECT_EQ(datasets.size(), 44u);  // 21 per-step, 4 fixed, 5 axes, 7 trace, 7 eval
   for (const std::string& name : datasets) {
     const H5Id d = open_dset(f, name.c_str());
     EXPECT_FALSE(read_string_attr(d.get(), "units").empty()) << name;

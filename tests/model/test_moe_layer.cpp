@@ -25,11 +25,14 @@ using testing_moe::MoeHarness;
 // with h = 1e-6 in double: truncation error O(h²) ~ 1e-12 and rounding ~ 1e-16/h ~ 1e-10 on
 // values of order 1, so we require |analytic − numeric| <= 1e-6 · max(1, |analytic|).
 // Selection (top-k, clamps) is piecewise constant: random data keeps every margin far above h.
+// The cases with a router z-loss add it to L (MoeSaved::z_loss), so its gradient is checked
+// through the layer, into the router and the input.
 
 struct GradCase {
   RoutingMode mode;
   ScoreFunc score;
   float swiglu_limit;
+  double z_loss_weight = 0.0;  // the router z-loss, added to the loss when > 0
 };
 
 class MoeGradient : public ::testing::TestWithParam<GradCase> {};
@@ -40,7 +43,7 @@ double moe_loss(MoeHarness<double>& h, EpExchange& ex, const std::vector<double>
   moe_forward(out.data(), h.saved, in.data(), h.weights(), routing, h.dims, h.placement, ex, N);
   double loss = 0;
   for (size_t i = 0; i < out.size(); ++i) loss += out[i] * R[i];
-  return loss;
+  return loss + h.saved.z_loss;
 }
 
 TEST_P(MoeGradient, MatchesFiniteDifferences) {
@@ -58,7 +61,8 @@ TEST_P(MoeGradient, MatchesFiniteDifferences) {
   std::vector<double> in = testing_moe::global_normal<double>("in", N * dims.D, 1.0);
   const std::vector<double> R = testing_moe::global_normal<double>("R", N * dims.D, 1.0);
   const std::vector<int32_t> ids = testing_moe::global_token_ids(N, V);
-  const MoeRouting routing = h.routing(c.mode, ids.data(), 3);
+  MoeRouting routing = h.routing(c.mode, ids.data(), 3);
+  routing.z_loss_weight = c.z_loss_weight;
 
   moe_loss(h, ex, in, R, routing, N);
   const std::vector<int32_t> selection = h.saved.expert_idx;
@@ -100,7 +104,9 @@ INSTANTIATE_TEST_SUITE_P(
                       GradCase{RoutingMode::kTopK, ScoreFunc::kSigmoid, 0.0f},
                       GradCase{RoutingMode::kTopK, ScoreFunc::kSoftmax, 0.4f},
                       GradCase{RoutingMode::kHash, ScoreFunc::kSqrtSoftplus, 0.4f},
-                      GradCase{RoutingMode::kRoundRobin, ScoreFunc::kSqrtSoftplus, 0.4f}));
+                      GradCase{RoutingMode::kRoundRobin, ScoreFunc::kSqrtSoftplus, 0.4f},
+                      GradCase{RoutingMode::kTopK, ScoreFunc::kSqrtSoftplus, 0.4f, 0.05},
+                      GradCase{RoutingMode::kHash, ScoreFunc::kSoftmax, 0.0f, 0.05}));
 
 // ---------------------------------------------------------------------------------------------
 // Expert-parallel invariance.

@@ -42,7 +42,7 @@ constexpr double kLossRelTol = 1e-6;
 enum class Expect { kBitwise, kTolerance };
 
 struct Reference {
-  std::vector<double> losses, grad_norms;
+  std::vector<double> losses, grad_norms, z_losses;
   std::vector<int64_t> loads;  // [steps, L, E]
   uint64_t param_digest = 0;   // the parameters after the last step's AdamW
 };
@@ -54,6 +54,7 @@ Reference reference_run(const RunConfig& cfg, const Comm& world) {
   const size_t LE = static_cast<size_t>(cfg.model.layers) * cfg.model.experts;
   r.losses.assign(cfg.steps, 0.0);
   r.grad_norms.assign(cfg.steps, 0.0);
+  r.z_losses.assign(cfg.steps, 0.0);
   r.loads.assign(cfg.steps * LE, 0);
   if (world.rank() == 0) {
     const TrainSummary ref = train_run(cfg, Comm::self(), /*quiet=*/true);
@@ -61,12 +62,14 @@ Reference reference_run(const RunConfig& cfg, const Comm& world) {
     for (int s = 0; s < cfg.steps; ++s) {
       r.losses[s] = ref.steps[s].loss;
       r.grad_norms[s] = ref.steps[s].grad_norm;
+      r.z_losses[s] = ref.steps[s].z_loss;
       std::copy(ref.steps[s].expert_load.begin(), ref.steps[s].expert_load.end(),
                 r.loads.begin() + s * LE);
     }
   }
   world.broadcast(std::span<double>(r.losses), 0);
   world.broadcast(std::span<double>(r.grad_norms), 0);
+  world.broadcast(std::span<double>(r.z_losses), 0);
   world.broadcast(std::span<int64_t>(r.loads), 0);
   world.broadcast(std::span<uint64_t>(&r.param_digest, 1), 0);
   return r;
@@ -102,6 +105,7 @@ void check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
     if (bitwise) {
       EXPECT_EQ(got.steps[s].loss, ref.losses[s]) << "step " << s;
       EXPECT_EQ(got.steps[s].grad_norm, ref.grad_norms[s]) << "step " << s;
+      EXPECT_EQ(got.steps[s].z_loss, ref.z_losses[s]) << "step " << s;
       EXPECT_TRUE(std::equal(got.steps[s].expert_load.begin(), got.steps[s].expert_load.end(),
                              ref.loads.begin() + s * LE))
           << "step " << s;
@@ -131,6 +135,25 @@ TEST(TrainInvariance, DeepseekTinySameRoutingAndLossOnAnyRankCount) {
   cfg.model_name = "deepseek4-tiny";
   cfg.model = preset_model("deepseek4-tiny");
   check_rank_invariance(cfg, 8, Expect::kBitwise);
+}
+
+// With the router z-loss: its per-sequence sums go along the same tree, so the run stays bitwise
+// the same on 1, 2, 4 and 8 ranks (losses, z-losses, gradient norms, loads, parameters).
+MOE_TEST_RANKS(TrainInvariance, MicroWithZLossSameOnAnyRankCount, [](int w) { return 8 % w == 0; });
+TEST(TrainInvariance, MicroWithZLossSameOnAnyRankCount) {
+  RunConfig cfg = micro_run(4, 8, 1);
+  cfg.routing.z_loss_weight = 0.01;
+  check_rank_invariance(cfg, 8, Expect::kBitwise);
+  // It is on, and it changes the run: the same run without it ends with other parameters.
+  const Comm world = Comm::world();
+  cfg.model.batch_per_rank = 8 / world.size();
+  const TrainSummary with = train_run(cfg, world, /*quiet=*/true);
+  cfg.routing.z_loss_weight = 0.0;
+  const TrainSummary without = train_run(cfg, world, /*quiet=*/true);
+  EXPECT_GT(with.steps[0].z_loss, 0.0);
+  EXPECT_EQ(without.steps[0].z_loss, 0.0);
+  EXPECT_EQ(with.steps[0].loss, without.steps[0].loss);  // step 0: the same weights
+  EXPECT_NE(with.param_digest, without.param_digest);
 }
 
 // EP groups of 3 ranks (--ep 3: a group's 6 sequences are no subtree of the tree over 12, so
