@@ -53,7 +53,7 @@ void router_z_loss_backward(T* d_logits, const T* logits, int N, int E, double w
   }
 }
 
-#define MOE_Z_LOSS_INSTANTIATE(T)                                             \
+#define MOE_Z_LOSS_INSTANTIATE(T)                                            \
   template double router_z_loss_forward<T>(const T*, int, int, int, double); \
   template void router_z_loss_backward<T>(T*, const T*, int, int, double);
 MOE_Z_LOSS_INSTANTIATE(float)

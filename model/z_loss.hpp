@@ -1,7 +1,8 @@
 // The router z-loss (ST-MoE, Zoph et al. 2022; Megatron-Core's moe_z_loss_coeff): a penalty on
 // large router logits, which keeps the router's softmax out of the range where float rounding
 // makes it unstable. For token t with router logits l_t over the E experts,
-//   z_t = log Σ_e exp(l_t[e]),   L_z = weight · Σ_t z_t²,   ∂L_z/∂l_t[e] = weight · 2·z_t · softmax(l_t)[e],
+//   z_t = log Σ_e exp(l_t[e]),   L_z = weight · Σ_t z_t²,   ∂L_z/∂l_t[e] = weight · 2·z_t ·
+//   softmax(l_t)[e],
 // where the run's weight is --z-loss-weight / T, so that L_z is the mean over the step's T tokens
 // (model.cpp, layer_routing). It acts on the logits of every layer, whatever selects its experts:
 // the router's weights and input get its gradient through the logits.

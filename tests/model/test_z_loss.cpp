@@ -18,8 +18,7 @@ TEST(ZLoss, HandValue) {
   // Row 0: log(e^0 + e^{ln 3}) = ln 4; row 1: log(2·e^1) = 1 + ln 2. One sequence of two rows.
   const std::vector<double> logits = {0.0, std::log(3.0), 1.0, 1.0};
   const double z0 = std::log(4.0), z1 = 1.0 + std::log(2.0);
-  EXPECT_NEAR(router_z_loss_forward(logits.data(), 1, 2, 2, 0.5), 0.5 * (z0 * z0 + z1 * z1),
-              1e-15);
+  EXPECT_NEAR(router_z_loss_forward(logits.data(), 1, 2, 2, 0.5), 0.5 * (z0 * z0 + z1 * z1), 1e-15);
   // ∂/∂l[t,e] = weight·2·z_t·softmax: row 0's softmax is (1/4, 3/4), row 1's (1/2, 1/2).
   std::vector<double> d(4, 1.0);
   router_z_loss_backward(d.data(), logits.data(), 2, 2, 0.5);
