@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "io/checkpoint_file.hpp"
+#include "options_test_util.hpp"
 #include "runtime/options/config_agree.hpp"
 #include "runtime/options/config_file.hpp"
 #include "runtime/options/option_table.hpp"
@@ -27,17 +28,8 @@ namespace {
 
 using testing_util::TempDir;
 
-std::string write_file(const TempDir& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir.file(name);
-  std::ofstream(path) << text;
-  return path;
-}
-
-RunConfig parse(const std::vector<std::string>& args) {
-  std::vector<const char*> argv = {"moe_rt"};
-  for (const std::string& arg : args) argv.push_back(arg.c_str());
-  return options_parse(static_cast<int>(argv.size()), argv.data());
-}
+using testing_options::parse;
+using testing_options::write_file;
 
 std::string config_error(const std::vector<std::string>& args) {
   try {
