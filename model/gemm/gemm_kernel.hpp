@@ -13,6 +13,8 @@
 // is exact too, but every model shape has K <= 2048): B's columns [j0, j0+nc) are packed into
 // panels of NR columns, A's rows [i0, i0+mc) into panels of MR rows, zero-padded; a micro-tile
 // keeps MR×NR accumulators in registers over all of K. Padded rows and columns never reach C.
+// Where a packed copy would serve few panels of the other operand, full panels are read where
+// they lie instead (gemm_block); which addresses are loaded changes, never a value.
 // Legend: M, N, K as in C[M,N] = op(A)[M,K]·op(B)[K,N]; MR×NR the register tile; mc, nc the
 // packed blocks of A's rows and B's columns.
 #pragma once
@@ -119,11 +121,14 @@ template <class T, int NR>
 // bp += b_step), packed (steps MR and NR) or read where they lie (steps lda and ldb).
 // V is the level's vector type: V::kLanes values, load/store (unaligned), set1, fma(a, b, c) =
 // a·b + c rounded once, mul, add, zero.
-template <class V, int MR, int NV>
+// With kRowsOfA, A's rows are read where they lie in an untransposed A: value r of column k at
+// ap[r·a_row] (then ap += 1), the MR rows walked front to back side by side.
+template <class V, int MR, int NV, bool kRowsOfA = false>
 [[gnu::always_inline]] inline void micro_tile(int K, const typename V::T* ap, int64_t a_step,
                                               const typename V::T* bp, int64_t b_step,
                                               typename V::T* c, int64_t ldc, int m, int n,
-                                              typename V::T alpha, typename V::T beta) {
+                                              typename V::T alpha, typename V::T beta,
+                                              int64_t a_row = 0) {
   using T = typename V::T;
   constexpr int NR = NV * V::kLanes;
   typename V::R acc[MR][NV];
@@ -138,7 +143,7 @@ template <class V, int MR, int NV>
     for (int v = 0; v < NV; ++v) b[v] = V::load(bp + v * V::kLanes);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const typename V::R a = V::set1(ap[r]);
+      const typename V::R a = V::set1(kRowsOfA ? ap[r * a_row] : ap[r]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = V::fma(a, b[v], acc[r][v]);
     }
@@ -188,6 +193,8 @@ template <class V, int MR, int NV>
 // element's chain. (B blocks of 256 and 512 KiB, to fit Zen 3's 512 KiB level-2 cache, measured
 // no better on the model's shapes with bench_gemm_shapes: K = 2048 then repacks A per block.)
 constexpr int64_t kPackedABytes = 160 * 1024;
+// An untransposed A is read in place (kRowsOfA) when at most this many panels of B use it.
+constexpr int kRowsOfAPanels = 4;
 constexpr int64_t kPackedBBytes = 1024 * 1024;
 
 // The packed blocks of a call with K: mc rows of A and nc columns of B (whole panels), and for a
@@ -228,7 +235,11 @@ template <class V, int MR, int NV>
   // (bench_gemm_shapes): packing wins for reuse beyond that, where the strided rows of a
   // power-of-two leading dimension fight over cache sets. Reading in place or packed changes
   // which addresses are loaded, never a value.
-  const bool a_in_place = g.trans_a && n <= 2 * NR, b_in_place = !g.trans_b && m <= 2 * MR;
+  // An untransposed A holds each of its rows along k: the micro-tile can read MR rows side by
+  // side where they lie (kRowsOfA), which pays where few panels of B reuse a packed copy.
+  const bool a_rows = !g.trans_a && n <= kRowsOfAPanels * NR;
+  const bool a_in_place = (g.trans_a && n <= 2 * NR) || a_rows,
+             b_in_place = !g.trans_b && m <= 2 * MR;
   // With all of A's rows in one block, A is packed once for every block of B's columns.
   const bool a_once = m <= mc;
   auto pack_a_block = [&](int ic, int mcur, int a_full) {
@@ -255,10 +266,16 @@ template <class V, int MR, int NV>
         const int64_t b_step = b_here ? g.ldb : NR;
         for (int ir = 0; ir < mcur; ir += MR) {
           const bool a_here = ir < a_full;
-          const T* ap = a_here ? g.A + (i0 + ic + ir) : packed_a + static_cast<int64_t>(ir) * g.K;
           T* c = g.C + static_cast<int64_t>(i0 + ic + ir) * g.ldc + (j0 + jc + jr);
-          micro_tile<V, MR, NV>(g.K, ap, a_here ? g.lda : MR, bp, b_step, c, g.ldc,
-                                lesser(MR, mcur - ir), lesser(NR, ncur - jr), g.alpha, g.beta);
+          const int mt = lesser(MR, mcur - ir), nt = lesser(NR, ncur - jr);
+          if (a_here && a_rows) {
+            micro_tile<V, MR, NV, true>(g.K, g.A + static_cast<int64_t>(i0 + ic + ir) * g.lda, 1,
+                                        bp, b_step, c, g.ldc, mt, nt, g.alpha, g.beta, g.lda);
+            continue;
+          }
+          const T* ap = a_here ? g.A + (i0 + ic + ir) : packed_a + static_cast<int64_t>(ir) * g.K;
+          micro_tile<V, MR, NV>(g.K, ap, a_here ? g.lda : MR, bp, b_step, c, g.ldc, mt, nt, g.alpha,
+                                g.beta);
         }
       }
     }
