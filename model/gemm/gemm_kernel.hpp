@@ -194,7 +194,7 @@ template <class V, int MR, int NV, bool kRowsOfA = false>
 // no better on the model's shapes with bench_gemm_shapes: K = 2048 then repacks A per block.)
 constexpr int64_t kPackedABytes = 160 * 1024;
 // An untransposed A is read in place (kRowsOfA) when at most this many panels of B use it.
-constexpr int kRowsOfAPanels = 4;
+constexpr int kRowsOfAPanels = 8;
 constexpr int64_t kPackedBBytes = 1024 * 1024;
 
 // The packed blocks of a call with K: mc rows of A and nc columns of B (whole panels), and for a
