@@ -193,9 +193,14 @@ template <class V, int MR, int NV, bool kRowsOfA = false>
 // element's chain. (B blocks of 256 and 512 KiB, to fit Zen 3's 512 KiB level-2 cache, measured
 // no better on the model's shapes with bench_gemm_shapes: K = 2048 then repacks A per block.)
 constexpr int64_t kPackedABytes = 160 * 1024;
+constexpr int64_t kPackedBBytes = 1024 * 1024;
+
 // An untransposed A is read in place (kRowsOfA) when at most this many panels of B use it.
 constexpr int kRowsOfAPanels = 8;
-constexpr int64_t kPackedBBytes = 1024 * 1024;
+// An untransposed B is read in place when A has at most this many rows and B at most
+// kRowsOfAPanels panels (measured on bench_gemm_shapes: the 128-row weight gradients gain 5-15%,
+// the 768-row expert forward and the LM head's 2048 columns lose when read in place).
+constexpr int kBInPlaceRows = 144;
 
 // The packed blocks of a call with K: mc rows of A and nc columns of B (whole panels), and for a
 // block of m×n the elements each takes (A's first in the packing space, then B's).
@@ -238,8 +243,11 @@ template <class V, int MR, int NV>
   // An untransposed A holds each of its rows along k: the micro-tile can read MR rows side by
   // side where they lie (kRowsOfA), which pays where few panels of B reuse a packed copy.
   const bool a_rows = !g.trans_a && n <= kRowsOfAPanels * NR;
+  // An untransposed B is read in place also for a few panels of A over a narrow B
+  // (kBInPlaceRows, kRowsOfAPanels): the weight gradients' and the small tiles' shapes.
   const bool a_in_place = (g.trans_a && n <= 2 * NR) || a_rows,
-             b_in_place = !g.trans_b && m <= 2 * MR;
+             b_in_place =
+                 !g.trans_b && (m <= 2 * MR || (m <= kBInPlaceRows && n <= kRowsOfAPanels * NR));
   // With all of A's rows in one block, A is packed once for every block of B's columns.
   const bool a_once = m <= mc;
   auto pack_a_block = [&](int ic, int mcur, int a_full) {
