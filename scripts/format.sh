@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Formats every tracked C++ file with clang-format and the repository's .clang-format, or with
-# --check only says which files differ (exit 1), as scripts/test.sh does before building.
+# Formats every C++ file of the repository with clang-format and the repository's .clang-format,
+# or with --check only says which files differ (exit 1), as scripts/test.sh does before building.
+# "Of the repository": tracked, or new and not ignored, so that a file not yet added is checked
+# before it is committed rather than after.
 # Usage: scripts/format.sh [--check]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -9,7 +11,8 @@ if ! command -v clang-format >/dev/null; then
   echo "format.sh: clang-format not found (scripts/setup.sh installs it)" >&2
   exit 1
 fi
-mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cpp' '*.hpp' '*.cu' '*.cuh' |
+  while read -r f; do [[ -f $f ]] && echo "$f"; done)
 if [[ ${1:-} == --check ]]; then
   bad=()
   for f in "${files[@]}"; do
