@@ -123,6 +123,41 @@ void report_cross_host(const TrainSummary& s) {
   }
 }
 
+// Each top-k layer's balance at the end: (max load − mean)/mean, 0 = balanced, E/K − 1 = every
+// token's experts the same.
+void report_final_balance(const TrainSummary& s) {
+  const StepRecord& last = s.steps.back();
+  std::string balance;
+  for (size_t l = 0; l < s.layer_modes.size() && l < last.max_violation.size(); ++l) {
+    if (s.layer_modes[l] != RoutingMode::kTopK) continue;
+    char part[48];
+    std::snprintf(part, sizeof part, "%s%zu: %.3f", balance.empty() ? "" : ", ", l,
+                  last.max_violation[l]);
+    balance += part;
+  }
+  if (!balance.empty()) {
+    std::printf("  final load violation per top-k layer: %s\n", balance.c_str());
+  }
+}
+
+// The last validation loss (and the first, when there were several), with the balance of the
+// validation tokens' routing per top-k layer.
+void report_validation(const TrainSummary& s) {
+  if (s.evals.empty()) return;
+  const EvalRecord& e = s.evals.back();
+  std::printf("  validation loss %.4f after step %lld", e.loss, static_cast<long long>(e.step));
+  if (s.evals.size() > 1) {
+    std::printf(" (%.4f after step %lld)", s.evals.front().loss,
+                static_cast<long long>(s.evals.front().step));
+  }
+  std::printf(", %lld tokens; load violation on them per top-k layer:",
+              static_cast<long long>(e.tokens));
+  for (size_t l = 0; l < s.layer_modes.size() && l < e.max_violation.size(); ++l) {
+    if (s.layer_modes[l] == RoutingMode::kTopK) std::printf(" %zu: %.3f", l, e.max_violation[l]);
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 void report_summary(const TrainSummary& s, const std::string& stats_path) {
@@ -157,33 +192,8 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   // rank count and machine (docs/architecture.md, "Determinism").
   std::printf("  parameters after step %lld: digest %016llx\n", static_cast<long long>(s.last_step),
               static_cast<unsigned long long>(s.param_digest));
-  // Each top-k layer's balance at the end: (max load − mean)/mean, 0 = balanced, E/K − 1 = every
-  // token's experts the same.
-  std::string balance;
-  for (size_t l = 0; l < s.layer_modes.size() && l < last.max_violation.size(); ++l) {
-    if (s.layer_modes[l] != RoutingMode::kTopK) continue;
-    char part[48];
-    std::snprintf(part, sizeof part, "%s%zu: %.3f", balance.empty() ? "" : ", ", l,
-                  last.max_violation[l]);
-    balance += part;
-  }
-  if (!balance.empty()) {
-    std::printf("  final load violation per top-k layer: %s\n", balance.c_str());
-  }
-  if (!s.evals.empty()) {
-    const EvalRecord& e = s.evals.back();
-    std::printf("  validation loss %.4f after step %lld", e.loss, static_cast<long long>(e.step));
-    if (s.evals.size() > 1) {
-      std::printf(" (%.4f after step %lld)", s.evals.front().loss,
-                  static_cast<long long>(s.evals.front().step));
-    }
-    std::printf(", %lld tokens; load violation on them per top-k layer:",
-                static_cast<long long>(e.tokens));
-    for (size_t l = 0; l < s.layer_modes.size() && l < e.max_violation.size(); ++l) {
-      if (s.layer_modes[l] == RoutingMode::kTopK) std::printf(" %zu: %.3f", l, e.max_violation[l]);
-    }
-    std::printf("\n");
-  }
+  report_final_balance(s);
+  report_validation(s);
   if (s.num_hosts > 1) report_cross_host(s);
   if (s.stats_removed) {
     std::printf(

@@ -44,43 +44,47 @@ void drop_reservation(const std::string& path) {
   if (std::filesystem::file_size(path, ec) == 0 && !ec) std::filesystem::remove(path, ec);
 }
 
-}  // namespace
-
-RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
-                   const HostLayout& hosts, const RoutingState& routing,
-                   const std::string& data_description, const std::string& val_data_description,
-                   double entropy_floor, const std::string& run_id)
-    : rank_(rank),
-      world_size_(world_size),
-      layers_(cfg.model.layers),
-      top_k_(cfg.model.top_k),
-      trace_every_(cfg.trace_every),
-      experts_(cfg.model.experts),
-      routing_(routing.config),
-      modes_(routing.modes) {
-  if (rank != 0) return;
-  const ModelConfig& m = cfg.model;
-  bool overwrite = cfg.overwrite;
+// Rank 0's choice of the file's path: --stats (checked: not the resumed run's file, not one of
+// the run's inputs, replaceable only with --overwrite), else a new name reserved under runs/.
+struct StatsPathChoice {
+  std::string path;
+  bool reserved = false;   // a name stats_default_path reserved
+  bool overwrite = false;  // the writer may replace a file at the path
+};
+StatsPathChoice stats_path_choose(const RunConfig& cfg) {
+  StatsPathChoice c;
+  c.overwrite = cfg.overwrite;
   if (cfg.stats_path.empty()) {
-    path_ = stats_default_path("runs", cfg.model_name);  // reserves a fresh name
-    reserved_ = true;
-    overwrite = true;
-  } else {
-    path_ = cfg.stats_path;
-    const std::string& previous = cfg.resume_point.stats_path;
-    std::error_code ec;
-    if (!previous.empty() && std::filesystem::equivalent(path_, previous, ec)) {
-      throw StatsPathError("statistics file '" + path_ + "' is the file of the run being " +
-                           "resumed, which the new file continues (its rows are kept and " +
-                           "chained): choose another --stats, or leave it out for a new name");
-    }
-    refuse_input_file(path_, cfg);
-    StatsWriter::check_path(path_, overwrite);
+    c.path = stats_default_path("runs", cfg.model_name);  // reserves a fresh name
+    c.reserved = true;
+    c.overwrite = true;
+    return c;
   }
+  c.path = cfg.stats_path;
+  const std::string& previous = cfg.resume_point.stats_path;
+  std::error_code ec;
+  if (!previous.empty() && std::filesystem::equivalent(c.path, previous, ec)) {
+    throw StatsPathError("statistics file '" + c.path + "' is the file of the run being " +
+                         "resumed, which the new file continues (its rows are kept and " +
+                         "chained): choose another --stats, or leave it out for a new name");
+  }
+  refuse_input_file(c.path, cfg);
+  StatsWriter::check_path(c.path, c.overwrite);
+  return c;
+}
+
+// The file's header: the configuration as run (with the file's path), the run's shape and
+// hosts, each layer's routing and the hash tables, what it trains on, and its lineage.
+StatsHeader stats_header(const RunConfig& cfg, const std::string& path, int world_size, int ep_size,
+                         const HostLayout& hosts, const RoutingState& routing,
+                         const std::string& data_description,
+                         const std::string& val_data_description, double entropy_floor,
+                         const std::string& run_id) {
+  const ModelConfig& m = cfg.model;
   StatsHeader h;
   h.model = cfg.model_name;
   RunConfig resolved = cfg;
-  resolved.stats_path = path_;
+  resolved.stats_path = path;
   h.config_text = run_config_to_text(resolved);
   for (const RunConfigValue& v : run_config_values(resolved)) {
     h.config_values.push_back({v.name, v.text, v.kind});
@@ -110,8 +114,32 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   h.resumed_from_step = cfg.resume_point.step;
   h.run_id = run_id;
   h.resumed_from_run = cfg.resume_point.run_id;
+  return h;
+}
+
+}  // namespace
+
+RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
+                   const HostLayout& hosts, const RoutingState& routing,
+                   const std::string& data_description, const std::string& val_data_description,
+                   double entropy_floor, const std::string& run_id)
+    : rank_(rank),
+      world_size_(world_size),
+      layers_(cfg.model.layers),
+      top_k_(cfg.model.top_k),
+      trace_every_(cfg.trace_every),
+      experts_(cfg.model.experts),
+      routing_(routing.config),
+      modes_(routing.modes) {
+  if (rank != 0) return;
+  const StatsPathChoice choice = stats_path_choose(cfg);
+  path_ = choice.path;
+  reserved_ = choice.reserved;
   try {
-    writer_ = std::make_unique<StatsWriter>(path_, overwrite, h);
+    writer_ = std::make_unique<StatsWriter>(
+        path_, choice.overwrite,
+        stats_header(cfg, path_, world_size, ep_size, hosts, routing, data_description,
+                     val_data_description, entropy_floor, run_id));
   } catch (...) {
     if (reserved_) drop_reservation(path_);
     throw;
