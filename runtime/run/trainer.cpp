@@ -241,12 +241,11 @@ EvalRecord Trainer::evaluate(int step) {
   return rec;
 }
 
-// Gradients: replicated over all ranks, experts over their replicas; losses; one all-reduce of
-// the stacked [L, E] loads and [L] rows and [L] tokens sent across hosts; one all-gather of the
-// rows each rank received.
+// Gradients: replicated over all ranks, experts over their replicas; losses; the loads
+// (reduce_loads); the experts' share of the gradient norm.
 void Trainer::reduce(StepRecord& rec) {
   ScopedPhase timer(&times_, Phase::kAllReduce);
-  const int W = world_.size(), L = mc_.layers, E = mc_.experts;
+  const int L = mc_.layers;
   // Dense gradients and the losses along the fixed tree over ranks (model/tree_sum.hpp): with
   // power-of-two sequences per rank, the same bits on any rank count.
   world_.allreduce_sum_tree(std::span<float>(d_dense_), std::span<float>(dense_scratch_));
@@ -257,6 +256,14 @@ void Trainer::reduce(StepRecord& rec) {
   rec.layer_z_loss.assign(sums_.begin() + 1 + L, sums_.end());
   for (double b : rec.layer_balance_loss) rec.balance_loss += b;
   for (double z : rec.layer_z_loss) rec.z_loss += z;
+  reduce_loads(rec);
+  expert_norm_sq_ = expert_grad_norm_sq();
+}
+
+// One all-reduce of the stacked [L, E] loads and [L] rows and [L] tokens sent across hosts; one
+// all-gather of the rows each rank received.
+void Trainer::reduce_loads(StepRecord& rec) {
+  const int W = world_.size(), L = mc_.layers, E = mc_.experts;
   const size_t LE = static_cast<size_t>(L) * E;
   for (int l = 0; l < L; ++l) {
     const DispatchPlan& plan = acts_.moe[l].plan;
@@ -285,10 +292,15 @@ void Trainer::reduce(StepRecord& rec) {
       rec.rank_load[static_cast<size_t>(l) * W + r] = recv_all_[static_cast<size_t>(r) * L + l];
     }
   }
-  // Global norm: dense gradients are identical everywhere (count once); each expert once, from
-  // one EP group, whose members own disjoint experts: every expert's sum of squares, gathered and
-  // added in (layer, global expert) order, so the norm is the same on any EP size.
-  // The expert arena holds, per layer, w1 of each local expert, then w3, then w2 (model_layout).
+}
+
+// The experts' share of the global norm: dense gradients are identical everywhere (counted once
+// in optimize); each expert once, from one EP group, whose members own disjoint experts: every
+// expert's sum of squares, gathered and added in (layer, global expert) order, so the norm is
+// the same on any EP size. The expert arena holds, per layer, w1 of each local expert, then w3,
+// then w2 (model_layout).
+double Trainer::expert_grad_norm_sq() {
+  const int L = mc_.layers;
   const int num_local = placement_.num_local(groups_.ep.rank());
   const int max_local = placement_.max_local();
   const size_t DF = static_cast<size_t>(mc_.d_model) * mc_.ffn_dim;
@@ -305,14 +317,15 @@ void Trainer::reduce(StepRecord& rec) {
     }
   }
   groups_.ep.allgather(std::span<const double>(expert_sq_), std::span<double>(expert_sq_all_));
-  expert_norm_sq_ = 0.0;
+  double norm_sq = 0.0;
   for (int l = 0; l < L; ++l) {
     for (int q = 0; q < P_; ++q) {
       for (int i = 0; i < placement_.num_local(q); ++i) {
-        expert_norm_sq_ += expert_sq_all_[(static_cast<size_t>(q) * L + l) * max_local + i];
+        norm_sq += expert_sq_all_[(static_cast<size_t>(q) * L + l) * max_local + i];
       }
     }
   }
+  return norm_sq;
 }
 
 namespace {

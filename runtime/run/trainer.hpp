@@ -80,6 +80,8 @@ class Trainer {
   void load_batch(int step);
   void reduce(StepRecord& rec);
   void reduce_expert_replicas();
+  void reduce_loads(StepRecord& rec);  // collective: the step's loads into rec
+  double expert_grad_norm_sq();        // collective over the EP group
   void optimize(StepRecord& rec, int step);
 
   const RunConfig& cfg_;
