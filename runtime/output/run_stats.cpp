@@ -222,9 +222,32 @@ void RunStats::record_eval(const EvalRecord& rec) {
 
 void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<float>& acts,
                             const std::vector<int32_t>& tokens, int seq_len) {
+  pack_trace(acts, tokens, seq_len);
+  if (rank_ == 0) {
+    trace_all_.resize(trace_local_.size() * world_size_);
+    weights_all_.resize(weights_local_.size() * world_size_);
+  }
+  world.gather(std::span<const int32_t>(trace_local_), std::span<int32_t>(trace_all_), 0);
+  world.gather(std::span<const float>(weights_local_), std::span<float>(weights_all_), 0);
+  if (rank_ != 0 || !failure_.empty()) return;
+  unpack_trace(static_cast<int>(tokens.size()));
+  TraceRow row;
+  row.step = step;
+  row.token_id = t_ids_;
+  row.position = t_pos_;
+  row.rank = t_rank_;
+  row.experts = t_experts_;
+  row.weights = t_weights_;
+  row.experts_unbiased = t_unbiased_;
+  append_row("the routing trace of step " + std::to_string(step),
+             [&] { writer_->append_trace(row); });
+}
+
+void RunStats::pack_trace(const ModelActs<float>& acts, const std::vector<int32_t>& tokens,
+                          int seq_len) {
   // Per rank, packed: token ids [N], positions [N], experts [L, N, K], the unbiased top-k
   // [L, N, K]; weights [L, N, K].
-  const int N = static_cast<int>(tokens.size()), L = layers_, K = top_k_, W = world_size_;
+  const int N = static_cast<int>(tokens.size()), L = layers_, K = top_k_;
   const size_t NK = static_cast<size_t>(N) * K;
   trace_local_.resize(2 * static_cast<size_t>(N) + 2 * L * NK);
   weights_local_.resize(L * NK);
@@ -246,14 +269,12 @@ void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<flo
       route_topk(dst, m.scores.data(), nullptr, N, experts_, K);
     }
   }
-  if (rank_ == 0) {
-    trace_all_.resize(trace_local_.size() * W);
-    weights_all_.resize(weights_local_.size() * W);
-  }
-  world.gather(std::span<const int32_t>(trace_local_), std::span<int32_t>(trace_all_), 0);
-  world.gather(std::span<const float>(weights_local_), std::span<float>(weights_all_), 0);
-  if (rank_ != 0 || !failure_.empty()) return;
+}
+
+void RunStats::unpack_trace(int N) {
   // Rank-major blocks to the file's token-major layout: global token r·N + t.
+  const int L = layers_, K = top_k_, W = world_size_;
+  const size_t NK = static_cast<size_t>(N) * K;
   const size_t T = static_cast<size_t>(W) * N;
   t_ids_.resize(T);
   t_pos_.resize(T);
@@ -277,16 +298,6 @@ void RunStats::record_trace(const Comm& world, int64_t step, const ModelActs<flo
       std::copy_n(wblock + l * NK, NK, &t_weights_[at]);
     }
   }
-  TraceRow row;
-  row.step = step;
-  row.token_id = t_ids_;
-  row.position = t_pos_;
-  row.rank = t_rank_;
-  row.experts = t_experts_;
-  row.weights = t_weights_;
-  row.experts_unbiased = t_unbiased_;
-  append_row("the routing trace of step " + std::to_string(step),
-             [&] { writer_->append_trace(row); });
 }
 
 }  // namespace moe

@@ -65,6 +65,10 @@ class RunStats {
   // Rank 0: runs `append` (a writer call) unless a row failed before; a failure is kept, not
   // thrown, since the other ranks are already in the next step.
   template <class F> void append_row(const std::string& row, F&& append);
+  // record_trace's parts: this rank's tokens and routing packed into trace_local_ and
+  // weights_local_; on rank 0, the gathered blocks of N tokens each laid out token-major (t_*).
+  void pack_trace(const ModelActs<float>& acts, const std::vector<int32_t>& tokens, int seq_len);
+  void unpack_trace(int N);
 
   int rank_ = 0, world_size_ = 1, layers_ = 0, top_k_ = 0, trace_every_ = 0;
   int experts_ = 0;
