@@ -11,8 +11,17 @@ if ! command -v clang-format >/dev/null; then
   echo "format.sh: clang-format not found (scripts/setup.sh installs it)" >&2
   exit 1
 fi
-mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cpp' '*.hpp' '*.cu' '*.cuh' |
-  while read -r f; do [[ -f $f ]] && echo "$f"; done)
+# A new file inside a CMake build folder that .gitignore does not name (MOE_RT_BUILD_DIR=out)
+# is generated code, not the repository's: left out.
+patterns=('*.cpp' '*.hpp' '*.cu' '*.cuh')
+in_build_folder() { [[ $1 == */* && -f ${1%%/*}/CMakeCache.txt ]]; }
+files=()
+while IFS= read -r -d '' f; do
+  [[ -f $f ]] && files+=("$f")
+done < <(git ls-files -z --cached "${patterns[@]}")
+while IFS= read -r -d '' f; do
+  [[ -f $f ]] && ! in_build_folder "$f" && files+=("$f")
+done < <(git ls-files -z --others --exclude-standard "${patterns[@]}")
 if [[ ${1:-} == --check ]]; then
   bad=()
   for f in "${files[@]}"; do

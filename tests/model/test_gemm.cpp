@@ -152,6 +152,25 @@ TEST_P(GemmLevels, ModelShapesOnOneAndThreeThreads) {
   }
 }
 
+// Where an operand is read in place rather than packed (gemm_kernel.hpp: an untransposed A
+// over at most 8 panels of B, an untransposed B under at most 144 rows of A), at the edges of
+// those limits for every level's panel width (NR = 4, 8, 16, 32: N = 8·NR and 8·NR + 1; M = 144
+// and 145), with K large enough that A's rows come in several packed blocks, padded leading
+// dimensions, and a call split over threads.
+TEST_P(GemmLevels, OperandsReadInPlaceAtTheLimits) {
+  for (int threads : {1, 3}) {
+    blas_set_threads(threads);
+    for (int N : {32, 33, 64, 65, 128, 129, 256, 257}) {
+      expect_contract<float>(false, false, 144, N, 300, 1.0f, 0.0f, 0, 30 + N);
+      expect_contract<float>(false, false, 145, N, 300, 0.5f, 1.0f, 3, 40 + N);
+    }
+    expect_contract<float>(false, false, 145, 100, 700, 1.0f, 0.0f, 3, 50);  // A rows, blocks
+    expect_contract<float>(false, true, 144, 100, 700, 1.0f, 1.0f, 3, 51);   // the same, B^T
+    expect_contract<double>(false, false, 97, 60, 700, 1.0, 0.0, 2, 52);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The property the contract is for: the first rows of a call of 2M rows (columns of 2N) are the
 // bits of a call of M rows (N columns), at M, N around the register tiles and OpenBLAS's blocks.
 TEST_P(GemmLevels, ARowsBitsDoNotDependOnTheCallsShape) {
