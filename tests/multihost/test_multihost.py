@@ -178,6 +178,11 @@ EXPECTED_MESSAGE = {
     "ranks killed": "exited on signal 9 (Killed)",
     "host killed": "ORTE has lost communication with a remote daemon",
 }
+# What else mpirun may say first when host 1's ranks are gone: a rank on host 0 that was writing
+# to one of them over TCP gets EPIPE's signal (its peer's socket was reset) and mpirun reports
+# that rank's end, naming host 0, before its daemon notices the lost host (seen in CI). Either
+# way the job ends at once and keeps every completed step (below).
+PEER_GONE_MESSAGE = "exited on signal 13 (Broken pipe)"
 
 
 @pytest.mark.parametrize("how", ["link down", "ranks killed", "host killed"])
@@ -202,7 +207,8 @@ def test_a_lost_host_ends_the_job_and_keeps_every_completed_step(hosts, moe_rt_b
     print(f"host 1 lost ({how}): the job ended {took:.1f} s later")
     assert job.returncode != 0
     assert took < END_WITHIN_S, (took, stderr)
-    assert EXPECTED_MESSAGE[how] in stderr and hosts.name(1) in stderr, stderr
+    assert ((EXPECTED_MESSAGE[how] in stderr and hosts.name(1) in stderr)
+            or PEER_GONE_MESSAGE in stderr), stderr
     # Nothing of the job is left on the remaining host; the lost one's daemon, once it finds
     # mpirun gone (its own keepalive), ends its ranks too.
     assert hosts.pids(0) == []
