@@ -47,6 +47,7 @@ const std::vector<Shape> kShapes = {
     {"expert fwd, 768 rows", false, false, 768, 128, 128, 0},
     {"expert d_in, 768 rows", false, true, 768, 128, 128, 1},
     {"expert d_weight, 768 rows", true, false, 128, 128, 768, 1},
+    {"expert d_weight, 1 seq", true, false, 128, 128, 96, 0},
     {"shared expert fwd", false, false, 256, 128, 128, 0},
     {"router d_in", false, true, 256, 128, 8, 1},
     {"router d_weight", true, false, 128, 8, 256, 0},
@@ -130,7 +131,11 @@ int run(int argc, char** argv) {
   for (const Shape& s : kShapes) measure(s, seconds, repeats, 1);
   // The LM head's forward called outside the model's tasks: split over the model's threads (and
   // OpenBLAS over as many of its own).
-  if (threads > 1) measure(kShapes[15], seconds, repeats, threads);
+  if (threads > 1) {
+    for (const Shape& s : kShapes) {
+      if (std::string_view(s.use) == "LM head fwd") measure(s, seconds, repeats, threads);
+    }
+  }
   return 0;
 }
 

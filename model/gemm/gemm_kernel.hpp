@@ -188,6 +188,48 @@ template <class V, int MR, int NV, bool kRowsOfA = false>
   }
 }
 
+// A micro-tile for an edge of m < MR rows (or n <= NR/2 columns) computes only the rows (vectors)
+// it needs: MR/3 or 2·MR/3 rows where MR is a multiple of 3 (the 8 rows left of 128 by 12-row
+// tiles, the 2 left by 6-row ones), one vector of NV for a half-wide edge. Each C element it
+// writes is the same chain; only the work on padding is skipped.
+template <class V, int MR, int NV, bool kRowsOfA, int R, int W>
+[[gnu::always_inline]] inline bool edge_tile_as(int K, const typename V::T* ap, int64_t a_step,
+                                                const typename V::T* bp, int64_t b_step,
+                                                typename V::T* c, int64_t ldc, int m, int n,
+                                                typename V::T alpha, typename V::T beta,
+                                                int64_t a_row) {
+  if constexpr (R <= 0 || W <= 0) {
+    return false;
+  } else {
+    if (m > R || n > W * V::kLanes) return false;
+    micro_tile<V, R, W, kRowsOfA>(K, ap, a_step, bp, b_step, c, ldc, m, n, alpha, beta, a_row);
+    return true;
+  }
+}
+
+// micro_tile for a tile of m×n of C, through the narrowest tile that covers it (above).
+template <class V, int MR, int NV, bool kRowsOfA = false>
+[[gnu::always_inline]] inline void tile(int K, const typename V::T* ap, int64_t a_step,
+                                        const typename V::T* bp, int64_t b_step, typename V::T* c,
+                                        int64_t ldc, int m, int n, typename V::T alpha,
+                                        typename V::T beta, int64_t a_row = 0) {
+  constexpr int NR = NV * V::kLanes;
+  if (m < MR || n <= NR / 2) {
+    constexpr int third = MR % 3 == 0 ? MR / 3 : 0, half = NV % 2 == 0 ? NV / 2 : 0;
+    if (edge_tile_as<V, MR, NV, kRowsOfA, third, half>(K, ap, a_step, bp, b_step, c, ldc, m, n,
+                                                       alpha, beta, a_row) ||
+        edge_tile_as<V, MR, NV, kRowsOfA, third, NV>(K, ap, a_step, bp, b_step, c, ldc, m, n, alpha,
+                                                     beta, a_row) ||
+        edge_tile_as<V, MR, NV, kRowsOfA, 2 * third, NV>(K, ap, a_step, bp, b_step, c, ldc, m, n,
+                                                         alpha, beta, a_row) ||
+        edge_tile_as<V, MR, NV, kRowsOfA, MR, half>(K, ap, a_step, bp, b_step, c, ldc, m, n, alpha,
+                                                    beta, a_row)) {
+      return;
+    }
+  }
+  micro_tile<V, MR, NV, kRowsOfA>(K, ap, a_step, bp, b_step, c, ldc, m, n, alpha, beta, a_row);
+}
+
 // Bytes of packed A (mc rows × K) and of packed B (K × nc columns) aimed at: A's block stays in
 // the level-2 cache while B's panels stream through it. Sizes, not bits: nothing here changes an
 // element's chain. (B blocks of 256 and 512 KiB, to fit Zen 3's 512 KiB level-2 cache, measured
@@ -197,6 +239,11 @@ constexpr int64_t kPackedBBytes = 1024 * 1024;
 
 // An untransposed A is read in place (kRowsOfA) when at most this many panels of B use it.
 constexpr int kRowsOfAPanels = 8;
+// A transposed A is read in place when at most this many panels of B use it: its MR values of a
+// k lie lda apart from the next k's, and beyond four passes a packed copy pays (avx512's four
+// 32-wide panels of the 128-column weight gradients gained 15-20% read in place; avx2's eight
+// 16-wide ones lost 5-10% at K = 768).
+constexpr int kTransAPanels = 4;
 // An untransposed B is read in place when A has at most this many rows and B at most
 // kRowsOfAPanels panels (measured on bench_gemm_shapes: the 128-row weight gradients gain 5-15%,
 // the 768-row expert forward and the LM head's 2048 columns lose when read in place).
@@ -243,9 +290,10 @@ template <class V, int MR, int NV>
   // An untransposed A holds each of its rows along k: the micro-tile can read MR rows side by
   // side where they lie (kRowsOfA), which pays where few panels of B reuse a packed copy.
   const bool a_rows = !g.trans_a && n <= kRowsOfAPanels * NR;
-  // An untransposed B is read in place also for a few panels of A over a narrow B
-  // (kBInPlaceRows, kRowsOfAPanels): the weight gradients' and the small tiles' shapes.
-  const bool a_in_place = (g.trans_a && n <= 2 * NR) || a_rows,
+  // A transposed A is read in place for up to kTransAPanels panels of B. An untransposed B is
+  // read in place also for a few panels of A over a narrow B (kBInPlaceRows, kRowsOfAPanels):
+  // the weight gradients' and the small tiles' shapes.
+  const bool a_in_place = (g.trans_a && n <= kTransAPanels * NR) || a_rows,
              b_in_place =
                  !g.trans_b && (m <= 2 * MR || (m <= kBInPlaceRows && n <= kRowsOfAPanels * NR));
   // With all of A's rows in one block, A is packed once for every block of B's columns.
@@ -277,13 +325,13 @@ template <class V, int MR, int NV>
           T* c = g.C + static_cast<int64_t>(i0 + ic + ir) * g.ldc + (j0 + jc + jr);
           const int mt = lesser(MR, mcur - ir), nt = lesser(NR, ncur - jr);
           if (a_here && a_rows) {
-            micro_tile<V, MR, NV, true>(g.K, g.A + static_cast<int64_t>(i0 + ic + ir) * g.lda, 1,
-                                        bp, b_step, c, g.ldc, mt, nt, g.alpha, g.beta, g.lda);
+            tile<V, MR, NV, true>(g.K, g.A + static_cast<int64_t>(i0 + ic + ir) * g.lda, 1, bp,
+                                  b_step, c, g.ldc, mt, nt, g.alpha, g.beta, g.lda);
             continue;
           }
           const T* ap = a_here ? g.A + (i0 + ic + ir) : packed_a + static_cast<int64_t>(ir) * g.K;
-          micro_tile<V, MR, NV>(g.K, ap, a_here ? g.lda : MR, bp, b_step, c, g.ldc, mt, nt, g.alpha,
-                                g.beta);
+          tile<V, MR, NV>(g.K, ap, a_here ? g.lda : MR, bp, b_step, c, g.ldc, mt, nt, g.alpha,
+                          g.beta);
         }
       }
     }

@@ -152,17 +152,19 @@ TEST_P(GemmLevels, ModelShapesOnOneAndThreeThreads) {
   }
 }
 
-// Where an operand is read in place rather than packed (gemm_kernel.hpp: an untransposed A
+// Where an operand is read in place rather than packed (gemm_kernel.hpp: A, transposed or not,
 // over at most 8 panels of B, an untransposed B under at most 144 rows of A), at the edges of
 // those limits for every level's panel width (NR = 4, 8, 16, 32: N = 8·NR and 8·NR + 1; M = 144
-// and 145), with K large enough that A's rows come in several packed blocks, padded leading
-// dimensions, and a call split over threads.
+// and 145, whose last tiles are the narrower edge tiles), with K large enough that A's rows come
+// in several packed blocks, padded leading dimensions, and a call split over threads.
 TEST_P(GemmLevels, OperandsReadInPlaceAtTheLimits) {
   for (int threads : {1, 3}) {
     blas_set_threads(threads);
     for (int N : {32, 33, 64, 65, 128, 129, 256, 257}) {
       expect_contract<float>(false, false, 144, N, 300, 1.0f, 0.0f, 0, 30 + N);
       expect_contract<float>(false, false, 145, N, 300, 0.5f, 1.0f, 3, 40 + N);
+      expect_contract<float>(true, false, 128, N, 300, 1.0f, 0.0f, 0, 60 + N);  // A^T, ld 128
+      expect_contract<float>(true, false, 145, N, 97, 0.5f, 1.0f, 3, 70 + N);
     }
     expect_contract<float>(false, false, 145, 100, 700, 1.0f, 0.0f, 3, 50);  // A rows, blocks
     expect_contract<float>(false, true, 144, 100, 700, 1.0f, 1.0f, 3, 51);   // the same, B^T
