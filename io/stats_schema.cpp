@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "io/hdf5_check.hpp"
@@ -133,6 +134,23 @@ constexpr DatasetInfo kDatasets[] = {
      {"eval_step", "layer"}},
 };
 
+// The datasets of each shadow balancer's group /shadow/<rule> (the group's name is its rule).
+constexpr DatasetInfo kShadowDatasets[] = {
+    {"expert_load",
+     "assignments",
+     "(token, slot) assignments to each expert had this shadow balancer's bias routed the step "
+     "(0 outside top-k layers)",
+     {"step", "layer", "expert"}},
+    {"max_violation",
+     "1",
+     "(max - mean) / mean of this shadow balancer's expert load (0 outside top-k layers)",
+     {"step", "layer"}},
+    {"bias",
+     "1",
+     "this shadow balancer's bias, as the step's routing used it",
+     {"step", "layer", "expert"}},
+};
+
 // Axis label -> the dataset that is its dimension scale (labels without one: none).
 struct ScaleInfo {
   const char* name;
@@ -173,12 +191,47 @@ void delete_attribute_if_present(hid_t obj, const char* name) {
   if (MOE_H5_CHECK(H5Aexists(obj, name)) > 0) MOE_H5_CHECK(H5Adelete(obj, name));
 }
 
-// Attaches the scale of each labelled axis of every dataset present, in the table's order (the
-// same order in every file, so the file stays a pure function of what was written).
-void attach_scales(hid_t file) {
+// A dataset of the file with its description: a row of kDatasets, or of kShadowDatasets under
+// one shadow balancer's group.
+struct FileDataset {
+  std::string path;
+  const DatasetInfo* info;
+};
+
+// The names of /shadow's groups, in the order of their names (HDF5's index).
+std::vector<std::string> shadow_groups(hid_t file) {
+  std::vector<std::string> names;
+  if (MOE_H5_CHECK(H5Lexists(file, "/shadow", H5P_DEFAULT)) <= 0) return names;
+  auto collect = [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+    static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+    return 0;
+  };
+  MOE_H5_CHECK(H5Literate_by_name(file, "/shadow", H5_INDEX_NAME, H5_ITER_INC, nullptr, collect,
+                                  &names, H5P_DEFAULT));
+  return names;
+}
+
+// Every described dataset the file holds: the table's, then each shadow balancer's, in the same
+// order in every file, so that the file stays a pure function of what was written.
+std::vector<FileDataset> file_datasets(hid_t file) {
+  std::vector<FileDataset> found;
   for (const DatasetInfo& d : kDatasets) {
-    if (!exists(file, d.path)) continue;
-    const H5Id dset = open_dataset(file, d.path);
+    if (exists(file, d.path)) found.push_back({d.path, &d});
+  }
+  for (const std::string& group : shadow_groups(file)) {
+    for (const DatasetInfo& d : kShadowDatasets) {
+      const std::string path = "/shadow/" + group + "/" + d.path;
+      if (MOE_H5_CHECK(H5Lexists(file, path.c_str(), H5P_DEFAULT)) > 0) found.push_back({path, &d});
+    }
+  }
+  return found;
+}
+
+// Attaches the scale of each labelled axis of every dataset present (file_datasets' order).
+void attach_scales(hid_t file) {
+  for (const FileDataset& f : file_datasets(file)) {
+    const DatasetInfo& d = *f.info;
+    const H5Id dset = open_dataset(file, f.path.c_str());
     for (unsigned axis = 0; axis < d.axes.size() && d.axes[axis] != nullptr; ++axis) {
       const char* scale = scale_path(d.axes[axis]);
       if (scale == nullptr || !exists(file, scale)) continue;
@@ -227,9 +280,9 @@ void stats_describe(hid_t file, const StatsAxes& axes) {
     if (!exists(file, s.path)) continue;
     MOE_H5_CHECK(H5DSset_scale(open_dataset(file, s.path).get(), s.name));
   }
-  for (const DatasetInfo& d : kDatasets) {
-    if (!exists(file, d.path)) continue;
-    const H5Id dset = open_dataset(file, d.path);
+  for (const FileDataset& f : file_datasets(file)) {
+    const DatasetInfo& d = *f.info;
+    const H5Id dset = open_dataset(file, f.path.c_str());
     h5_write_string_attr(dset.get(), "units", d.units);
     h5_write_string_attr(dset.get(), "description", d.description);
     for (unsigned axis = 0; axis < d.axes.size() && d.axes[axis] != nullptr; ++axis) {
@@ -240,9 +293,8 @@ void stats_describe(hid_t file, const StatsAxes& axes) {
 }
 
 void stats_reattach_scales(hid_t file) {
-  for (const DatasetInfo& d : kDatasets) {
-    if (!exists(file, d.path)) continue;
-    const H5Id dset = open_dataset(file, d.path);
+  for (const FileDataset& f : file_datasets(file)) {
+    const H5Id dset = open_dataset(file, f.path.c_str());
     delete_attribute_if_present(dset.get(), "DIMENSION_LIST");
     delete_attribute_if_present(dset.get(), "REFERENCE_LIST");
   }

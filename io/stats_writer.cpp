@@ -97,6 +97,14 @@ void validate_header(const StatsHeader& h) {
   for (const int32_t host : h.rank_host) {
     require(host >= 0 && host < h.world_size, "rank_host entries must be in [0, world_size)");
   }
+  for (size_t r = 0; r < h.shadow_rules.size(); ++r) {
+    const std::string& name = h.shadow_rules[r];
+    require(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos,
+            "shadow_rules entry '" + name + "' is not a group name");
+    for (size_t q = 0; q < r; ++q) {
+      require(h.shadow_rules[q] != name, "shadow_rules entry '" + name + "' is given twice");
+    }
+  }
 }
 
 // [W] host of each rank: the header's, or host 0 for every rank.
@@ -179,7 +187,7 @@ struct StatsWriter::Impl {
   std::vector<H5RowDataset> steps;  // append order of StepRow's fields, /steps/step last
   std::vector<H5RowDataset> trace;  // append order of TraceRow's fields, /trace/step last
   std::vector<H5RowDataset> eval;   // append order of EvalRow's fields, /eval/step last
-  size_t L = 0, E = 0, W = 0, T = 0, K = 0, num_phases = 0;
+  size_t L = 0, E = 0, W = 0, T = 0, K = 0, num_phases = 0, R = 0;
   bool overwrite = false;
   bool compact_on_close = true;
   bool published = false;  // publish() put the file at its path
@@ -302,6 +310,7 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
   m.overwrite = overwrite;
   m.L = h.num_layers, m.E = h.num_experts, m.W = h.world_size;
   m.num_phases = h.phase_names.size(), m.T = h.trace_tokens, m.K = h.top_k;
+  m.R = h.shadow_rules.size();
   m.compact_on_close = storage.compact_on_close;
   stats_staging_create(m.files, m.lock);
   try {
@@ -345,6 +354,16 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
   h5_write_fixed_dataset(f, "/layers/hash_table", H5T_STD_I32LE, H5T_NATIVE_INT32,
                          {hsize_t(h.hash_layers), hsize_t(h.vocab), hsize_t(h.top_k)},
                          h.hash_tables.data());
+  if (!h.shadow_rules.empty()) {
+    H5Id(MOE_H5_CHECK(H5Gcreate2(f, "/shadow", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT)), H5Gclose)
+        .close();
+    for (const std::string& rule : h.shadow_rules) {
+      const H5Id group(MOE_H5_CHECK(H5Gcreate2(f, ("/shadow/" + rule).c_str(), H5P_DEFAULT,
+                                               gcpl.get(), H5P_DEFAULT)),
+                       H5Gclose);
+      h5_write_string_attr(group.get(), "rule", rule);
+    }
+  }
   h5_write_string_dataset(f, "/perf/phases", h.phase_names);
   const std::vector<int32_t> hosts = rank_hosts(h);
   h5_write_fixed_dataset(f, "/hosts/rank_host", H5T_STD_I32LE, H5T_NATIVE_INT32, {m.W},
@@ -375,6 +394,12 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
   add(m.steps, "/routing/cross_host_tokens", i64, n_i64, {m.L});
   add(m.steps, "/steps/z_loss", f64, n_f64, {});
   add(m.steps, "/routing/z_loss", f64, n_f64, {m.L});
+  for (const std::string& rule : h.shadow_rules) {
+    const std::string group = "/shadow/" + rule;
+    add(m.steps, (group + "/expert_load").c_str(), i64, n_i64, {m.L, m.E});
+    add(m.steps, (group + "/max_violation").c_str(), f64, n_f64, {m.L});
+    add(m.steps, (group + "/bias").c_str(), f32, n_f32, {m.L, m.E});
+  }
   add(m.steps, "/steps/step", i64, n_i64, {}, &no_step);
   if (m.T > 0) {
     for (const char* name : {"/trace/token_id", "/trace/position", "/trace/rank"}) {
@@ -431,29 +456,36 @@ void StatsWriter::append(const StepRow& r) {
   require_size(call, "dispatch_rows", r.dispatch_rows, m.L, "L");
   require_size(call, "cross_host_rows", r.cross_host_rows, m.L, "L");
   require_size(call, "cross_host_tokens", r.cross_host_tokens, m.L, "L");
-  impl_->append_row(impl_->steps,
-                    {&r.loss,
-                     &r.balance_loss,
-                     &r.grad_norm,
-                     &r.lr,
-                     &r.tokens_per_s,
-                     &r.step_time_s,
-                     r.expert_load.data(),
-                     r.rank_load.data(),
-                     r.bias.data(),
-                     r.load_variance.data(),
-                     r.max_violation.data(),
-                     r.load_cv.data(),
-                     r.rank_overload.data(),
-                     r.layer_balance_loss.data(),
-                     r.phase_times.data(),
-                     r.dispatch_rows.data(),
-                     r.cross_host_rows.data(),
-                     r.cross_host_tokens.data(),
-                     &r.z_loss,
-                     r.layer_z_loss.data(),
-                     &r.step},
-                    impl_->rows_done);
+  require_size(call, "shadow_load", r.shadow_load, m.R * m.L * m.E, "R*L*E");
+  require_size(call, "shadow_bias", r.shadow_bias, m.R * m.L * m.E, "R*L*E");
+  require_size(call, "shadow_max_violation", r.shadow_max_violation, m.R * m.L, "R*L");
+  std::vector<const void*> values = {&r.loss,
+                                     &r.balance_loss,
+                                     &r.grad_norm,
+                                     &r.lr,
+                                     &r.tokens_per_s,
+                                     &r.step_time_s,
+                                     r.expert_load.data(),
+                                     r.rank_load.data(),
+                                     r.bias.data(),
+                                     r.load_variance.data(),
+                                     r.max_violation.data(),
+                                     r.load_cv.data(),
+                                     r.rank_overload.data(),
+                                     r.layer_balance_loss.data(),
+                                     r.phase_times.data(),
+                                     r.dispatch_rows.data(),
+                                     r.cross_host_rows.data(),
+                                     r.cross_host_tokens.data(),
+                                     &r.z_loss,
+                                     r.layer_z_loss.data()};
+  for (size_t q = 0; q < m.R; ++q) {
+    values.push_back(r.shadow_load.data() + q * m.L * m.E);
+    values.push_back(r.shadow_max_violation.data() + q * m.L);
+    values.push_back(r.shadow_bias.data() + q * m.L * m.E);
+  }
+  values.push_back(&r.step);
+  impl_->append_row(impl_->steps, values, impl_->rows_done);
 }
 
 void StatsWriter::append_trace(const TraceRow& r) {

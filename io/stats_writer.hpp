@@ -59,26 +59,32 @@ struct StatsHeader {
   // resumed_from_run with resumed_from.
   std::string run_id;
   std::string resumed_from_run;
+  // Shadow balancers' names (R of them, distinct, none containing '/'): a group /shadow/<name>
+  // each, with per-step datasets expert_load [L, E], max_violation [L] and bias [L, E].
+  std::vector<std::string> shadow_rules;
 };
 
 // One step, global values (already reduced over ranks).
 struct StepRow {
   int64_t step = 0;
   double loss = 0, balance_loss = 0, grad_norm = 0, lr = 0, tokens_per_s = 0, step_time_s = 0;
-  std::span<const int64_t> expert_load;        // [L, E]
-  std::span<const int64_t> rank_load;          // [L, W] assignments received by each rank
-  std::span<const float> bias;                 // [L, E] bias used for the step's routing
-  std::span<const double> load_variance;       // [L]
-  std::span<const double> max_violation;       // [L]
-  std::span<const double> load_cv;             // [L]
-  std::span<const double> rank_overload;       // [L]
-  std::span<const double> layer_balance_loss;  // [L]
-  std::span<const double> phase_times;         // [W, num_phases] seconds, per rank
-  std::span<const int64_t> dispatch_rows;      // [L] assignments dispatched (T·K)
-  std::span<const int64_t> cross_host_rows;    // [L] of them sent to a rank on another host
-  std::span<const int64_t> cross_host_tokens;  // [L] (token, other host of its experts) pairs
-  double z_loss = 0;                           // router z-loss added, summed over layers
-  std::span<const double> layer_z_loss;        // [L]
+  std::span<const int64_t> expert_load;          // [L, E]
+  std::span<const int64_t> rank_load;            // [L, W] assignments received by each rank
+  std::span<const float> bias;                   // [L, E] bias used for the step's routing
+  std::span<const double> load_variance;         // [L]
+  std::span<const double> max_violation;         // [L]
+  std::span<const double> load_cv;               // [L]
+  std::span<const double> rank_overload;         // [L]
+  std::span<const double> layer_balance_loss;    // [L]
+  std::span<const double> phase_times;           // [W, num_phases] seconds, per rank
+  std::span<const int64_t> dispatch_rows;        // [L] assignments dispatched (T·K)
+  std::span<const int64_t> cross_host_rows;      // [L] of them sent to a rank on another host
+  std::span<const int64_t> cross_host_tokens;    // [L] (token, other host of its experts) pairs
+  double z_loss = 0;                             // router z-loss added, summed over layers
+  std::span<const double> layer_z_loss;          // [L]
+  std::span<const int64_t> shadow_load;          // [R, L, E] global loads of each shadow's routing
+  std::span<const float> shadow_bias;            // [R, L, E] the bias each shadow routed with
+  std::span<const double> shadow_max_violation;  // [R, L]
 };
 
 // The routing of T traced tokens at one step.

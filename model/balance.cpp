@@ -112,6 +112,28 @@ void bias_update(std::span<float> bias, std::span<const int64_t> load, double ra
   for (size_t e = 0; e < E; ++e) bias[e] += static_cast<float>(center ? step[e] - shift : step[e]);
 }
 
+void shadow_bias_update(const ShadowRule& rule, std::span<float> bias,
+                        std::span<const int64_t> load) {
+  switch (rule.kind) {
+    case ShadowKind::kNone:
+      return;
+    case ShadowKind::kSign:
+    case ShadowKind::kSignCentered:
+      bias_update(bias, load, rule.rate, rule.kind == ShadowKind::kSignCentered);
+      return;
+    case ShadowKind::kProportional: {
+      const size_t E = bias.size();
+      const double mean =
+          static_cast<double>(std::accumulate(load.begin(), load.end(), int64_t{0})) / E;
+      if (mean <= 0) return;
+      for (size_t e = 0; e < E; ++e) {
+        bias[e] += static_cast<float>(rule.rate * (mean - static_cast<double>(load[e])) / mean);
+      }
+      return;
+    }
+  }
+}
+
 BalanceMetrics balance_metrics(std::span<const int64_t> load) {
   BalanceMetrics m;
   const double E = static_cast<double>(load.size());

@@ -47,6 +47,13 @@ void bias_update(std::span<float> bias,          // [E]
                  std::span<const int64_t> load,  // [E]
                  double rate, bool center);
 
+// One shadow balancer's update of a layer's bias from the global loads its own routing gave
+// (ShadowRule in routing_config.hpp). kSign and kSignCentered are bias_update(rate, center)
+// itself, so a shadow with the run's own rule and rate holds the run's bias bit for bit;
+// kProportional adds rate·(mean − c[e])/mean (nothing when no token was routed); kNone nothing.
+void shadow_bias_update(const ShadowRule& rule, std::span<float> bias,  // [E]
+                        std::span<const int64_t> load);                 // [E]
+
 // Balance metrics of one layer from its global loads.
 struct BalanceMetrics {
   double variance = 0;       // population variance of c over experts

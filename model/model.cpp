@@ -57,6 +57,7 @@ RoutingState routing_state_make(const ModelConfig& c, const RoutingConfig& confi
   }
   r.random_seed = seed;
   r.bias.assign(static_cast<size_t>(c.layers) * c.experts, 0.0f);
+  r.shadow_bias.assign(config.shadows.size() * c.layers * c.experts, 0.0f);
   const size_t table = static_cast<size_t>(c.vocab) * c.top_k;
   r.hash_tables.resize(table * c.hash_layers);
   for (int l = 0; l < c.hash_layers; ++l) {

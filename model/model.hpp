@@ -47,6 +47,7 @@ struct RoutingState {
   RoutingConfig config;              // the run's (the option table parsed it)
   std::vector<RoutingMode> modes;    // [L]
   std::vector<float> bias;           // [L, E]; zero and unused outside top-k layers
+  std::vector<float> shadow_bias;    // [R, L, E] of config.shadows' R shadow balancers
   std::vector<int32_t> hash_tables;  // [L_h, V, K]
   uint64_t random_seed = 0;          // forced random routing
   int num_topk_layers() const;

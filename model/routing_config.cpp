@@ -1,6 +1,7 @@
 // The routing configuration's names, both ways, and its checks against the model.
 #include "model/routing_config.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <string>
@@ -72,6 +73,75 @@ std::string forced_routing_name(const ForcedRouting& f) {
   if (f.skew.hot_fraction > 0) return "hot:" + shortest_text(f.skew.hot_fraction);
   if (f.skew.zipf_alpha > 0) return "zipf:" + shortest_text(f.skew.zipf_alpha);
   return "random";
+}
+
+std::vector<ShadowRule> shadow_rules_from_text(std::string_view spec) {
+  std::vector<ShadowRule> rules;
+  if (spec.empty()) return rules;
+  constexpr double kMaxRate = 1e6;
+  const std::string valid = "(valid: none, sign:RATE, sign-centered:RATE, proportional:RATE)";
+  size_t start = 0;
+  while (start <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', start), spec.size());
+    const std::string_view item = spec.substr(start, comma - start);
+    ShadowRule rule;
+    if (item == "none") {
+      rule.kind = ShadowKind::kNone;
+    } else {
+      const size_t colon = item.find(':');
+      const std::string_view kind = item.substr(0, colon);
+      if (kind == "sign") {
+        rule.kind = ShadowKind::kSign;
+      } else if (kind == "sign-centered") {
+        rule.kind = ShadowKind::kSignCentered;
+      } else if (kind == "proportional") {
+        rule.kind = ShadowKind::kProportional;
+      } else {
+        throw ConfigError("--shadow: unknown rule '" + std::string(item) + "' " + valid);
+      }
+      const std::string_view number =
+          colon == std::string_view::npos ? std::string_view() : item.substr(colon + 1);
+      double v = -1;
+      const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), v);
+      if (number.empty() || ec != std::errc() || end != number.data() + number.size() ||
+          !(v >= 0 && v <= kMaxRate)) {
+        throw ConfigError("--shadow: '" + std::string(item) +
+                          "' needs a rate in [0, 1e+06] after '" + std::string(kind) + ":'");
+      }
+      rule.rate = v;
+    }
+    for (const ShadowRule& earlier : rules) {
+      if (shadow_rule_name(earlier) == shadow_rule_name(rule)) {
+        throw ConfigError("--shadow: rule '" + shadow_rule_name(rule) + "' is given twice");
+      }
+    }
+    rules.push_back(rule);
+    start = comma + 1;
+  }
+  return rules;
+}
+
+std::string shadow_rule_name(const ShadowRule& rule) {
+  switch (rule.kind) {
+    case ShadowKind::kNone:
+      return "none";
+    case ShadowKind::kSign:
+      return "sign:" + shortest_text(rule.rate);
+    case ShadowKind::kSignCentered:
+      return "sign-centered:" + shortest_text(rule.rate);
+    case ShadowKind::kProportional:
+      return "proportional:" + shortest_text(rule.rate);
+  }
+  return "none";
+}
+
+std::string shadow_rules_text(const std::vector<ShadowRule>& rules) {
+  std::string text;
+  for (const ShadowRule& rule : rules) {
+    if (!text.empty()) text += ',';
+    text += shadow_rule_name(rule);
+  }
+  return text;
 }
 
 void routing_config_validate(const RoutingConfig& r, const ModelConfig& m) {

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/config.hpp"
 
@@ -43,6 +44,29 @@ ForcedRouting forced_routing_from_name(std::string_view spec);
 // shortest exact number ("zipf:0.5"); random without skew is "random".
 std::string forced_routing_name(const ForcedRouting& forced);
 
+// A shadow balancer (--shadow, docs/load-balancing.md "Shadow balancers"): a bias-update rule run
+// beside training. It routes the run's own scores with a bias of its own, counts the global loads
+// that routing would give, and moves its bias by its rule; nothing it does reaches training.
+//   kSign:          b[e] += γ·sign(mean − c[e])                 (DeepSeek's, as --bias-update-rate)
+//   kSignCentered:  the same, shifted to mean zero              (as --bias-update-center)
+//   kProportional:  b[e] += γ·(mean − c[e]) / mean              (moved by the load error itself)
+//   kNone:          b = 0: plain top-k of the scores
+enum class ShadowKind { kNone, kSign, kSignCentered, kProportional };
+struct ShadowRule {
+  ShadowKind kind = ShadowKind::kNone;
+  double rate = 0.0;  // γ (0 for kNone)
+  bool operator==(const ShadowRule&) const = default;
+};
+// Parses "" (no shadows) or a comma-separated list of "none", "sign:γ", "sign-centered:γ",
+// "proportional:γ" (γ a finite number in [0, 1e6]). Throws ConfigError naming --shadow on an
+// unknown rule, a bad γ, an empty item or a rule given twice (two shadows with one name).
+std::vector<ShadowRule> shadow_rules_from_text(std::string_view spec);
+// A rule's name, which shadow_rules_from_text reads back to it: "sign:0.001" (γ as its shortest
+// exact number), "none". The statistics file's group /shadow/<name>.
+std::string shadow_rule_name(const ShadowRule& rule);
+// The names joined by commas ("" for none).
+std::string shadow_rules_text(const std::vector<ShadowRule>& rules);
+
 // Defaults are the run's (moe_rt --help): natural routing, the loss-free bias at γ = 0.01
 // (DeepSeek-V3 used 0.001 at a learning rate of 2.2e-4) and the balance loss at α = 0.0001.
 struct RoutingConfig {
@@ -55,6 +79,7 @@ struct RoutingConfig {
   BalanceLossForm balance_loss_form = BalanceLossForm::kDeepSeek;  // of the balance loss
   double z_loss_weight = 0.0;   // of the router z-loss (model/z_loss.hpp), 0 = off
   std::string hash_table_path;  // the hash layers' tables file, "" = seeded (routing_state_make)
+  std::vector<ShadowRule> shadows;  // shadow balancers, none by default
   bool operator==(const RoutingConfig&) const = default;
 };
 

@@ -222,6 +222,13 @@ const std::vector<OptionField>& option_fields() {
           [](auto& c) -> auto& { return c.routing.force_balance; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
+          kRouting, "shadow", "RULE[,RULE...]",
+          "shadow balancers beside training, each with its own bias on the same scores: none, "
+          "sign:RATE, sign-centered:RATE, proportional:RATE (docs/load-balancing.md); they "
+          "change no bit of training",
+          [](auto& c) -> auto& { return c.routing.shadows; },
+          OptionRules{OnResume::kFromCheckpoint}),
+      field(
           kRouting, "check-bias", "BOOL", "verify every step that all ranks hold the same bias",
           [](auto& c) -> auto& { return c.check_bias; }, OptionRules{OnResume::kContinued}),
       field(

@@ -68,6 +68,11 @@ void option_value_from_text(const std::string&, const std::string& text, ForcedR
   // Its ConfigError names --force-balance and the valid modes.
   out = with_value_excerpt(text, [](const std::string& t) { return forced_routing_from_name(t); });
 }
+void option_value_from_text(const std::string&, const std::string& text,
+                            std::vector<ShadowRule>& out) {
+  // Its ConfigError names --shadow and the valid rules.
+  out = with_value_excerpt(text, [](const std::string& t) { return shadow_rules_from_text(t); });
+}
 
 std::string option_value_to_text(int v) {
   return option_number_to_text(v);
@@ -95,6 +100,9 @@ std::string option_value_to_text(BalanceLossForm v) {
 }
 std::string option_value_to_text(const ForcedRouting& v) {
   return forced_routing_name(v);
+}
+std::string option_value_to_text(const std::vector<ShadowRule>& v) {
+  return shadow_rules_text(v);
 }
 
 }  // namespace moe

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/config.hpp"
 #include "model/routing_config.hpp"
@@ -24,6 +25,8 @@ void option_value_from_text(const std::string& option, const std::string& text, 
 void option_value_from_text(const std::string& option, const std::string& text,
                             BalanceLossForm& out);
 void option_value_from_text(const std::string& option, const std::string& text, ForcedRouting& out);
+void option_value_from_text(const std::string& option, const std::string& text,
+                            std::vector<ShadowRule>& out);
 
 // Shortest text that reads back to the same value (std::to_chars' guarantee).
 template <class T> std::string option_number_to_text(T value) {
@@ -41,5 +44,6 @@ std::string option_value_to_text(bool v);
 std::string option_value_to_text(ScoreFunc v);
 std::string option_value_to_text(BalanceLossForm v);
 std::string option_value_to_text(const ForcedRouting& v);
+std::string option_value_to_text(const std::vector<ShadowRule>& v);
 
 }  // namespace moe

@@ -37,6 +37,10 @@ struct StepRecord {
   std::vector<double> rank_overload;       // [L] max / mean of rank_load
   std::vector<double> layer_balance_loss;  // [L] (/routing/balance_loss in the file)
   std::vector<double> layer_z_loss;        // [L] (/routing/z_loss in the file)
+  // Shadow balancers (--shadow), R of them: /shadow/<rule>/ in the file.
+  std::vector<int64_t> shadow_load;          // [R, L, E] global loads of each one's routing
+  std::vector<float> shadow_bias;            // [R, L, E] the bias each routed the step with
+  std::vector<double> shadow_max_violation;  // [R, L] (0 outside top-k layers)
 };
 
 // A validation loss after a step (--val-data): forward only, over --eval-batches global batches
@@ -79,10 +83,11 @@ struct TrainSummary {
   int peak_cores = 0;
   double entropy_floor = -1.0;  // nats; < 0 when the data has no known floor
   std::string data_description;
-  std::string val_data_description;      // "" without --val-data
-  std::vector<RoutingMode> layer_modes;  // [L] how each layer routes
-  int num_hosts = 1;                     // hosts the ranks lie on (comm/host_layout.hpp)
-  int top_k = 1;                         // K
+  std::string val_data_description;       // "" without --val-data
+  std::vector<RoutingMode> layer_modes;   // [L] how each layer routes
+  std::vector<std::string> shadow_names;  // [R] the shadow balancers' rules (--shadow)
+  int num_hosts = 1;                      // hosts the ranks lie on (comm/host_layout.hpp)
+  int top_k = 1;                          // K
   RunEnd end = RunEnd::kCompleted;
   int stop_signal = 0;     // kSignal: the signal's number
   int64_t last_step = -1;  // the last step that ran

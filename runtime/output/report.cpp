@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -123,20 +124,31 @@ void report_cross_host(const TrainSummary& s) {
   }
 }
 
-// Each top-k layer's balance at the end: (max load − mean)/mean, 0 = balanced, E/K − 1 = every
-// token's experts the same.
-void report_final_balance(const TrainSummary& s) {
-  const StepRecord& last = s.steps.back();
-  std::string balance;
-  for (size_t l = 0; l < s.layer_modes.size() && l < last.max_violation.size(); ++l) {
+// "3: 0.406, 4: 0.562": each top-k layer's value of `violation` [L].
+std::string per_topk_layer(const TrainSummary& s, std::span<const double> violation) {
+  std::string text;
+  for (size_t l = 0; l < s.layer_modes.size() && l < violation.size(); ++l) {
     if (s.layer_modes[l] != RoutingMode::kTopK) continue;
     char part[48];
-    std::snprintf(part, sizeof part, "%s%zu: %.3f", balance.empty() ? "" : ", ", l,
-                  last.max_violation[l]);
-    balance += part;
+    std::snprintf(part, sizeof part, "%s%zu: %.3f", text.empty() ? "" : ", ", l, violation[l]);
+    text += part;
   }
-  if (!balance.empty()) {
-    std::printf("  final load violation per top-k layer: %s\n", balance.c_str());
+  return text;
+}
+
+// Each top-k layer's balance at the end: (max load − mean)/mean, 0 = balanced, E/K − 1 = every
+// token's experts the same; and each shadow balancer's, as its own routing would have had it.
+void report_final_balance(const TrainSummary& s) {
+  const StepRecord& last = s.steps.back();
+  const std::string balance = per_topk_layer(s, last.max_violation);
+  if (balance.empty()) return;
+  std::printf("  final load violation per top-k layer: %s\n", balance.c_str());
+  const size_t L = last.max_violation.size();
+  for (size_t r = 0; r < s.shadow_names.size(); ++r) {
+    if (last.shadow_max_violation.size() < (r + 1) * L) break;
+    const std::span<const double> shadow(&last.shadow_max_violation[r * L], L);
+    std::printf("    shadow %s: %s\n", s.shadow_names[r].c_str(),
+                per_topk_layer(s, shadow).c_str());
   }
 }
 

@@ -106,6 +106,8 @@ StatsHeader stats_header(const RunConfig& cfg, const std::string& path, int worl
   if (entropy_floor >= 0) h.entropy_floor = entropy_floor;
   for (RoutingMode mode : routing.modes) h.layer_routing.emplace_back(routing_mode_name(mode));
   h.hash_tables = routing.hash_tables;
+  for (const ShadowRule& rule : routing.config.shadows)
+    h.shadow_rules.push_back(shadow_rule_name(rule));
   h.phase_names.assign(kPhaseNames.begin(), kPhaseNames.end());
   h.trace_tokens = cfg.trace_every > 0 ? world_size * m.batch_per_rank * m.seq_len : 0;
   h.eval = has_val_data(cfg);
@@ -202,6 +204,9 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
   row.layer_balance_loss = rec.layer_balance_loss;
   row.z_loss = rec.z_loss;
   row.layer_z_loss = rec.layer_z_loss;
+  row.shadow_load = rec.shadow_load;
+  row.shadow_bias = rec.shadow_bias;
+  row.shadow_max_violation = rec.shadow_max_violation;
   row.phase_times = phase_all_;
   append_row("the row of step " + std::to_string(rec.step), [&] { writer_->append(row); });
 }

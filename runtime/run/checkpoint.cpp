@@ -2,7 +2,8 @@
 // step (checkpoint_after), and checkpoint_save and checkpoint_load, a Trainer's state to and from
 // a checkpoint file. Datasets: param/<tensor>, adam_m/<tensor>, adam_v/<tensor> for every tensor
 // of both arenas (expert tensors "layers.<l>.moe.experts.<global id>.w1|w3|w2"), routing/bias
-// [L·E] (flat) and routing/hash_tables [L_h, V, K]. docs/checkpoints.md.
+// [L·E] (flat), routing/hash_tables [L_h, V, K] and, with --shadow, routing/shadow_bias [R·L·E].
+// docs/checkpoints.md.
 #include "runtime/run/checkpoint.hpp"
 
 #include <time.h>
@@ -62,6 +63,7 @@ void write_file(const std::string& path, const CheckpointHeader& h, const TrainS
   }
   const RoutingState& rs = *s.routing;
   w.write_floats("routing/bias", rs.bias);
+  if (!rs.shadow_bias.empty()) w.write_floats("routing/shadow_bias", rs.shadow_bias);
   w.write_ints("routing/hash_tables",
                {hsize_t(mc.hash_layers), hsize_t(mc.vocab), hsize_t(mc.top_k)}, rs.hash_tables);
   w.commit();
@@ -221,6 +223,7 @@ void checkpoint_load(const CheckpointReader& r, const TrainState& s) {
   read_arena(r, s.layout->dense, {s.dense, s.dense_m, s.dense_v});
   read_arena(r, s.layout->experts, {s.experts, s.experts_m, s.experts_v});
   r.read_floats("routing/bias", s.routing->bias);
+  if (!s.routing->shadow_bias.empty()) r.read_floats("routing/shadow_bias", s.routing->shadow_bias);
   r.read_ints("routing/hash_tables", s.routing->hash_tables);
   // The checksums say the bytes are those written; what they say is checked as a file reader
   // checks its input, before the run replaces anything (its statistics file included).
@@ -247,11 +250,14 @@ void checkpoint_load(const CheckpointReader& r, const TrainState& s) {
       }
     }
   }
-  const std::vector<float>& bias = s.routing->bias;
-  if (const auto bad =
-          std::find_if(bias.begin(), bias.end(), [](float v) { return !std::isfinite(v); });
-      bad != bias.end()) {
-    fail("routing/bias holds a non-finite value at element " + std::to_string(bad - bias.begin()));
+  for (const auto& [name, bias] : {std::pair{"routing/bias", &s.routing->bias},
+                                   std::pair{"routing/shadow_bias", &s.routing->shadow_bias}}) {
+    if (const auto bad =
+            std::find_if(bias->begin(), bias->end(), [](float v) { return !std::isfinite(v); });
+        bad != bias->end()) {
+      fail(std::string(name) + " holds a non-finite value at element " +
+           std::to_string(bad - bias->begin()));
+    }
   }
   const ModelConfig& mc = *s.model;
   const size_t table = static_cast<size_t>(mc.vocab) * mc.top_k;

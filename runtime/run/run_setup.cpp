@@ -230,6 +230,9 @@ void setup_open(const RunConfig& cfg, int rank, int W, int P, const RunIdentity&
   data_open(cfg, rank, W, run.node_ranks, in, summary);
   in.routing = make_routing(cfg);
   summary.layer_modes = in.routing.modes;
+  for (const ShadowRule& rule : in.routing.config.shadows) {
+    summary.shadow_names.push_back(shadow_rule_name(rule));
+  }
   if (cfg.stats_path != kNoStats) {
     run.stats = std::make_unique<RunStats>(cfg, rank, W, P, run.hosts, in.routing,
                                            summary.data_description, summary.val_data_description,

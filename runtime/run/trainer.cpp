@@ -10,6 +10,7 @@
 #include "io/synthetic_data.hpp"
 #include "model/balance.hpp"
 #include "model/parallel.hpp"
+#include "model/router.hpp"
 #include "runtime/run/stop_signal.hpp"
 
 namespace moe {
@@ -40,6 +41,17 @@ void fill_metrics(StepRecord& rec, const RoutingState& routing, int L, int E, in
         overload_factor(std::span<const int64_t>(&rec.rank_load[static_cast<size_t>(l) * W], W));
     if (routing.modes[l] != RoutingMode::kHash) {
       rec.worst_violation = std::max(rec.worst_violation, m.max_violation);
+    }
+  }
+  // Each shadow balancer's, in its top-k layers (0 elsewhere, where it routes nothing).
+  const size_t R = routing.config.shadows.size();
+  rec.shadow_max_violation.assign(R * L, 0.0);
+  for (size_t r = 0; r < R; ++r) {
+    for (int l = 0; l < L; ++l) {
+      if (routing.modes[l] != RoutingMode::kTopK) continue;
+      rec.shadow_max_violation[r * L + l] =
+          balance_metrics(std::span<const int64_t>(&rec.shadow_load[(r * L + l) * E], E))
+              .max_violation;
     }
   }
 }
@@ -116,7 +128,9 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   expert_sq_.resize(static_cast<size_t>(L) * placement_.max_local());
   expert_sq_all_.resize(expert_sq_.size() * P_);
   recv_local_.resize(L);
-  load_sums_.resize(static_cast<size_t>(L) * (mc_.experts + 2));
+  const size_t R = routing_.config.shadows.size();
+  load_sums_.resize(static_cast<size_t>(L) * (mc_.experts + 2) + R * L * mc_.experts);
+  if (R > 0) shadow_idx_.resize(static_cast<size_t>(N) * mc_.top_k);
   recv_all_.resize(static_cast<size_t>(W) * L);
   T_ = static_cast<int64_t>(W) * N;
   batch_.tokens = tokens_.data();
@@ -135,6 +149,7 @@ StepRecord Trainer::step(int step) {
   StepRecord rec;
   rec.step = step;
   rec.bias = routing_.bias;  // the bias this step routes with, before its update
+  rec.shadow_bias = routing_.shadow_bias;
   for (std::vector<float>* grads : {&d_dense_, &d_experts_}) {
     float* g = grads->data();
     parallel_blocks(static_cast<int64_t>(grads->size()), int64_t{1} << 16,
@@ -260,8 +275,32 @@ void Trainer::reduce(StepRecord& rec) {
   expert_norm_sq_ = expert_grad_norm_sq();
 }
 
-// One all-reduce of the stacked [L, E] loads and [L] rows and [L] tokens sent across hosts; one
-// all-gather of the rows each rank received.
+// This rank's loads of each shadow balancer, [R, L, E] at `out`: its top-k layers' scores routed
+// as the layer routes them (group limit included) but with the shadow's bias.
+void Trainer::shadow_local_loads(int64_t* out) {
+  const int L = mc_.layers, E = mc_.experts, K = mc_.top_k;
+  const RoutingConfig& rc = routing_.config;
+  const size_t R = rc.shadows.size();
+  std::fill(out, out + R * L * E, int64_t{0});
+  for (size_t r = 0; r < R; ++r) {
+    for (int l = 0; l < L; ++l) {
+      if (routing_.modes[l] != RoutingMode::kTopK) continue;
+      const MoeSaved<float>& layer = acts_.moe[l];
+      const float* bias = &routing_.shadow_bias[(r * L + l) * E];
+      if (rc.routing_groups > 1) {
+        route_topk_grouped(shadow_idx_.data(), layer.scores.data(), bias, layer.N, E, K,
+                           rc.routing_groups, rc.group_topk);
+      } else {
+        route_topk(shadow_idx_.data(), layer.scores.data(), bias, layer.N, E, K);
+      }
+      int64_t* load = out + (r * L + l) * E;
+      for (size_t a = 0; a < static_cast<size_t>(layer.N) * K; ++a) ++load[shadow_idx_[a]];
+    }
+  }
+}
+
+// One all-reduce of the stacked [L, E] loads, [L] rows and [L] tokens sent across hosts and the
+// shadow balancers' [R, L, E] loads; one all-gather of the rows each rank received.
 void Trainer::reduce_loads(StepRecord& rec) {
   const int W = world_.size(), L = mc_.layers, E = mc_.experts;
   const size_t LE = static_cast<size_t>(L) * E;
@@ -274,10 +313,13 @@ void Trainer::reduce_loads(StepRecord& rec) {
         acts_.moe[l].expert_idx, mc_.top_k, placement_, groups_.ep.rank(), groups_.ep_hosts);
     recv_local_[l] = plan.num_recv;
   }
+  const auto shadows = load_sums_.begin() + LE + 2 * L;
+  shadow_local_loads(&*shadows);
   world_.allreduce_sum(std::span<int64_t>(load_sums_));
   rec.expert_load.assign(load_sums_.begin(), load_sums_.begin() + LE);
   rec.cross_host_rows.assign(load_sums_.begin() + LE, load_sums_.begin() + LE + L);
-  rec.cross_host_tokens.assign(load_sums_.begin() + LE + L, load_sums_.end());
+  rec.cross_host_tokens.assign(load_sums_.begin() + LE + L, shadows);
+  rec.shadow_load.assign(shadows, load_sums_.end());
   // Every assignment is dispatched (to its expert's owner, this rank included): Σ_e c_l[e].
   rec.dispatch_rows.assign(L, 0);
   for (int l = 0; l < L; ++l) {
@@ -430,7 +472,19 @@ void Trainer::optimize(StepRecord& rec, int step) {
                   rc.bias_update_rate, rc.bias_update_center);
     }
   }
-  if (cfg_.check_bias) check_bias_consistent(world_, routing_.bias, step);
+  // The shadow balancers' biases, each by its rule from the loads its own routing gave.
+  for (size_t r = 0; r < rc.shadows.size(); ++r) {
+    for (int l = 0; l < mc_.layers; ++l) {
+      if (routing_.modes[l] != RoutingMode::kTopK) continue;
+      const size_t at = (r * mc_.layers + l) * E;
+      shadow_bias_update(rc.shadows[r], std::span<float>(&routing_.shadow_bias[at], E),
+                         std::span<const int64_t>(&rec.shadow_load[at], E));
+    }
+  }
+  if (cfg_.check_bias) {
+    check_bias_consistent(world_, routing_.bias, step);
+    if (!rc.shadows.empty()) check_bias_consistent(world_, routing_.shadow_bias, step);
+  }
 }
 
 std::string Trainer::locate_nonfinite() const {

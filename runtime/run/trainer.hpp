@@ -80,8 +80,9 @@ class Trainer {
   void load_batch(int step);
   void reduce(StepRecord& rec);
   void reduce_expert_replicas();
-  void reduce_loads(StepRecord& rec);  // collective: the step's loads into rec
-  double expert_grad_norm_sq();        // collective over the EP group
+  void reduce_loads(StepRecord& rec);     // collective: the step's loads into rec
+  void shadow_local_loads(int64_t* out);  // [R, L, E] of the shadow balancers, this rank's
+  double expert_grad_norm_sq();           // collective over the EP group
   void optimize(StepRecord& rec, int step);
 
   const RunConfig& cfg_;
@@ -108,9 +109,11 @@ class Trainer {
   std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
   std::vector<double> sums_;  // [CE sum, balance loss of each layer, z-loss of each layer]
   std::vector<int64_t> recv_local_, recv_all_;  // [L], [W, L]
-  std::vector<int64_t> load_sums_;    // [L·E expert loads, L cross-host rows, L cross-host tokens]
-  std::vector<float> dense_scratch_;  // [dense elements] for the tree all-reduce
-  std::vector<double> sums_scratch_;  // [1 + 2·L]
+  // [L·E expert loads, L cross-host rows, L cross-host tokens, R·L·E shadow balancers' loads]
+  std::vector<int64_t> load_sums_;
+  std::vector<int32_t> shadow_idx_;                // [N, K] a shadow balancer's selection
+  std::vector<float> dense_scratch_;               // [dense elements] for the tree all-reduce
+  std::vector<double> sums_scratch_;               // [1 + 2·L]
   std::vector<double> expert_sq_, expert_sq_all_;  // [L, max local], [P, L, max local]
   // Expert gradients by sequence (model/expert_grads.hpp): each EP group's tree nodes (by group),
   // the planes of d_experts_ they need, and with replicas the gathered planes and the scratch of

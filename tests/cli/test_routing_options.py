@@ -105,3 +105,49 @@ def test_router_z_loss_is_recorded_per_layer(run_moe, tmp_path):
     with stats(off) as f:
         assert (f["/routing/z_loss"][...] == 0).all() and (f["/steps/z_loss"][...] == 0).all()
     assert_one_clear_error(run_moe(MICRO + ["--z-loss-weight", "-1"]), "--z-loss-weight")
+
+
+def test_shadow_balancers_are_recorded_and_resume_bit_for_bit(run_moe, tmp_path):
+    """--shadow: a group /shadow/<rule> per rule with its loads, violations and bias; training's
+    own datasets are those of the run without shadows; a resumed run (at another rank count)
+    continues the shadows' series bit for bit from the checkpoint; a resume that names other
+    shadows, and malformed rules, are refused in one line."""
+    rules = "sign:0.01,proportional:0.05,none"
+    full, plain = tmp_path / "full.h5", tmp_path / "plain.h5"
+    args = ["--model", "micro", "--steps", "6"]
+    proc = run_moe(args + ["--shadow", rules, "--stats", str(full), "--checkpoint-every", "3",
+                           "--checkpoint-dir", str(tmp_path / "ck")], np_=2)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_moe(args + ["--stats", str(plain)], np_=2)
+    assert proc.returncode == 0, proc.stderr
+    with stats(full) as f, stats(plain) as g:
+        assert "shadow" not in g
+        assert sorted(f["/shadow"]) == sorted(rules.split(","))
+        for name in ("steps/loss", "steps/grad_norm", "routing/expert_load", "routing/bias"):
+            assert f[name][...].tobytes() == g[name][...].tobytes(), name
+        topk = f["/layers/routing"][...].astype(str) == "topk"
+        own = f["/shadow/sign:0.01"]
+        assert own.attrs["rule"] == "sign:0.01"
+        assert (own["expert_load"][:, topk] == f["/routing/expert_load"][:, topk]).all()
+        assert (own["bias"][...] == f["/routing/bias"][...]).all()
+        assert (f["/shadow/none/bias"][...] == 0).all()
+        assert (f["/shadow/proportional:0.05/bias"][-1] != 0).any()
+        assert (own["expert_load"][:, ~topk] == 0).all()
+        assert own["max_violation"].attrs["units"] == "1"
+        assert own["expert_load"].dims[2].label == "expert"
+        want = {r: {k: f[f"/shadow/{r}/{k}"][3:] for k in ("expert_load", "bias", "max_violation")}
+                for r in rules.split(",")}
+    resumed = tmp_path / "resumed.h5"
+    proc = run_moe(["--resume", str(tmp_path / "ck" / "step-00000002.h5"), "--steps", "6",
+                    "--stats", str(resumed)], np_=1)
+    assert proc.returncode == 0, proc.stderr
+    with stats(resumed) as f:
+        assert list(f["/steps/step"][...]) == [3, 4, 5]
+        for r, datasets in want.items():
+            for k, values in datasets.items():
+                assert f[f"/shadow/{r}/{k}"][...].tobytes() == values.tobytes(), (r, k)
+    refused = run_moe(["--resume", str(tmp_path / "ck"), "--steps", "9", "--shadow", "none",
+                       "--stats", "none"], np_=1)
+    assert_one_clear_error(refused, "--shadow")
+    for bad in ("sign", "sign:-1", "bogus:1", "none,none", "sign:0.1,"):
+        assert_one_clear_error(run_moe(args + ["--shadow", bad]), "--shadow")

@@ -81,7 +81,10 @@ struct RowData {
                    cross_host_rows,
                    cross_host_tokens,
                    0.002 * s,
-                   layer_field(5)};
+                   layer_field(5),
+                   {},
+                   {},
+                   {}};
   }
 };
 

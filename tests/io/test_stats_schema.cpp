@@ -127,5 +127,83 @@ TEST(StatsSchema, EveryDatasetIsDescribedAndItsAxesNamedLiveAndAfterCompaction) 
   expect_described(path, /*swmr=*/false);
 }
 
+// Shadow balancers: a group /shadow/<rule> each, with the rule as an attribute and per-step
+// expert_load, max_violation and bias, described and with their axes' scales, live and after
+// compaction; rows of the wrong size and names that are no group name are refused.
+TEST(StatsSchema, ShadowGroupsRoundTripDescribed) {
+  TempDir dir;
+  const std::string path = dir.file("run.h5");
+  StatsHeader h = test_header();
+  h.shadow_rules = {"sign:0.001", "none"};
+  constexpr int R = 2, N = 3;
+  std::vector<int64_t> all_load;
+  std::vector<float> all_bias;
+  std::vector<double> all_violation;
+  {
+    StatsWriter w(path, false, h);
+    w.publish();
+    for (int s = 0; s < N; ++s) {
+      const RowData data(s);
+      std::vector<int64_t> load(R * kL * kE);
+      std::vector<float> bias(load.size());
+      std::vector<double> violation(R * kL);
+      for (size_t i = 0; i < load.size(); ++i) load[i] = 1000 * s + static_cast<int64_t>(i);
+      for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.25f * s - 0.125f * i;
+      for (size_t i = 0; i < violation.size(); ++i) violation[i] = s + 0.5 * i;
+      StepRow row = data.row();
+      row.shadow_load = load;
+      row.shadow_bias = bias;
+      row.shadow_max_violation = violation;
+      w.append(row);
+      all_load.insert(all_load.end(), load.begin(), load.end());
+      all_bias.insert(all_bias.end(), bias.begin(), bias.end());
+      all_violation.insert(all_violation.end(), violation.begin(), violation.end());
+      row.shadow_max_violation = std::span<const double>(violation).first(kL);
+      EXPECT_THROW(w.append(row), std::invalid_argument);
+    }
+    const H5Id live = open_here(path, /*live=*/true);
+    EXPECT_EQ(read_rows<int64_t>(live.get(), "/shadow/none/expert_load", N, {kL, kE}, true).size(),
+              static_cast<size_t>(N) * kL * kE);
+  }
+  const H5Id file = open_file(path, false);
+  const hid_t f = file.get();
+  for (int r = 0; r < R; ++r) {
+    const std::string group = "/shadow/" + h.shadow_rules[r];
+    const H5Id g(MOE_H5_CHECK(H5Gopen2(f, group.c_str(), H5P_DEFAULT)), H5Gclose);
+    EXPECT_EQ(read_string_attr(g.get(), "rule"), h.shadow_rules[r]);
+    std::vector<int64_t> load;
+    std::vector<float> bias;
+    std::vector<double> violation;
+    for (int s = 0; s < N; ++s) {
+      const size_t at = (static_cast<size_t>(s) * R + r) * kL * kE;
+      load.insert(load.end(), all_load.begin() + at, all_load.begin() + at + kL * kE);
+      bias.insert(bias.end(), all_bias.begin() + at, all_bias.begin() + at + kL * kE);
+      const size_t v = (static_cast<size_t>(s) * R + r) * kL;
+      violation.insert(violation.end(), all_violation.begin() + v, all_violation.begin() + v + kL);
+    }
+    EXPECT_EQ(read_rows<int64_t>(f, group + "/expert_load", N, {kL, kE}, true), load);
+    EXPECT_EQ(read_rows<float>(f, group + "/bias", N, {kL, kE}, true), bias);
+    EXPECT_EQ(read_rows<double>(f, group + "/max_violation", N, {kL}, true), violation);
+    for (const char* name : {"/expert_load", "/bias", "/max_violation"}) {
+      const H5Id d = open_dset(f, (group + name).c_str());
+      EXPECT_FALSE(read_string_attr(d.get(), "units").empty()) << group << name;
+      EXPECT_FALSE(read_string_attr(d.get(), "description").empty()) << group << name;
+      const H5Id step = open_dset(f, "/steps/step"), layer = open_dset(f, "/dims/layer");
+      EXPECT_EQ(MOE_H5_CHECK(H5DSis_attached(d.get(), step.get(), 0)), 1) << group << name;
+      EXPECT_EQ(MOE_H5_CHECK(H5DSis_attached(d.get(), layer.get(), 1)), 1) << group << name;
+      char label[16] = {0};
+      MOE_H5_CHECK(H5DSget_label(d.get(), 1, label, sizeof label));
+      EXPECT_STREQ(label, "layer");
+    }
+  }
+  // Files without --shadow have no /shadow group (test_header has none).
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"a/b"}, {"sign:1", "sign:1"}, {""}, {".."}}) {
+    StatsHeader b = test_header();
+    b.shadow_rules = bad;
+    EXPECT_THROW(StatsWriter(dir.file("bad.h5"), true, b), std::invalid_argument) << bad[0];
+  }
+}
+
 }  // namespace
 }  // namespace moe

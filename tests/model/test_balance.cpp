@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "model/balance.hpp"
 #include "model/rng.hpp"
+#include "model/routing_config.hpp"
 
 namespace moe {
 namespace {
@@ -105,6 +107,54 @@ TEST(BiasUpdate, SignOfDeficitAndCentring) {
   std::vector<float> even = {0.1f, 0.2f};
   bias_update(even, std::vector<int64_t>{3, 3}, 1.0, false);  // at the mean: no change
   EXPECT_EQ(even, (std::vector<float>{0.1f, 0.2f}));
+}
+
+// --shadow's rules: names read back to the same rules; every malformed list is refused by name.
+TEST(ShadowRules, ParseNamesAndRefusals) {
+  EXPECT_TRUE(shadow_rules_from_text("").empty());
+  const std::vector<ShadowRule> rules =
+      shadow_rules_from_text("sign:0.001,none,proportional:2,sign-centered:0");
+  ASSERT_EQ(rules.size(), 4u);
+  EXPECT_EQ(rules[0], (ShadowRule{ShadowKind::kSign, 0.001}));
+  EXPECT_EQ(rules[1], (ShadowRule{ShadowKind::kNone, 0.0}));
+  EXPECT_EQ(rules[2], (ShadowRule{ShadowKind::kProportional, 2.0}));
+  EXPECT_EQ(rules[3], (ShadowRule{ShadowKind::kSignCentered, 0.0}));
+  EXPECT_EQ(shadow_rules_text(rules), "sign:0.001,none,proportional:2,sign-centered:0");
+  EXPECT_EQ(shadow_rules_from_text(shadow_rules_text(rules)), rules);
+  EXPECT_EQ(shadow_rule_name({ShadowKind::kSign, 1e-3}), "sign:0.001");
+  for (const char* bad :
+       {"sign", "sign:", "sign:-1", "sign:abc", "sign:1e7", "sign:nan", "sign:0.1x", "bogus:1",
+        "none,none", "none,,sign:1", "none,", "sign:0.1,sign:0.10", "none:1", " none"}) {
+    try {
+      shadow_rules_from_text(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--shadow"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Each rule's update by hand; the sign rules are bias_update itself, bit for bit.
+TEST(ShadowRules, BiasUpdateByRule) {
+  const std::vector<int64_t> load = {10, 30, 20, 20};  // mean 20
+  std::vector<float> bias = {0.5f, -0.25f, 0.0f, 1.0f};
+  std::vector<float> b = bias;
+  shadow_bias_update({ShadowKind::kProportional, 0.1}, b, load);
+  EXPECT_EQ(b, (std::vector<float>{0.5f + 0.05f, -0.25f - 0.05f, 0.0f, 1.0f}));
+  b = bias;
+  shadow_bias_update({ShadowKind::kNone, 0.0}, b, load);
+  EXPECT_EQ(b, bias);
+  b = bias;
+  shadow_bias_update({ShadowKind::kProportional, 0.1}, b, std::vector<int64_t>(4, 0));
+  EXPECT_EQ(b, bias);  // no token routed: nothing to move by
+  for (bool center : {false, true}) {
+    std::vector<float> want = bias;
+    bias_update(want, load, 0.01, center);
+    b = bias;
+    shadow_bias_update({center ? ShadowKind::kSignCentered : ShadowKind::kSign, 0.01}, b, load);
+    EXPECT_EQ(b, want);
+    EXPECT_NE(b, bias);
+  }
 }
 
 TEST(BalanceMetrics, HandValues) {
