@@ -5,7 +5,8 @@
 # first) and, per layout, the median over the runs of each binary and their ratio.
 # Usage: bench/steps_ab.sh OLD_MOE_RT NEW_MOE_RT [RUNS=3] [STEPS=20]
 # Layouts: 1 rank x 1 thread, 1 rank x 2 threads, 2 ranks, 8 ranks (1 sequence per rank); LAYOUTS
-# picks some, e.g. LAYOUTS="1 2" for the first two.
+# picks some, e.g. LAYOUTS="1 2" for the first two. OLD_ARGS and NEW_ARGS add moe_rt options to
+# one side: the same binary twice measures an option's cost (NEW_ARGS="--shadow none").
 set -euo pipefail
 old=$1 new=$2 runs=${3:-3} steps=${4:-20}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -22,9 +23,10 @@ for layout in "${layouts[@]}"; do
   : >"$tmp/old" && : >"$tmp/new"
   for ((r = 0; r < runs; ++r)); do
     for which in old new; do
-      bin=$old && [[ $which == new ]] && bin=$new
+      bin=$old args=${OLD_ARGS:-}
+      [[ $which == new ]] && bin=$new args=${NEW_ARGS:-}
       # shellcheck disable=SC2086
-      tps=$(mpiexec "${flags[@]}" "$bin" --steps "$steps" --stats none $extra |
+      tps=$(mpiexec "${flags[@]}" "$bin" --steps "$steps" --stats none $extra $args |
         sed -n 's/^summary: .* median \([0-9]*\) tokens\/s/\1/p')
       echo "$tps" >>"$tmp/$which"
       echo "  ranks $np ${extra:-} $which: $tps tokens/s"

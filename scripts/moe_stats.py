@@ -11,9 +11,10 @@
     moe_stats.py plot RUN_A.h5 [RUN_B.h5] --out DIR [--format png,pdf,svg] [--dpi N]
                       [--label NAME]... [--layers L,...] [--steps S0:S1] [--no-chain]
         figures: expert-load heatmaps, variance and max violation, load-distribution metrics,
-        bias trajectories, per-rank load and overload, loss, phase times.
+        bias trajectories, per-rank load and overload, loss, phase times, shadow balancers.
     moe_stats.py export RUN.h5 --format csv|parquet [--what TABLE[,TABLE...]|all] [-o OUT]
-        tidy long tables (steps, layers, loads, bias, ranks, phases, traces) for pandas.
+        tidy long tables (steps, layers, loads, bias, ranks, phases, traces, shadow_violation)
+        for pandas.
     moe_stats.py tensorboard RUN.h5 LOGDIR [--label NAME] [--overwrite]
         TensorBoard event files in LOGDIR/NAME: losses, optimiser, throughput, phase times,
         per-layer balance metrics, per-rank load, expert-load histograms.
@@ -24,6 +25,9 @@
     moe_stats.py traces RUN.h5 [--no-chain]
         from the per-token traces (--trace-every): routing stability between traced steps,
         routing of frequent and rare tokens, and what the bias changes.
+    moe_stats.py shadows RUN.h5 [--no-chain]
+        the shadow balancers of a run with --shadow against the run's own policy, per top-k
+        layer: the worst max violation, its mean over the last quarter of the steps, the final.
 
     A resumed run's file names its predecessor (root attributes resumed_from, resumed_from_step):
     the whole chain of files is read as one run, unless --no-chain reads the named file alone
@@ -65,7 +69,8 @@ from moe_stats_lib.stats_file import (FORMAT_NAME, FORMAT_VERSION, OPTIONAL_PER_
                                       hdf5_library, open_stats_file, open_swmr,
                                       parse_config_text, rank_overload, read_file,
                                       read_per_step, read_strings, resume_attributes,
-                                      routing_label, row_of_step, swmr_fapl, topk_mask)
+                                      routing_label, row_of_step, shadow_rules, swmr_fapl,
+                                      topk_mask)
 from moe_stats_lib import export as _export
 from moe_stats_lib import tensorboard_events as _tensorboard
 from moe_stats_lib import traces as _traces
@@ -75,6 +80,8 @@ from moe_stats_lib.metrics import (METRICS, PERCENTILES, collapse_ceiling, layer
 from moe_stats_lib.summary import (SUMMARY_CONFIG_KEYS, render_summary,
                                    summary_config_lines, summary_layer_rows,
                                    summary_progress_lines, summary_segment_lines)
+from moe_stats_lib.shadows import (policy_violations, render_shadows, shadow_table,
+                                   worst_over_layers)
 from moe_stats_lib.traces import load_traces, render_traces
 from moe_stats_lib.variance import (VARIANCE_REL_TOL, VarianceRow, VarianceTable,
                                     default_steps, format_percent, improvement, layer_variances,
@@ -201,7 +208,7 @@ def build_parser():
     p.add_argument("--format", required=True, choices=_export.FORMATS)
     p.add_argument("--what", default="all",
                    help=f"{', '.join(_export.TABLES)}; several comma-separated, or all "
-                        f"(default; traces only where the file has them)")
+                        f"(default; traces and shadow_violation only where the file has them)")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="file for one table, folder for several; one CSV table without -o "
                         "goes to stdout")
@@ -222,6 +229,9 @@ def build_parser():
                    help="stop after this many seconds (exit code 124)")
     p = sub.add_parser("traces", help="routing stability and token routing from /trace")
     p.add_argument("run", help="statistics file (HDF5)")
+    add_no_chain(p)
+    p = sub.add_parser("shadows", help="shadow balancers (--shadow) against the run's own policy")
+    p.add_argument("run", help="statistics file (HDF5) of a run with --shadow")
     add_no_chain(p)
     return parser
 
@@ -271,6 +281,8 @@ def command_export(args, out, err):
         what.remove("traces")
     if args.what == "all" and "perf/phase_time" not in run.data:
         what.remove("phases")
+    if args.what == "all" and not shadow_rules(run):
+        what.remove("shadow_violation")
     for path in _export.export(run, what, args.format, args.output, out):
         out.write(path + "\n")
 
@@ -289,13 +301,19 @@ def command_traces(args, out, err):
     out.write(render_traces(run, load_traces(run)))
 
 
+def command_shadows(args, out, err):
+    run = load_run(args.run, chain=not args.no_chain)
+    out.write(render_shadows(run))
+
+
 def main(argv=None, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
     commands = {"summary": command_summary, "variance": command_variance, "plot": command_plot,
                 "export": command_export, "tensorboard": command_tensorboard,
-                "watch": command_watch, "traces": command_traces}
+                "watch": command_watch, "traces": command_traces,
+                "shadows": command_shadows}
     try:
         code = commands[args.command](args, out, err)
     except StatsError as error:

@@ -12,8 +12,10 @@ docs/analysis.md).
     tensorboard_events  TensorBoard event files
     watch       following a file while it is written
     traces      what the per-token routing traces say
+    shadows     the shadow balancers (--shadow) against the run's own policy
 
 Dependencies point one way: everything -> stats_file; summary, plot, export, tensorboard_events,
-watch -> metrics; export -> traces (summary also uses variance's column padding). The command
-line lives in scripts/moe_stats.py, which re-exports these names.
+watch -> metrics; export -> traces; summary, plot, export, tensorboard_events -> shadows (summary
+and shadows also use variance's column padding). The command line lives in scripts/moe_stats.py,
+which re-exports these names.
 """

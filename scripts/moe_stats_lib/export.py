@@ -13,6 +13,9 @@ Tables (--what), their rows and columns:
     phases  step x rank x phase:      step, rank, phase, seconds
     traces  traced step x layer x token x slot: step, layer, routing, token, token_id,
                                       position, rank, slot, expert, weight
+    shadow_violation  step x policy x top-k layer: step, policy, layer, max_violation (runs with
+                                      --shadow: policy "real" is the run's own, then each
+                                      shadow balancer's rule)
 
 Shapes: N complete rows (steps), L layers, E experts, W ranks.
 """
@@ -23,10 +26,11 @@ import os
 import numpy as np
 
 from .metrics import layer_metrics, load_ratio
+from .shadows import REAL, policy_violations, require_shadows, shadow_layers
 from .stats_file import StatsError
 from .traces import load_traces
 
-TABLES = ("steps", "layers", "loads", "bias", "ranks", "phases", "traces")
+TABLES = ("steps", "layers", "loads", "bias", "ranks", "phases", "traces", "shadow_violation")
 FORMATS = ("csv", "parquet")
 STEP_COLUMNS = ("loss", "balance_loss", "grad_norm", "lr", "tokens_per_s", "step_time_s")
 
@@ -148,9 +152,26 @@ def table_traces(run):
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
 
+def table_shadow_violation(run):
+    """The max violation of the run's own policy ("real") and of each shadow balancer, per step
+    and top-k layer (a shadow routes no other)."""
+    pd = pandas()
+    require_shadows(run)
+    layers = shadow_layers(run)
+    policies = policy_violations(run)
+    labels = ["real" if label == REAL else label for label, _ in policies]
+    values = np.stack([v[:, layers] for _, v in policies], axis=1)       # [N, policies, L_topk]
+    rows, policy, layer = grid(run, len(policies), len(layers))
+    return pd.DataFrame({"step": run.steps[rows].astype(np.int64),
+                         "policy": pd.Categorical(np.asarray(labels, dtype=object)[policy],
+                                                  categories=labels),
+                         "layer": layers[layer].astype(np.int64),
+                         "max_violation": values.reshape(-1)})
+
+
 BUILDERS = {"steps": table_steps, "layers": table_layers, "loads": table_loads,
             "bias": table_bias, "ranks": table_ranks, "phases": table_phases,
-            "traces": table_traces}
+            "traces": table_traces, "shadow_violation": table_shadow_violation}
 assert tuple(BUILDERS) == TABLES
 
 

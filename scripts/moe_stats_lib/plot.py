@@ -1,6 +1,7 @@
 """`moe_stats.py plot`: figures of one run or two side by side (A solid, B dashed): expert-load
 heatmaps, variance and max violation, the load-distribution metrics, bias trajectories, per-rank
-load and overload, loss, phase times. PNG, PDF or SVG (PlotOptions.formats), for papers: units on
+load and overload, loss, phase times, and for runs with --shadow the shadow balancers' worst max
+violation against the run's own. PNG, PDF or SVG (PlotOptions.formats), for papers: units on
 every axis, one colour per layer in every figure (layer_color), legends outside the data, and the
 heatmaps' colour scale running up to the collapse ceiling E/K. A resumed run is drawn whole, with
 a dotted line where each of its files starts; ranks a file did not have (NaN in its rank axis)
@@ -21,8 +22,9 @@ import os
 import numpy as np
 
 from .metrics import collapse_ceiling, layer_metrics, load_ratio
+from .shadows import REAL, policy_violations, worst_over_layers
 from .stats_file import (StatsError, balance_layers, check_same_shape, entropy_floor,
-                         rank_overload, routing_label, topk_mask)
+                         rank_overload, routing_label, shadow_rules, topk_mask)
 
 FORMATS = ("png", "pdf", "svg")
 STYLES = ("-", "--")
@@ -438,8 +440,46 @@ def plot_phases(plt, runs, tags, options=PlotOptions()):
     return fig
 
 
+def plot_shadows(plt, runs, tags, options=PlotOptions()):
+    """The worst max violation over the top-k layers (those of --layers among them) at each step:
+    a line per policy, the run's own (black, thick) and each shadow balancer; None when no run
+    has shadows."""
+    rules = list(dict.fromkeys(rule for run in runs for rule in shadow_rules(run)))
+    layers = [l for l in np.nonzero(topk_mask(runs[0]))[0]
+              if not options.layers or l in options.layers]
+    if not rules or not layers:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    colors = {REAL: "black", **{rule: shadow_color(i) for i, rule in enumerate(rules)}}
+    for run, style in zip(runs, STYLES):
+        if not shadow_rules(run):
+            continue
+        for label, values in policy_violations(run):
+            ax.plot(run.steps, worst_over_layers(values, layers), style, color=colors[label],
+                    lw=2.0 if label == REAL else 1.2)
+    word = "selected top-k layers" if options.layers else "top-k layers"
+    ax.set_title(f"Worst max violation over the {word}: the run's policy and its shadows")
+    ax.set_ylabel("max violation (max − mean) / mean")
+    step_axis(ax, runs)
+    ax.grid(alpha=0.3)
+    from matplotlib.lines import Line2D
+    handles = run_style_handles(tags) if len(runs) > 1 else []
+    handles += [Line2D([], [], color=color, lw=2.0 if label == REAL else 1.2,
+                       label=label if label == REAL else f"shadow {label}")
+                for label, color in colors.items()]
+    legend_outside(fig, None, handles)
+    return fig
+
+
+def shadow_color(index):
+    """Shadow balancers take Dark2's colours, never a layer's (tab10/tab20: layer_color)."""
+    import matplotlib
+    return matplotlib.colormaps["Dark2"](index % 8)
+
+
 FIGURES = (("balance", plot_balance), ("metrics", plot_metrics), ("bias", plot_bias),
-           ("ranks", plot_ranks), ("loss", plot_loss), ("phases", plot_phases))
+           ("ranks", plot_ranks), ("loss", plot_loss), ("phases", plot_phases),
+           ("shadows", plot_shadows))
 
 
 def write_plots(runs, out_dir, dpi=80, save=save, options=None):

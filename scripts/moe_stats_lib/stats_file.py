@@ -6,6 +6,11 @@ A file that is still being written, or whose writer was killed, is opened for SW
 rows present in every per-step dataset count as complete. Every problem with the input raises
 StatsError naming the file.
 
+The shadow balancers of a run with --shadow (/shadow/RULE/..., one subgroup per rule, named by
+the rule's text) are per-step datasets like the others: read into Run.data as
+"shadow/RULE/max_violation" and so on, cut to the same complete rows, joined the same way in a
+chain; shadow_rules(run) lists the rules.
+
 Shapes: N complete rows (steps), L layers, E experts, W ranks (in a run whose files differ in W,
 the largest; the W axes then hold NaN for the ranks a file did not have).
 """
@@ -49,6 +54,11 @@ PER_STEP_NDIM.update({"routing/expert_load": 3, "routing/rank_load": 3, "routing
                       "routing/cross_host_tokens": 2, "routing/z_loss": 2})
 assert set(PER_STEP_NDIM) == set(REQUIRED_PER_STEP + OPTIONAL_PER_STEP)
 
+# The datasets of each shadow balancer, /shadow/RULE/NAME (runs with --shadow; every rule has all
+# three), and their dimensions, rows first: the counterparts of /routing/expert_load,
+# /routing/max_violation and /routing/bias under the shadow's own bias.
+SHADOW_NDIM = {"expert_load": 3, "max_violation": 2, "bias": 3}
+
 # The validation rows (/eval, present when the run had --val-data): one per evaluation, with the
 # training step it followed in eval/step. Their dimensions, rows first.
 EVAL_NDIM = {"eval/step": 1, "eval/loss": 1, "eval/time_s": 1, "eval/tokens": 1,
@@ -86,7 +96,8 @@ class Run:
     path: str                # the file named by the caller (of a chain, the newest)
     attrs: dict              # its root attributes: strings decoded, numbers as Python scalars
     routing: tuple           # [L] "hash" | "topk" | "forced"
-    data: dict               # "steps/loss" -> [N], "routing/expert_load" -> [N, L, E], ...
+    data: dict               # "steps/loss" -> [N], "routing/expert_load" -> [N, L, E], ...,
+                             # "shadow/RULE/max_violation" -> [N, L] (runs with --shadow)
     phases: tuple = ()       # [num_phases] names of /perf/phase_time's last axis
     segments: tuple = ()     # Segment per file, oldest first; their rows add up to N
     # "eval/loss" -> [M], ... the M complete validation rows (empty without /eval), in step order
@@ -287,8 +298,37 @@ def read_per_step(path, f):
                              f"(required by format_version {FORMAT_VERSION})")
     names = list(REQUIRED_PER_STEP) + [n for n in OPTIONAL_PER_STEP if n in f]
     check_per_step_shapes(path, f, names)
+    names += shadow_datasets(path, f)
     n = complete_rows(path, f, names)
     return {name: f[name][:n] for name in names}
+
+
+def shadow_datasets(path, f):
+    """The names of the /shadow datasets, rule by rule in the order of their names ([] without
+    /shadow), each checked to be numbers of the shape of its /routing counterpart: [N, L, E]
+    expert_load and bias, [N, L] max_violation."""
+    if "shadow" not in f:
+        return []
+    if not isinstance(f["shadow"], h5py.Group):
+        raise StatsError(f"{path}: /shadow is not a group")
+    layers, experts = f["routing/expert_load"].shape[1:]
+    names = []
+    for rule in sorted(f["shadow"]):
+        if not isinstance(f["shadow"][rule], h5py.Group):
+            raise StatsError(f"{path}: /shadow/{rule} is not a group (one per --shadow rule)")
+        for dataset, ndim in SHADOW_NDIM.items():
+            name = f"shadow/{rule}/{dataset}"
+            obj = f.get(name)
+            if not isinstance(obj, h5py.Dataset):
+                raise StatsError(f"{path}: /shadow/{rule} lacks the dataset /{name}")
+            if obj.ndim != ndim or not np.issubdtype(obj.dtype, np.number):
+                raise StatsError(f"{path}: /{name} has {obj.ndim} dimensions of {obj.dtype}, "
+                                 f"expected {ndim} of numbers (rows first)")
+            if obj.shape[1:] != (layers, experts)[:ndim - 1]:
+                raise StatsError(f"{path}: /{name} has row shape {obj.shape[1:]}, but "
+                                 f"/routing/expert_load has {layers} layers x {experts} experts")
+            names.append(name)
+    return names
 
 
 def read_eval(path, f):
@@ -438,6 +478,14 @@ def routing_label(kind):
 def topk_mask(run):
     """[L] bool: the top-k layers, the only ones the bias and the balance loss act on."""
     return np.array([kind == "topk" for kind in run.routing], dtype=bool)
+
+
+def shadow_rules(run):
+    """The rules of the run's shadow balancers (their /shadow subgroups' names, e.g. "sign:0.001",
+    "none"), in the order read; () for a run without --shadow. Of a chain: the rules every file
+    has."""
+    return tuple(dict.fromkeys(name.split("/")[1] for name in run.data
+                               if name.startswith("shadow/")))
 
 
 def balance_layers(run):

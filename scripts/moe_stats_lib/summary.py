@@ -1,6 +1,7 @@
 """`moe_stats.py summary`: the key facts of one run as text: configuration, the files of a
-resumed run, steps, loss against the data's entropy floor, throughput, and the balance of each
-layer at a glance. Every figure is over the whole run, all its files.
+resumed run, steps, loss against the data's entropy floor, throughput, the shadow balancers of a
+run with --shadow, and the balance of each layer at a glance. Every figure is over the whole run,
+all its files.
 
 Shapes: N complete rows (steps), L layers.
 """
@@ -11,8 +12,9 @@ import os
 import numpy as np
 
 from .metrics import collapse_ceiling, cross_layer_percentiles, layer_metrics
+from .shadows import policy_violations, worst_over_layers
 from .stats_file import (entropy_floor, parse_config_text, rank_overload, routing_label,
-                         topk_mask)
+                         shadow_rules, topk_mask)
 from .variance import all_layer_variances, pad_rows
 
 SUMMARY_CONFIG_KEYS = (
@@ -179,6 +181,19 @@ def summary_eval_lines(run):
                             f"{int(steps[-1])}, per {kind}: {balance}")]
 
 
+def summary_shadow_lines(run):
+    """The worst max violation over the top-k layers at the last step, of the run's own policy
+    and of each shadow balancer (`shadows` tells more); no lines for a run without --shadow or
+    without top-k layers."""
+    layers = np.nonzero(topk_mask(run))[0]
+    if not shadow_rules(run) or layers.size == 0:
+        return []
+    worst = ", ".join(f"{label} {worst_over_layers(values, layers)[-1]:.3f}"
+                      for label, values in policy_violations(run))
+    return [("shadows", f"worst max violation over the top-k layers at step "
+                        f"{int(run.steps[-1])}: {worst} (more: moe_stats.py shadows)")]
+
+
 def summary_layer_rows(run):
     var = all_layer_variances(run)  # recomputed, as the variance table does
     viol = run.data["routing/max_violation"]
@@ -226,7 +241,8 @@ def summary_cross_layer_line(run, metrics):
 
 
 def render_summary(run):
-    pairs = summary_config_lines(run) + summary_segment_lines(run) + summary_progress_lines(run)
+    pairs = (summary_config_lines(run) + summary_segment_lines(run) + summary_progress_lines(run)
+             + summary_shadow_lines(run))
     width = max(len(key) for key, _ in pairs)
     lines = [f"{key.ljust(width)}  {value}" for key, value in pairs]
     lines += ["", "per-layer balance (variance of the expert load; violation (max - mean)/mean; "

@@ -13,6 +13,9 @@ step times). Tags, grouped by the part before the first "/" (TensorBoard's secti
     balance/layerLL/METRIC                    metrics.METRICS of layer LL (two digits)
     ranks/rankRR/assignments                  /routing/rank_load summed over layers
     expert_load/layerLL (histogram)           the E expert loads of layer LL, assignments
+    shadow/POLICY/worst_violation             runs with --shadow: the worst max violation over
+                                              the top-k layers of the run's own policy (POLICY
+                                              "real") and of each shadow balancer (its rule)
 
 Shapes: N complete rows (steps), L layers, E experts, W ranks.
 """
@@ -25,7 +28,8 @@ import os
 import numpy as np
 
 from .metrics import METRICS, layer_metrics
-from .stats_file import StatsError
+from .shadows import REAL, policy_violations, worst_over_layers
+from .stats_file import StatsError, shadow_rules, topk_mask
 
 EVENT_GLOB = "events.out.tfevents.*"
 HISTOGRAM_BUCKETS = 32
@@ -89,6 +93,10 @@ def scalar_series(run):
     per_rank = np.asarray(run.data["routing/rank_load"], dtype=np.float64).sum(axis=1)  # [N, W]
     series += [(f"ranks/rank{r:02d}/assignments", per_rank[:, r])
                for r in range(per_rank.shape[1])]
+    topk = np.nonzero(topk_mask(run))[0]
+    if shadow_rules(run) and topk.size:
+        series += [(f"shadow/{'real' if label == REAL else label}/worst_violation",
+                    worst_over_layers(values, topk)) for label, values in policy_violations(run)]
     return series
 
 

@@ -10,6 +10,10 @@ Run A has the bias update off, run B on; both start from the same step-0 loads a
 layers have identical loads at every step. Loads at steps 0 and 20 are chosen so that the
 variance table can be checked by hand (EXPECTED_VARIANCE below); other steps interpolate.
 
+Shadow balancers (moe_rt --shadow): build_run(..., shadows=SHADOW_RULES) adds /shadow/RULE/
+expert_load, max_violation and bias for each rule, loads whose deviations from the mean are the
+step-0 deviations scaled by the rule's SHADOW_SCALE (0 in the hash layers, as moe_rt writes).
+
 Resumed runs: rows_of cuts a run to some of its steps, with_world gives it another number of
 ranks, write_segment writes such a cut as one file of a resumed run (root attributes
 resumed_from, resumed_from_step).
@@ -62,6 +66,16 @@ EXPECTED_VARIANCE = {
 }
 EXPECTED_TOTAL = (91.0, 72.0, 27.0, "62.50%")   # top-k layers 2..5 only
 
+# Shadow balancers: rule -> (scale of the step-0 deviations at step n, bias update rate). Every
+# shadow starts where the run starts (bias 0: the same loads at step 0); "none" drifts away from
+# balance, "sign:0.001" is worst at step 6 and then settles, "proportional:0.01" closes in.
+SHADOW_SCALE = {
+    "none": (lambda n: 1.0 + 0.075 * n, 0.0),
+    "proportional:0.01": (lambda n: 1.0 - 0.02 * n, 0.01),
+    "sign:0.001": (lambda n: 1.0 + np.minimum(n, 6) / 12.0 - np.maximum(n - 6, 0) / 8.0, 0.001),
+}
+SHADOW_RULES = tuple(sorted(SHADOW_SCALE))
+
 
 def routing_kinds():
     return ["hash"] * NUM_HASH + ["topk"] * (NUM_LAYERS - NUM_HASH)
@@ -98,6 +112,26 @@ def bias_trajectory(load, rate):
     return bias
 
 
+def shadow_series(rules):
+    """/shadow/RULE/* datasets of each rule of SHADOW_SCALE: [N, L, E] int64 loads (0 in the hash
+    layers), their [N, L] max violation (0 there) and the rule's [N, L, E] float32 bias."""
+    start = np.array([DEVIATIONS[l][0] for l in range(NUM_LAYERS)], dtype=np.float64)
+    n = np.arange(NUM_STEPS, dtype=np.float64)[:, None, None]
+    datasets = {}
+    for rule in rules:
+        scale, rate = SHADOW_SCALE[rule]
+        load = (MEAN_LOAD + np.round(start * scale(n))).astype(np.int64)
+        load[:, :NUM_HASH] = 0
+        lf = load.astype(np.float64)
+        mean = lf.mean(axis=2)
+        violation = np.divide(lf.max(axis=2) - mean, mean, out=np.zeros_like(mean),
+                              where=mean > 0)
+        datasets.update({f"shadow/{rule}/expert_load": load,
+                         f"shadow/{rule}/max_violation": violation,
+                         f"shadow/{rule}/bias": bias_trajectory(load, rate)})
+    return datasets
+
+
 def step_series(variant):
     s = np.arange(NUM_STEPS, dtype=np.float64)
     start = np.log(VOCAB)
@@ -130,11 +164,13 @@ def phase_time(steps, world):
         1.0 + 0.01 * np.arange(world)[None, :, None] + 0.001 * np.cos(s))
 
 
-def build_run(variant):
-    """{'attrs': {...}, 'strings': {...}, 'datasets': {...}} of run "A" or "B"."""
+def build_run(variant, shadows=()):
+    """{'attrs': {...}, 'strings': {...}, 'datasets': {...}} of run "A" or "B"; with the shadow
+    balancers `shadows` (rules of SHADOW_SCALE) when given."""
     rate = 0.0 if variant == "A" else BIAS_RATE
     load = expert_load(variant)
-    datasets = {**step_series(variant), **routing_series(load, bias_trajectory(load, rate))}
+    datasets = {**step_series(variant), **routing_series(load, bias_trajectory(load, rate)),
+                **shadow_series(shadows)}
     datasets["steps/balance_loss"] = datasets["routing/balance_loss"].sum(axis=1)
     datasets["perf/phase_time"] = phase_time(np.arange(NUM_STEPS), WORLD)
     rng = np.random.default_rng(7)
@@ -267,6 +303,8 @@ def write_stats(path, run, *, libver=LIBVER, bytes_strings=False, rows=None, len
         for name, data in run["datasets"].items():
             if name not in drop:
                 write_row_dataset(f, name, data, lengths.get(name, rows))
+        for rule, group in (f["shadow"].items() if "shadow" in f else ()):
+            group.attrs["rule"] = rule          # as moe_rt writes: the group's name, its rule
         for name, data in (traces or {}).items():
             write_row_dataset(f, name, data, len(data))
     return path

@@ -123,10 +123,12 @@ def command_lines(bad, good, tmp_path):
         "variance_b": ["variance", good, bad, "--steps", "0,20"],
         "plot": ["plot", bad, "--out", str(tmp_path / "figures")],
         "plot_b": ["plot", good, bad, "--out", str(tmp_path / "figures")],
+        "shadows": ["shadows", bad],
     }
 
 
-@pytest.mark.parametrize("command", ["summary", "variance", "variance_b", "plot", "plot_b"])
+@pytest.mark.parametrize("command", ["summary", "variance", "variance_b", "plot", "plot_b",
+                                     "shadows"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_file_is_one_clear_line_and_exit_2(cli, run_a, tmp_path, case, command):
     make, words = CASES[case]

@@ -14,7 +14,9 @@ ROWS = {"steps": sf.NUM_STEPS, "layers": sf.NUM_STEPS * sf.NUM_LAYERS,
         "loads": sf.NUM_STEPS * sf.NUM_LAYERS * sf.NUM_EXPERTS,
         "bias": sf.NUM_STEPS * sf.NUM_LAYERS * sf.NUM_EXPERTS,
         "ranks": sf.NUM_STEPS * sf.NUM_LAYERS * sf.WORLD,
-        "phases": sf.NUM_STEPS * sf.WORLD * len(sf.PHASES)}
+        "phases": sf.NUM_STEPS * sf.WORLD * len(sf.PHASES),
+        "shadow_violation": sf.NUM_STEPS * (1 + len(sf.SHADOW_RULES)) * (sf.NUM_LAYERS
+                                                                          - sf.NUM_HASH)}
 
 
 def read(path):
@@ -23,7 +25,7 @@ def read(path):
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    run = sf.build_run("B")
+    run = sf.build_run("B", shadows=sf.SHADOW_RULES)   # every table, shadow_violation too
     path = str(tmp_path_factory.mktemp("traced") / "traced.h5")
     return sf.write_stats(path, run, traces=sf.build_traces(run))
 
