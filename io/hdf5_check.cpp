@@ -13,6 +13,16 @@ namespace {
 
 std::atomic<bool> g_close_failed{false};
 
+// HDF5 closes at exit every file still open (H5_term_library, registered with atexit). A file whose
+// close already failed (a full disk during the flush of a statistics row) is left by HDF5 1.10 in a
+// state where that second close crashes the process ("can't destroy cache: slist already
+// enabled?", then a segmentation fault in H5F__close_cb), turning a documented error exit into a
+// crash. Every file moe_rt keeps it closes itself, and one it could not close is abandoned on
+// purpose (StatsWriter, end_after_failure), so the library is told not to clean up at exit. This
+// runs before main, before any other HDF5 call; should it fail (the library already started), HDF5
+// keeps its exit handler, as before.
+const bool g_no_exit_cleanup = H5dont_atexit() >= 0;
+
 struct StackText {
   std::string outermost;  // the first entry's description: what the called function says failed
   std::string innermost;  // the last entry's description: the cause (e.g. the system's errno)
