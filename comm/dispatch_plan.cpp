@@ -48,24 +48,32 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
 
   // Counting sort by expert id, stable in the assignment index.
   plan.expert_counts.assign(E, 0);
+  int sent = 0;
   for (int a = 0; a < num_send; ++a) {
     const int e = expert_idx[a];
+    if (e == -1) continue;  // dropped
     if (e < 0 || e >= E) {
       throw std::invalid_argument("dispatch_plan_build: token " + std::to_string(a / top_k) +
                                   " is routed to expert " + std::to_string(e) + ", outside [0, " +
                                   std::to_string(E) + ")");
     }
     ++plan.expert_counts[e];
+    ++sent;
   }
+  plan.num_sent = sent;
   // cursor[e]: next free send position of expert e.
   std::vector<int>& cursor = plan.expert_cursor;
   cursor.assign(E, 0);
   for (int e = 1; e < E; ++e) {
     cursor[e] = cursor[e - 1] + static_cast<int>(plan.expert_counts[e - 1]);
   }
-  plan.send_assignment.resize(num_send);
+  plan.send_assignment.resize(sent);
   plan.send_position.resize(num_send);
   for (int a = 0; a < num_send; ++a) {
+    if (expert_idx[a] == -1) {
+      plan.send_position[a] = -1;
+      continue;
+    }
     const int p = cursor[expert_idx[a]]++;
     plan.send_assignment[p] = a;
     plan.send_position[a] = p;
@@ -162,10 +170,11 @@ int64_t dispatch_cross_host_tokens(std::span<const int32_t> expert_idx, int top_
   for (size_t t = 0; t < expert_idx.size(); t += top_k) {
     // Count each other host at the first slot that reaches it (K is small: a quadratic scan).
     for (int j = 0; j < top_k; ++j) {
+      if (expert_idx[t + j] == -1) continue;  // dropped: not sent
       const int host = ep_hosts[placement.owner(expert_idx[t + j])];
       bool first = host != own;
       for (int i = 0; i < j && first; ++i) {
-        first = ep_hosts[placement.owner(expert_idx[t + i])] != host;
+        first = expert_idx[t + i] == -1 || ep_hosts[placement.owner(expert_idx[t + i])] != host;
       }
       copies += first;
     }

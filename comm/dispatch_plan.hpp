@@ -39,8 +39,10 @@ struct DispatchPlan {
   ExpertPlacement placement;  // E, P
 
   // ---- send side: this rank as the source of its tokens ----
-  std::vector<int32_t> send_assignment;  // [T·K] assignment a = t·K + j at each send position
-  std::vector<int32_t> send_position;    // [T·K] inverse: send position of assignment a
+  std::vector<int32_t> send_assignment;  // [sent] assignment a = t·K + j at each send position
+  std::vector<int32_t> send_position;    // [T·K] inverse: send position of assignment a (−1:
+                                         //   dropped, not sent)
+  int num_sent = 0;                      // assignments sent: T·K less those dropped
   std::vector<int> send_counts;          // [P] rows to each EP rank
   std::vector<int> send_offsets;         // [P] first send position for each EP rank
   std::vector<int64_t> expert_counts;    // [E] local assignments per global expert (local load)
@@ -57,11 +59,12 @@ struct DispatchPlan {
 
   std::vector<int> expert_cursor;  // scratch for the counting sorts, kept to avoid reallocation
 
-  int num_send() const { return num_tokens * top_k; }
+  int num_send() const { return num_sent; }
   int num_local_experts() const { return placement.num_local(ep_rank); }
 };
 
-// Fills the send side of `plan` from `expert_idx` ([T, K], every id in [0, E)). Reuses the plan's
+// Fills the send side of `plan` from `expert_idx` ([T, K], every id in [0, E), or −1 for an
+// assignment a token capacity dropped: it is not sent, model/capacity.hpp). Reuses the plan's
 // vectors, so a plan built once at full size never allocates again. Throws std::invalid_argument
 // on an out-of-range expert id or a bad placement.
 void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx, int num_tokens,

@@ -61,6 +61,11 @@ constexpr DatasetInfo kDatasets[] = {
      "1",
      "router z-loss of the layer: its weight times the mean squared log-sum-exp of the logits",
      {"step", "layer"}},
+    {"/routing/dropped",
+     "assignments",
+     "(token, slot) assignments to each expert dropped by the token capacity (counted in "
+     "expert_load; 0 without --capacity-factor)",
+     {"step", "layer", "expert"}},
     {"/routing/dispatch_rows",
      "assignments",
      "(token, slot) assignments dispatched to the experts' owners, over all ranks",
@@ -132,6 +137,11 @@ constexpr DatasetInfo kDatasets[] = {
      "1",
      "(max - mean) / mean of the validation expert load",
      {"eval_step", "layer"}},
+    {"/eval/dropped",
+     "assignments",
+     "validation assignments to each expert dropped by the token capacity (counted in "
+     "expert_load)",
+     {"eval_step", "layer", "expert"}},
 };
 
 // The datasets of each shadow balancer's group /shadow/<rule> (the group's name is its rule).

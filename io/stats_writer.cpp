@@ -394,6 +394,7 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
   add(m.steps, "/routing/cross_host_tokens", i64, n_i64, {m.L});
   add(m.steps, "/steps/z_loss", f64, n_f64, {});
   add(m.steps, "/routing/z_loss", f64, n_f64, {m.L});
+  add(m.steps, "/routing/dropped", i64, n_i64, {m.L, m.E});
   for (const std::string& rule : h.shadow_rules) {
     const std::string group = "/shadow/" + rule;
     add(m.steps, (group + "/expert_load").c_str(), i64, n_i64, {m.L, m.E});
@@ -417,6 +418,7 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
     add(m.eval, "/eval/expert_load", i64, n_i64, {m.L, m.E});
     add(m.eval, "/eval/load_variance", f64, n_f64, {m.L});
     add(m.eval, "/eval/max_violation", f64, n_f64, {m.L});
+    add(m.eval, "/eval/dropped", i64, n_i64, {m.L, m.E});
     add(m.eval, "/eval/step", i64, n_i64, {}, &no_step);
   }
   stats_write_config_attributes(f, h.config_values, h.config_text);
@@ -456,6 +458,7 @@ void StatsWriter::append(const StepRow& r) {
   require_size(call, "dispatch_rows", r.dispatch_rows, m.L, "L");
   require_size(call, "cross_host_rows", r.cross_host_rows, m.L, "L");
   require_size(call, "cross_host_tokens", r.cross_host_tokens, m.L, "L");
+  require_size(call, "dropped", r.dropped, m.L * m.E, "L*E");
   require_size(call, "shadow_load", r.shadow_load, m.R * m.L * m.E, "R*L*E");
   require_size(call, "shadow_bias", r.shadow_bias, m.R * m.L * m.E, "R*L*E");
   require_size(call, "shadow_max_violation", r.shadow_max_violation, m.R * m.L, "R*L");
@@ -478,7 +481,8 @@ void StatsWriter::append(const StepRow& r) {
                                      r.cross_host_rows.data(),
                                      r.cross_host_tokens.data(),
                                      &r.z_loss,
-                                     r.layer_z_loss.data()};
+                                     r.layer_z_loss.data(),
+                                     r.dropped.data()};
   for (size_t q = 0; q < m.R; ++q) {
     values.push_back(r.shadow_load.data() + q * m.L * m.E);
     values.push_back(r.shadow_max_violation.data() + q * m.L);
@@ -511,9 +515,10 @@ void StatsWriter::append_eval(const EvalRow& r) {
   require_size(call, "expert_load", r.expert_load, m.L * m.E, "L*E");
   require_size(call, "load_variance", r.load_variance, m.L, "L");
   require_size(call, "max_violation", r.max_violation, m.L, "L");
+  require_size(call, "dropped", r.dropped, m.L * m.E, "L*E");
   impl_->append_row(impl_->eval,
                     {&r.loss, &r.time_s, &r.tokens, r.expert_load.data(), r.load_variance.data(),
-                     r.max_violation.data(), &r.step},
+                     r.max_violation.data(), r.dropped.data(), &r.step},
                     impl_->evals_done);
 }
 

@@ -85,6 +85,8 @@ struct StepRow {
   std::span<const int64_t> shadow_load;          // [R, L, E] global loads of each shadow's routing
   std::span<const float> shadow_bias;            // [R, L, E] the bias each shadow routed with
   std::span<const double> shadow_max_violation;  // [R, L]
+  std::span<const int64_t>
+      dropped;  // [L, E] assignments the token capacity dropped (in expert_load)
 };
 
 // The routing of T traced tokens at one step.
@@ -108,6 +110,7 @@ struct EvalRow {
   std::span<const int64_t> expert_load;   // [L, E]
   std::span<const double> load_variance;  // [L]
   std::span<const double> max_violation;  // [L]
+  std::span<const int64_t> dropped;       // [L, E] of expert_load, dropped by the token capacity
 };
 
 // The live file's space is allocated in pages of this size, so that no metadata block smaller than

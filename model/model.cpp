@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "model/capacity.hpp"
 #include "model/embedding.hpp"
 #include "model/expert_grads.hpp"
 #include "model/linear.hpp"
@@ -200,6 +201,11 @@ MoeRouting layer_routing(const RoutingState& r, const ModelBatch& b, const Model
     m.z_loss_weight = rc.z_loss_weight / (static_cast<double>(b.num_global_sequences) * c.seq_len);
   }
   m.seq_len = c.seq_len;
+  m.capacity_per_rank = rc.capacity_unit == CapacityUnit::kRank;
+  m.capacity = expert_capacity(rc.capacity_factor,
+                               m.capacity_per_rank ? c.batch_per_rank * c.seq_len : c.seq_len,
+                               c.top_k, c.experts);
+  m.drop_policy = rc.drop_policy;
   return m;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "model/capacity.hpp"
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
 #include "model/per_sequence.hpp"
@@ -94,9 +95,11 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
   for (auto* v : {&s.logits, &s.scores, &s.d_scores, &s.d_logits, &s.d_scores_balance}) {
     v->reserve(n(z.NE));
   }
-  for (auto* v : {&s.expert_idx, &s.topk_scratch, &s.plan.send_assignment, &s.plan.send_position}) {
+  for (auto* v : {&s.expert_idx, &s.topk_scratch, &s.dispatched_idx, &s.plan.send_assignment,
+                  &s.plan.send_position}) {
     v->reserve(n(z.NK));
   }
+  s.dropped.assign(d.E, 0);
   for (auto* v : {&s.weights, &s.d_weights}) v->reserve(n(z.NK));
   for (auto* v : {&s.send_rows, &s.y_rows, &s.d_rows}) v->reserve(n(z.NKD));
   for (auto* v : {&s.x, &s.y, &s.d_y, &s.d_x}) v->reserve(n(z.RD));
@@ -301,7 +304,9 @@ template <class T> void scatter_rows_backward(T* d_in, const MoeSaved<T>& s, con
   for (int t = 0; t < N; ++t) {
     T* di = d_in + static_cast<size_t>(t) * D;
     for (int j = 0; j < d.K; ++j) {
-      const T* r = &s.d_rows[static_cast<size_t>(s.plan.send_position[t * d.K + j]) * D];
+      const int p = s.plan.send_position[t * d.K + j];
+      if (p < 0) continue;  // dropped: it never reached an expert
+      const T* r = &s.d_rows[static_cast<size_t>(p) * D];
       for (size_t c = 0; c < D; ++c) di[c] += r[c];
     }
   }
@@ -315,23 +320,29 @@ template <class T> void weighted_sum_forward(T* out, const MoeSaved<T>& s, const
   for (int t = 0; t < N; ++t) {
     T* o = out + t * D;
     for (int j = 0; j < d.K; ++j) {
+      const int p = s.plan.send_position[t * d.K + j];
+      if (p < 0) continue;  // dropped: no expert output, as a combine weight of zero
       const T wt = s.weights[t * d.K + j];
-      const T* y = &s.y_rows[s.plan.send_position[t * d.K + j] * D];
+      const T* y = &s.y_rows[static_cast<size_t>(p) * D];
       for (size_t c = 0; c < D; ++c) o[c] += wt * y[c];
     }
   }
 }
 
 // weighted_sum_forward reversed: d_w[t,j] = <d_out[t], y[t,j]> and d_y[t,j] = w[t,j]·d_out[t],
-// the rows that travel back to the experts' owners.
+// the rows that travel back to the experts' owners; d_w = 0 for a dropped assignment.
 template <class T> void weighted_sum_backward(MoeSaved<T>& s, const T* d_out, const MoeDims& d) {
   const size_t D = d.D;
-  const int NK = s.plan.num_send();
+  const int NK = s.N * d.K;
   s.d_weights.resize(static_cast<size_t>(NK));
-  s.d_rows.resize(NK * D);
+  s.d_rows.resize(static_cast<size_t>(s.plan.num_send()) * D);
 #pragma omp parallel for schedule(static) if (NK >= kParallelRows)
   for (int a = 0; a < NK; ++a) {
     const int t = a / d.K;
+    if (s.plan.send_position[a] < 0) {
+      s.d_weights[a] = 0;
+      continue;
+    }
     const size_t row = static_cast<size_t>(s.plan.send_position[a]) * D;
     const T* g = d_out + t * D;
     const T* y = &s.y_rows[row];
@@ -416,7 +427,17 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
                           d.route_scale);
     balance_loss_forward(s, routing, d, N);
     z_loss_forward(s, routing, d, N);
-    dispatch_plan_build(s.plan, s.expert_idx, N, d.K, placement, ex.comm().rank());
+    std::fill(s.dropped.begin(), s.dropped.end(), int64_t{0});
+    if (routing.capacity > 0) {
+      s.dispatched_idx.resize(s.expert_idx.size());
+      capacity_drop<T>(s.dispatched_idx, s.dropped, s.expert_idx, s.weights, N,
+                       routing.seq_len > 0 && !routing.capacity_per_rank ? routing.seq_len : N, d.K,
+                       d.E, routing.capacity, routing.drop_policy);
+    } else {
+      s.dispatched_idx.clear();
+    }
+    dispatch_plan_build(s.plan, routing.capacity > 0 ? s.dispatched_idx : s.expert_idx, N, d.K,
+                        placement, ex.comm().rank());
   }
   const int NK = s.plan.num_send();
   {

@@ -87,28 +87,37 @@ struct MoeRouting {
   int seq_len = 0;  // S: the loss, the shared expert's GEMMs and the
                     //   weight gradients go by sequences of S tokens
                     //   (N a multiple of S); 0: N tokens, one sequence
+  // Token capacity (model/capacity.hpp), every layer whatever selects its experts: at most
+  // `capacity` assignments per (sequence, expert), 0 = dropless.
+  int64_t capacity = 0;
+  DropPolicy drop_policy = DropPolicy::kByProbability;
+  bool capacity_per_rank = false;  // counted over all N tokens (--capacity-unit rank), not by S
 };
 
 // Activations kept from forward for backward, and backward's temporaries. Sized once by
 // moe_saved_reserve; per-step sizes (R) resize within the reserved capacity, so a step allocates
 // nothing unless its routing needs more rows than any earlier step did.
 template <class T> struct MoeSaved {
-  PhaseTimes* times = nullptr;          // where forward and backward add their phase times, or none
-  int N = 0;                            // tokens of the last forward
-  std::vector<T> logits, scores;        // [N, E]
-  std::vector<int32_t> expert_idx;      // [N, K] selected experts (global ids)
-  std::vector<T> weights;               // [N, K]
-  DispatchPlan plan;                    // plan.expert_counts: this rank's load per expert
-  std::vector<T> send_rows;             // [N·K, D] input rows in send order
-  std::vector<T> x;                     // [R, D] expert inputs, expert-major
-  std::vector<T> g, v, h;               // [R, F] expert pre-activations (unclamped) and activation
-  std::vector<T> y;                     // [R, D] expert outputs, expert-major
-  std::vector<T> y_rows;                // [N·K, D] expert outputs back in send order
-  std::vector<T> sg, sv, sh;            // [N, Fs] shared expert
-  std::vector<T> sd_g, sd_v, sd_h;      // [N, Fs] shared expert's backward
-  double balance_loss = 0.0;            // this rank's share of the layer's balance loss
-  std::vector<T> d_scores_balance;      // [N, E] its gradient, added in backward
-  std::vector<int32_t> topk_scratch;    // [N, K]
+  PhaseTimes* times = nullptr;        // where forward and backward add their phase times, or none
+  int N = 0;                          // tokens of the last forward
+  std::vector<T> logits, scores;      // [N, E]
+  std::vector<int32_t> expert_idx;    // [N, K] selected experts (global ids)
+  std::vector<T> weights;             // [N, K]
+  DispatchPlan plan;                  // plan.expert_counts: this rank's load per expert
+  std::vector<T> send_rows;           // [N·K, D] input rows in send order
+  std::vector<T> x;                   // [R, D] expert inputs, expert-major
+  std::vector<T> g, v, h;             // [R, F] expert pre-activations (unclamped) and activation
+  std::vector<T> y;                   // [R, D] expert outputs, expert-major
+  std::vector<T> y_rows;              // [N·K, D] expert outputs back in send order
+  std::vector<T> sg, sv, sh;          // [N, Fs] shared expert
+  std::vector<T> sd_g, sd_v, sd_h;    // [N, Fs] shared expert's backward
+  double balance_loss = 0.0;          // this rank's share of the layer's balance loss
+  std::vector<T> d_scores_balance;    // [N, E] its gradient, added in backward
+  std::vector<int32_t> topk_scratch;  // [N, K]
+  // With a token capacity: expert_idx with −1 for the assignments dropped (the plan's input), and
+  // this rank's dropped assignments per expert; dispatched_idx empty and dropped zero without.
+  std::vector<int32_t> dispatched_idx;  // [N, K]
+  std::vector<int64_t> dropped;         // [E]
   std::vector<double> balance_scratch;  // [(S + 2)·E]
   double z_loss = 0.0;                  // this rank's share of the layer's router z-loss
   double z_loss_weight = 0.0;           // the forward's MoeRouting::z_loss_weight, for backward
@@ -138,7 +147,8 @@ template <class T> struct MoeSaved {
 // Doubles, so that sizes that are then refused are counted without overflow.
 struct MoeSavedSizes {
   double NE = 0;   // logits, scores, d_scores, d_logits, d_scores_balance [N, E]
-  double NK = 0;   // expert_idx, topk_scratch, weights, d_weights, the plan's send arrays [N, K]
+  double NK = 0;   // expert_idx, topk_scratch, dispatched_idx, weights, d_weights, the plan's
+                   //   send arrays [N, K]
   double R = 0;    // rows received
   double NKD = 0;  // send_rows, y_rows, d_rows [N·K, D]
   double RD = 0, RF = 0;      // x, y, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
@@ -148,7 +158,7 @@ struct MoeSavedSizes {
   double expert_tree = 0;     // a routed expert's weight-gradient tree width, D·F
   int expert_tree_depth = 1;  // its buffers (tree_sum_depth(ep_size·max_sequences))
   int expert_trees = 0;       // one per local expert: max_local
-  double activations() const { return 5 * NE + 6 * NK + 3 * NKD + 4 * RD + 6 * RF + 6 * NFs; }
+  double activations() const { return 5 * NE + 7 * NK + 3 * NKD + 4 * RD + 6 * RF + 6 * NFs; }
   double trees() const {
     return tree_depth * tree + double(expert_trees) * expert_tree_depth * expert_tree;
   }

@@ -75,6 +75,28 @@ std::string forced_routing_name(const ForcedRouting& f) {
   return "random";
 }
 
+DropPolicy drop_policy_from_name(std::string_view name) {
+  if (name == "probs") return DropPolicy::kByProbability;
+  if (name == "position") return DropPolicy::kByPosition;
+  throw ConfigError("--drop-policy: unknown policy '" + std::string(name) +
+                    "' (valid: probs, position)");
+}
+
+const char* drop_policy_name(DropPolicy policy) {
+  return policy == DropPolicy::kByPosition ? "position" : "probs";
+}
+
+CapacityUnit capacity_unit_from_name(std::string_view name) {
+  if (name == "sequence") return CapacityUnit::kSequence;
+  if (name == "rank") return CapacityUnit::kRank;
+  throw ConfigError("--capacity-unit: unknown unit '" + std::string(name) +
+                    "' (valid: sequence, rank)");
+}
+
+const char* capacity_unit_name(CapacityUnit unit) {
+  return unit == CapacityUnit::kRank ? "rank" : "sequence";
+}
+
 std::vector<ShadowRule> shadow_rules_from_text(std::string_view spec) {
   std::vector<ShadowRule> rules;
   if (spec.empty()) return rules;

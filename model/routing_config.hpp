@@ -44,6 +44,20 @@ ForcedRouting forced_routing_from_name(std::string_view spec);
 // shortest exact number ("zipf:0.5"); random without skew is "random".
 std::string forced_routing_name(const ForcedRouting& forced);
 
+// --drop-policy: which of an expert's assignments over its capacity are dropped
+// (model/capacity.hpp): those of the smallest combine weights ("probs", Megatron-Core's
+// default) or the latest in the sequence ("position").
+enum class DropPolicy { kByProbability, kByPosition };
+DropPolicy drop_policy_from_name(std::string_view name);  // ConfigError otherwise
+const char* drop_policy_name(DropPolicy policy);
+
+// --capacity-unit: the tokens a capacity is counted over: each sequence (the default: the same
+// bits on any rank count) or all of a rank's tokens (Megatron-Core's per-rank capacity, which
+// depends on how many sequences a rank holds, so on the rank count).
+enum class CapacityUnit { kSequence, kRank };
+CapacityUnit capacity_unit_from_name(std::string_view name);  // ConfigError otherwise
+const char* capacity_unit_name(CapacityUnit unit);
+
 // A shadow balancer (--shadow, docs/load-balancing.md "Shadow balancers"): a bias-update rule run
 // beside training. It routes the run's own scores with a bias of its own, counts the global loads
 // that routing would give, and moves its bias by its rule; nothing it does reaches training.
@@ -80,6 +94,9 @@ struct RoutingConfig {
   double z_loss_weight = 0.0;   // of the router z-loss (model/z_loss.hpp), 0 = off
   std::string hash_table_path;  // the hash layers' tables file, "" = seeded (routing_state_make)
   std::vector<ShadowRule> shadows;  // shadow balancers, none by default
+  double capacity_factor = 0.0;     // C of the token capacity (model/capacity.hpp), 0 = dropless
+  DropPolicy drop_policy = DropPolicy::kByProbability;   // which assignments over it are dropped
+  CapacityUnit capacity_unit = CapacityUnit::kSequence;  // the tokens it is counted over
   bool operator==(const RoutingConfig&) const = default;
 };
 

@@ -3,7 +3,8 @@
 
     moe_stats.py summary RUN.h5 [--no-chain]
         configuration, the files of a resumed run, steps, loss against the data's entropy floor,
-        throughput, the balance of each layer at a glance and its expert-load distribution.
+        throughput, the assignments dropped by a token capacity (--capacity-factor), the
+        balance of each layer at a glance and its expert-load distribution.
     moe_stats.py variance RUN_A.h5 [RUN_B.h5] [--steps S0,S1] [--markdown | --csv] [--no-chain]
         the per-layer load-variance table of MaxText pull request #4190: variance at step S0
         (run A), at step S1 in A and in B, improvement (A - B)/A, and a TOTAL row over the top-k
@@ -11,13 +12,14 @@
     moe_stats.py plot RUN_A.h5 [RUN_B.h5] --out DIR [--format png,pdf,svg] [--dpi N]
                       [--label NAME]... [--layers L,...] [--steps S0:S1] [--no-chain]
         figures: expert-load heatmaps, variance and max violation, load-distribution metrics,
-        bias trajectories, per-rank load and overload, loss, phase times, shadow balancers.
+        the drop rate of a run with a token capacity, bias trajectories, per-rank load and
+        overload, loss, phase times, shadow balancers.
     moe_stats.py export RUN.h5 --format csv|parquet [--what TABLE[,TABLE...]|all] [-o OUT]
         tidy long tables (steps, layers, loads, bias, ranks, phases, traces, shadow_violation)
         for pandas.
     moe_stats.py tensorboard RUN.h5 LOGDIR [--label NAME] [--overwrite]
         TensorBoard event files in LOGDIR/NAME: losses, optimiser, throughput, phase times,
-        per-layer balance metrics, per-rank load, expert-load histograms.
+        the drop rate, per-layer balance metrics, per-rank load, expert-load histograms.
     moe_stats.py watch RUN.h5 [--interval S] [--timeout S]
         follows a running job's file: a line per new step and a per-layer balance table; ends
         when the writer closes the file or is gone. Reads the named file only (of a resumed
@@ -58,13 +60,14 @@ if _HERE not in sys.path:
 from moe_stats_lib.chain import (check_consecutive, check_same_model, join_files, load_run,
                                  predecessor_path, read_predecessors)
 from moe_stats_lib.plot import (PlotOptions, layer_color, mark_resumes, panel_grid,
-                                plot_balance, plot_bias, plot_expert_load, plot_layer_lines,
-                                plot_loss, plot_metrics, plot_phases, plot_ranks, pyplot,
-                                run_tags, save, select_steps, step_axis)
+                                plot_balance, plot_bias, plot_drop_rate, plot_expert_load,
+                                plot_layer_lines, plot_loss, plot_metrics, plot_phases,
+                                plot_ranks, pyplot, run_tags, save, select_steps, step_axis)
 from moe_stats_lib.plot import write_plots as _write_plots
 from moe_stats_lib.stats_file import (FORMAT_NAME, FORMAT_VERSION, OPTIONAL_PER_STEP,
                                       REQUIRED_PER_STEP, ROUTING_LABELS, SWMR_READ_ATTEMPTS, Run,
-                                      Segment, StatsError, balance_layers, check_format,
+                                      Segment, StatsError, balance_layers, capacity_factor,
+                                      check_format,
                                       check_same_shape, complete_rows, decode, entropy_floor,
                                       hdf5_library, open_stats_file, open_swmr,
                                       parse_config_text, rank_overload, read_file,
@@ -75,10 +78,11 @@ from moe_stats_lib import export as _export
 from moe_stats_lib import tensorboard_events as _tensorboard
 from moe_stats_lib import traces as _traces
 from moe_stats_lib import watch as _watch
-from moe_stats_lib.metrics import (METRICS, PERCENTILES, collapse_ceiling, layer_metrics,
-                                   load_metrics, load_ratio)
+from moe_stats_lib.metrics import (METRICS, PERCENTILES, capacity_on, collapse_ceiling,
+                                   drop_fraction, layer_metrics, load_metrics, load_ratio,
+                                   step_drop_rate)
 from moe_stats_lib.summary import (SUMMARY_CONFIG_KEYS, render_summary,
-                                   summary_config_lines, summary_layer_rows,
+                                   summary_config_lines, summary_drop_lines, summary_layer_rows,
                                    summary_progress_lines, summary_segment_lines)
 from moe_stats_lib.shadows import (policy_violations, render_shadows, shadow_table,
                                    worst_over_layers)

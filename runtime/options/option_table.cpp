@@ -222,6 +222,24 @@ const std::vector<OptionField>& option_fields() {
           [](auto& c) -> auto& { return c.routing.force_balance; },
           OptionRules{OnResume::kFromCheckpoint}),
       field(
+          kRouting, "capacity-factor", "C",
+          "token capacity: an expert takes at most ceil(C*S*K/E) of a sequence's assignments, "
+          "the rest are dropped (0 = dropless; docs/load-balancing.md)",
+          [](auto& c) -> auto& { return c.routing.capacity_factor; },
+          OptionRules{OnResume::kFromCheckpoint, OptionRange{0.0, false, 1e6, "0 = dropless"}}),
+      field(
+          kRouting, "drop-policy", "NAME",
+          "which assignments over capacity are dropped: probs (the smallest combine weights) or "
+          "position (the latest in the sequence)",
+          [](auto& c) -> auto& { return c.routing.drop_policy; },
+          OptionRules{OnResume::kFromCheckpoint}),
+      field(
+          kRouting, "capacity-unit", "NAME",
+          "the tokens a capacity counts: sequence (each sequence; the same bits on any rank "
+          "count) or rank (all of a rank's tokens, as Megatron-Core; depends on the rank count)",
+          [](auto& c) -> auto& { return c.routing.capacity_unit; },
+          OptionRules{OnResume::kFromCheckpoint}),
+      field(
           kRouting, "shadow", "RULE[,RULE...]",
           "shadow balancers beside training, each with its own bias on the same scores: none, "
           "sign:RATE, sign-centered:RATE, proportional:RATE (docs/load-balancing.md); they "

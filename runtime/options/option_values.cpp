@@ -73,6 +73,14 @@ void option_value_from_text(const std::string&, const std::string& text,
   // Its ConfigError names --shadow and the valid rules.
   out = with_value_excerpt(text, [](const std::string& t) { return shadow_rules_from_text(t); });
 }
+void option_value_from_text(const std::string&, const std::string& text, DropPolicy& out) {
+  // Its ConfigError names --drop-policy and the valid policies.
+  out = with_value_excerpt(text, [](const std::string& t) { return drop_policy_from_name(t); });
+}
+void option_value_from_text(const std::string&, const std::string& text, CapacityUnit& out) {
+  // Its ConfigError names --capacity-unit and the valid units.
+  out = with_value_excerpt(text, [](const std::string& t) { return capacity_unit_from_name(t); });
+}
 
 std::string option_value_to_text(int v) {
   return option_number_to_text(v);
@@ -103,6 +111,12 @@ std::string option_value_to_text(const ForcedRouting& v) {
 }
 std::string option_value_to_text(const std::vector<ShadowRule>& v) {
   return shadow_rules_text(v);
+}
+std::string option_value_to_text(DropPolicy v) {
+  return drop_policy_name(v);
+}
+std::string option_value_to_text(CapacityUnit v) {
+  return capacity_unit_name(v);
 }
 
 }  // namespace moe

@@ -27,6 +27,8 @@ void option_value_from_text(const std::string& option, const std::string& text,
 void option_value_from_text(const std::string& option, const std::string& text, ForcedRouting& out);
 void option_value_from_text(const std::string& option, const std::string& text,
                             std::vector<ShadowRule>& out);
+void option_value_from_text(const std::string& option, const std::string& text, DropPolicy& out);
+void option_value_from_text(const std::string& option, const std::string& text, CapacityUnit& out);
 
 // Shortest text that reads back to the same value (std::to_chars' guarantee).
 template <class T> std::string option_number_to_text(T value) {
@@ -45,5 +47,7 @@ std::string option_value_to_text(ScoreFunc v);
 std::string option_value_to_text(BalanceLossForm v);
 std::string option_value_to_text(const ForcedRouting& v);
 std::string option_value_to_text(const std::vector<ShadowRule>& v);
+std::string option_value_to_text(DropPolicy v);
+std::string option_value_to_text(CapacityUnit v);
 
 }  // namespace moe

@@ -24,10 +24,11 @@ struct StepRecord {
   double lr = 0.0;
   double step_time_s = 0.0;  // the slowest rank's step time
   double tokens_per_s = 0.0;
-  double worst_violation = 0.0;            // worst max_violation over top-k (or forced) layers
-  std::vector<int64_t> expert_load;        // [L, E] global counts of the step
-  std::vector<int64_t> rank_load;          // [L, W] assignments received by each rank
-  std::vector<int64_t> dispatch_rows;      // [L] assignments dispatched, all ranks (T·K)
+  double worst_violation = 0.0;        // worst max_violation over top-k (or forced) layers
+  std::vector<int64_t> expert_load;    // [L, E] global counts of the step (selected, before drops)
+  std::vector<int64_t> dropped;        // [L, E] of them dropped by the token capacity
+  std::vector<int64_t> rank_load;      // [L, W] assignments received by each rank
+  std::vector<int64_t> dispatch_rows;  // [L] assignments dispatched, all ranks (T·K)
   std::vector<int64_t> cross_host_rows;    // [L] of them sent to an expert owner on another host
   std::vector<int64_t> cross_host_tokens;  // [L] (token, other host holding one of its experts)
   std::vector<float> bias;                 // [L, E] bias used for the step's routing
@@ -52,6 +53,7 @@ struct EvalRecord {
   double time_s = 0.0;                // wall time of the evaluation (not part of any step's time)
   double worst_violation = 0.0;       // worst max_violation over top-k (or forced) layers
   std::vector<int64_t> expert_load;   // [L, E] assignments over all validation tokens
+  std::vector<int64_t> dropped;       // [L, E] of them dropped by the token capacity
   std::vector<double> load_variance;  // [L] population variance of expert_load
   std::vector<double> max_violation;  // [L] (max − mean)/mean
 };
@@ -86,6 +88,8 @@ struct TrainSummary {
   std::string val_data_description;       // "" without --val-data
   std::vector<RoutingMode> layer_modes;   // [L] how each layer routes
   std::vector<std::string> shadow_names;  // [R] the shadow balancers' rules (--shadow)
+  double capacity_factor = 0;             // --capacity-factor (0: dropless)
+  std::string drop_policy;                // --drop-policy
   int num_hosts = 1;                      // hosts the ranks lie on (comm/host_layout.hpp)
   int top_k = 1;                          // K
   RunEnd end = RunEnd::kCompleted;

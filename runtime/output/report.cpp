@@ -136,6 +136,14 @@ std::string per_topk_layer(const TrainSummary& s, std::span<const double> violat
   return text;
 }
 
+// Σ dropped / Σ load (0 without load).
+double drop_fraction(const std::vector<int64_t>& dropped, const std::vector<int64_t>& load) {
+  int64_t d = 0, n = 0;
+  for (int64_t x : dropped) d += x;
+  for (int64_t x : load) n += x;
+  return n > 0 ? static_cast<double>(d) / static_cast<double>(n) : 0.0;
+}
+
 // Each top-k layer's balance at the end: (max load − mean)/mean, 0 = balanced, E/K − 1 = every
 // token's experts the same; and each shadow balancer's, as its own routing would have had it.
 void report_final_balance(const TrainSummary& s) {
@@ -167,7 +175,27 @@ void report_validation(const TrainSummary& s) {
   for (size_t l = 0; l < s.layer_modes.size() && l < e.max_violation.size(); ++l) {
     if (s.layer_modes[l] == RoutingMode::kTopK) std::printf(" %zu: %.3f", l, e.max_violation[l]);
   }
+  if (s.capacity_factor > 0) {
+    std::printf("; %.2f%% of their assignments dropped",
+                100.0 * drop_fraction(e.dropped, e.expert_load));
+  }
   std::printf("\n");
+}
+
+// The token capacity's drops, over the run and at the last step.
+void report_drops(const TrainSummary& s) {
+  if (s.capacity_factor <= 0) return;
+  std::vector<int64_t> dropped, load;
+  for (const StepRecord& r : s.steps) {
+    dropped.insert(dropped.end(), r.dropped.begin(), r.dropped.end());
+    load.insert(load.end(), r.expert_load.begin(), r.expert_load.end());
+  }
+  const StepRecord& last = s.steps.back();
+  std::printf(
+      "  token capacity %g (%s): %.2f%% of the assignments dropped over the run, %.2f%% at the "
+      "last step\n",
+      s.capacity_factor, s.drop_policy.c_str(), 100.0 * drop_fraction(dropped, load),
+      100.0 * drop_fraction(last.dropped, last.expert_load));
 }
 
 }  // namespace
@@ -205,6 +233,7 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   std::printf("  parameters after step %lld: digest %016llx\n", static_cast<long long>(s.last_step),
               static_cast<unsigned long long>(s.param_digest));
   report_final_balance(s);
+  report_drops(s);
   report_validation(s);
   if (s.num_hosts > 1) report_cross_host(s);
   if (s.stats_removed) {

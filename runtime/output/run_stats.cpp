@@ -207,6 +207,7 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
   row.shadow_load = rec.shadow_load;
   row.shadow_bias = rec.shadow_bias;
   row.shadow_max_violation = rec.shadow_max_violation;
+  row.dropped = rec.dropped;
   row.phase_times = phase_all_;
   append_row("the row of step " + std::to_string(rec.step), [&] { writer_->append(row); });
 }
@@ -221,6 +222,7 @@ void RunStats::record_eval(const EvalRecord& rec) {
   row.expert_load = rec.expert_load;
   row.load_variance = rec.load_variance;
   row.max_violation = rec.max_violation;
+  row.dropped = rec.dropped;
   append_row("the validation row of step " + std::to_string(rec.step),
              [&] { writer_->append_eval(row); });
 }

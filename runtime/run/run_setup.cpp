@@ -230,6 +230,8 @@ void setup_open(const RunConfig& cfg, int rank, int W, int P, const RunIdentity&
   data_open(cfg, rank, W, run.node_ranks, in, summary);
   in.routing = make_routing(cfg);
   summary.layer_modes = in.routing.modes;
+  summary.capacity_factor = in.routing.config.capacity_factor;
+  summary.drop_policy = drop_policy_name(in.routing.config.drop_policy);
   for (const ShadowRule& rule : in.routing.config.shadows) {
     summary.shadow_names.push_back(shadow_rule_name(rule));
   }

@@ -129,7 +129,7 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   expert_sq_all_.resize(expert_sq_.size() * P_);
   recv_local_.resize(L);
   const size_t R = routing_.config.shadows.size();
-  load_sums_.resize(static_cast<size_t>(L) * (mc_.experts + 2) + R * L * mc_.experts);
+  load_sums_.resize(static_cast<size_t>(L) * (2 * mc_.experts + 2) + R * L * mc_.experts);
   if (R > 0) shadow_idx_.resize(static_cast<size_t>(N) * mc_.top_k);
   recv_all_.resize(static_cast<size_t>(W) * L);
   T_ = static_cast<int64_t>(W) * N;
@@ -215,6 +215,7 @@ EvalRecord Trainer::evaluate(int step) {
   EvalRecord rec;
   rec.step = step;
   rec.expert_load.assign(static_cast<size_t>(L) * E, 0);
+  rec.dropped.assign(rec.expert_load.size(), 0);
   // Forward only, untimed (the phase table is the steps'); the step's training activations are
   // overwritten, which nothing reads after the step.
   acts_.times = nullptr;
@@ -229,13 +230,18 @@ EvalRecord Trainer::evaluate(int step) {
     // bits on any rank count.
     world_.allreduce_sum_tree(std::span<double>(ce), std::span<double>(ce_scratch));
     ce_sum += ce[0];
-    for (int l = 0; l < L; ++l) {
-      const std::vector<int64_t>& counts = acts_.moe[l].plan.expert_counts;
-      for (int e = 0; e < E; ++e) rec.expert_load[static_cast<size_t>(l) * E + e] += counts[e];
+    for (int l = 0; l < L; ++l) {  // the selection's loads: the kept and the dropped
+      const MoeSaved<float>& layer = acts_.moe[l];
+      for (int e = 0; e < E; ++e) {
+        const size_t at = static_cast<size_t>(l) * E + e;
+        rec.expert_load[at] += layer.plan.expert_counts[e] + layer.dropped[e];
+        rec.dropped[at] += layer.dropped[e];
+      }
     }
   }
   acts_.times = &times_;
   world_.allreduce_sum(std::span<int64_t>(rec.expert_load));
+  world_.allreduce_sum(std::span<int64_t>(rec.dropped));
   rec.tokens = static_cast<int64_t>(cfg_.eval_batches) * T_;
   rec.loss = ce_sum / static_cast<double>(rec.tokens);
   rec.load_variance.resize(L);
@@ -299,32 +305,41 @@ void Trainer::shadow_local_loads(int64_t* out) {
   }
 }
 
-// One all-reduce of the stacked [L, E] loads, [L] rows and [L] tokens sent across hosts and the
+// One all-reduce of the stacked [L, E] loads (the selection's, dropped assignments included),
+// [L] rows and [L] tokens sent across hosts, [L, E] assignments a token capacity dropped and the
 // shadow balancers' [R, L, E] loads; one all-gather of the rows each rank received.
 void Trainer::reduce_loads(StepRecord& rec) {
   const int W = world_.size(), L = mc_.layers, E = mc_.experts;
   const size_t LE = static_cast<size_t>(L) * E;
   for (int l = 0; l < L; ++l) {
-    const DispatchPlan& plan = acts_.moe[l].plan;
-    std::copy(plan.expert_counts.begin(), plan.expert_counts.end(),
-              load_sums_.begin() + static_cast<size_t>(l) * E);
+    const MoeSaved<float>& layer = acts_.moe[l];
+    const DispatchPlan& plan = layer.plan;
+    for (int e = 0; e < E; ++e) {
+      load_sums_[static_cast<size_t>(l) * E + e] = plan.expert_counts[e] + layer.dropped[e];
+      load_sums_[LE + 2 * L + static_cast<size_t>(l) * E + e] = layer.dropped[e];
+    }
     load_sums_[LE + l] = dispatch_plan_cross_host_rows(plan, groups_.ep_hosts);
     load_sums_[LE + L + l] = dispatch_cross_host_tokens(
-        acts_.moe[l].expert_idx, mc_.top_k, placement_, groups_.ep.rank(), groups_.ep_hosts);
+        layer.dispatched_idx.empty() ? layer.expert_idx : layer.dispatched_idx, mc_.top_k,
+        placement_, groups_.ep.rank(), groups_.ep_hosts);
     recv_local_[l] = plan.num_recv;
   }
-  const auto shadows = load_sums_.begin() + LE + 2 * L;
+  const auto dropped = load_sums_.begin() + LE + 2 * L;
+  const auto shadows = dropped + LE;
   shadow_local_loads(&*shadows);
   world_.allreduce_sum(std::span<int64_t>(load_sums_));
   rec.expert_load.assign(load_sums_.begin(), load_sums_.begin() + LE);
   rec.cross_host_rows.assign(load_sums_.begin() + LE, load_sums_.begin() + LE + L);
-  rec.cross_host_tokens.assign(load_sums_.begin() + LE + L, shadows);
+  rec.cross_host_tokens.assign(load_sums_.begin() + LE + L, dropped);
+  rec.dropped.assign(dropped, shadows);
   rec.shadow_load.assign(shadows, load_sums_.end());
-  // Every assignment is dispatched (to its expert's owner, this rank included): Σ_e c_l[e].
+  // Every assignment a capacity did not drop is dispatched (to its expert's owner, this rank
+  // included): Σ_e c_l[e] − dropped_l[e].
   rec.dispatch_rows.assign(L, 0);
   for (int l = 0; l < L; ++l) {
     for (int e = 0; e < E; ++e) {
-      rec.dispatch_rows[l] += rec.expert_load[static_cast<size_t>(l) * E + e];
+      const size_t at = static_cast<size_t>(l) * E + e;
+      rec.dispatch_rows[l] += rec.expert_load[at] - rec.dropped[at];
     }
   }
   world_.allgather(std::span<const int64_t>(recv_local_), std::span<int64_t>(recv_all_));

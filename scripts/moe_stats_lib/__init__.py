@@ -4,7 +4,8 @@ docs/analysis.md).
 
     stats_file  opening, checking and reading one file into a Run; the facts derived from a run
     chain       a resumed run: the file and the predecessors it names, joined into one Run
-    metrics     per-layer, per-step expert-load metrics (CV, percentiles, dead experts, entropy)
+    metrics     per-layer, per-step expert-load metrics (CV, percentiles, dead experts, entropy,
+                the token capacity's drop rate)
     variance    the per-layer load-variance table of MaxText pull request #4190: text, markdown, CSV
     summary     the key facts of one run as text
     plot        figures of one run or two (PNG, PDF, SVG)

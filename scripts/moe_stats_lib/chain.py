@@ -22,7 +22,8 @@ The chain rule (docs/hdf5-schema.md, "Resumed runs"):
       W differ (rank_load is then float64); otherwise the arrays keep their dtype. Phase columns
       are matched by name when the files' /perf/phases differ (NaN where a file lacks one).
     - Validation rows (/eval) are kept by the same rule on the step they followed, from the
-      files that have them.
+      files that have them; an optional validation dataset (eval/dropped) only when every file
+      with validation rows has it, as for the per-step datasets.
     - attrs are the newest file's; Run.segments lists each file, oldest first.
 
 Shapes: N rows (steps) of the whole run, L layers, E experts, W ranks.
@@ -160,7 +161,8 @@ def join_eval(files):
         parts.append({name: values[keep] for name, values in run.eval.items()})
     if not parts:
         return {}
-    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+    names = [name for name in parts[-1] if all(name in p for p in parts)]
+    return {name: np.concatenate([p[name] for p in parts]) for name in names}
 
 
 def check_consecutive(parts):

@@ -4,9 +4,13 @@ A resumed run is exported whole (chain.load_run), each row naming the file it ca
 
 Tables (--what), their rows and columns:
     steps   step:                     step, file, loss, balance_loss, grad_norm, lr,
-                                      tokens_per_s, step_time_s
+                                      tokens_per_s, step_time_s, drop_rate (the overall drop
+                                      rate; files with /routing/dropped)
     layers  step x layer:             step, layer, routing, and every metric of metrics.METRICS
-    loads   step x layer x expert:    step, layer, routing, expert, load, load_ratio
+                                      (drop_rate among them: NaN without /routing/dropped)
+    loads   step x layer x expert:    step, layer, routing, expert, load, load_ratio, dropped
+                                      (files with /routing/dropped; load counts them: before
+                                      drops)
     bias    step x layer x expert:    step, layer, routing, expert, bias
     ranks   step x layer x rank:      step, layer, routing, rank, load (ranks a file did not
                                       have are left out, not NaN)
@@ -25,7 +29,7 @@ import os
 
 import numpy as np
 
-from .metrics import layer_metrics, load_ratio
+from .metrics import layer_metrics, load_ratio, step_drop_rate
 from .shadows import REAL, policy_violations, require_shadows, shadow_layers
 from .stats_file import StatsError
 from .traces import load_traces
@@ -69,6 +73,9 @@ def table_steps(run):
     for name in STEP_COLUMNS:
         if f"steps/{name}" in run.data:
             frame[name] = run.data[f"steps/{name}"].astype(np.float64)
+    drop_rate = step_drop_rate(run)
+    if drop_rate is not None:
+        frame["drop_rate"] = drop_rate
     return pd.DataFrame(frame)
 
 
@@ -94,6 +101,8 @@ def table_loads(run):
     load = run.data["routing/expert_load"]
     frame = per_expert(run, "load", load.reshape(-1).astype(np.int64))
     frame["load_ratio"] = load_ratio(load).reshape(-1)
+    if "routing/dropped" in run.data:
+        frame["dropped"] = run.data["routing/dropped"].reshape(-1).astype(np.int64)
     return frame
 
 

@@ -22,6 +22,12 @@ mean m = sum(c) / E = T*K / E and p[e] = c[e] / sum(c):
     rank_overload      max / mean of the load over ranks (stored, else recomputed)
     cross_host_frac    dispatched rows that crossed hosts / rows dispatched (NaN where the file
                        does not count them)
+    drop_rate          sum(d) / sum(c), d[e] the assignments of expert e that the token capacity
+                       dropped (/routing/dropped; c counts them too: selected, before drops); 0
+                       when sum(c) = 0, NaN where the file has no drop counts
+
+A run's overall drop rate at a step (step_drop_rate) sums d and c over all layers and experts
+first; over several steps (the run, all evaluations) drop_fraction sums over those too.
 
 Shapes: N complete rows (steps), L layers, E experts.
 """
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .stats_file import cross_host_fraction, rank_overload
+from .stats_file import capacity_factor, cross_host_fraction, rank_overload
 
 PERCENTILES = (5, 25, 50, 75, 95)
 
@@ -54,6 +60,7 @@ METRICS = {
     "bias_norm": ("1", "L2 norm of the router bias over experts"),
     "rank_overload": ("1", "max / mean of the load over ranks (1 = even)"),
     "cross_host_frac": ("1", "fraction of the dispatched rows sent to a rank on another host"),
+    "drop_rate": ("1", "fraction of the layer's assignments dropped by the token capacity"),
 }
 
 
@@ -113,7 +120,36 @@ def layer_metrics(run):
     crossing = cross_host_fraction(run)
     out["cross_host_frac"] = (crossing if crossing is not None
                               else np.full(out["max"].shape, np.nan))
+    dropped = run.data.get("routing/dropped")
+    out["drop_rate"] = (drop_fraction(dropped, run.data["routing/expert_load"], axis=2)
+                        if dropped is not None else np.full(out["max"].shape, np.nan))
     return {name: out[name] for name in METRICS}
+
+
+def drop_fraction(dropped, load, axis=None):
+    """sum(dropped) / sum(load) over `axis` (all axes when None), 0 where the load sums to 0:
+    the share of the selected assignments that the token capacity dropped."""
+    dropped = np.asarray(dropped, dtype=np.float64).sum(axis=axis)
+    load = np.asarray(load, dtype=np.float64).sum(axis=axis)
+    share = np.divide(dropped, load, out=np.zeros_like(load), where=load > 0)
+    return share if share.ndim else float(share)
+
+
+def step_drop_rate(run):
+    """[N] the overall drop rate of each step (dropped / selected assignments, all layers and
+    experts), or None when the file has no drop counts."""
+    dropped = run.data.get("routing/dropped")
+    if dropped is None:
+        return None
+    return drop_fraction(dropped, run.data["routing/expert_load"], axis=(1, 2))
+
+
+def capacity_on(run):
+    """True when the run had a token capacity: its configuration says --capacity-factor > 0, or
+    its file counts a dropped assignment."""
+    dropped = run.data.get("routing/dropped")
+    return bool((capacity_factor(run) or 0.0) > 0
+                or (dropped is not None and np.any(dropped)))
 
 
 def cross_layer_percentiles(values, layers, qs=(50, 75, 90, 95)):

@@ -1,6 +1,7 @@
 """`moe_stats.py plot`: figures of one run or two side by side (A solid, B dashed): expert-load
-heatmaps, variance and max violation, the load-distribution metrics, bias trajectories, per-rank
-load and overload, loss, phase times, and for runs with --shadow the shadow balancers' worst max
+heatmaps, variance and max violation, the load-distribution metrics, for runs with a token
+capacity (--capacity-factor) the share of assignments dropped, bias trajectories, per-rank load
+and overload, loss, phase times, and for runs with --shadow the shadow balancers' worst max
 violation against the run's own. PNG, PDF or SVG (PlotOptions.formats), for papers: units on
 every axis, one colour per layer in every figure (layer_color), legends outside the data, and the
 heatmaps' colour scale running up to the collapse ceiling E/K. A resumed run is drawn whole, with
@@ -21,7 +22,7 @@ import os
 
 import numpy as np
 
-from .metrics import collapse_ceiling, layer_metrics, load_ratio
+from .metrics import capacity_on, collapse_ceiling, layer_metrics, load_ratio, step_drop_rate
 from .shadows import REAL, policy_violations, worst_over_layers
 from .stats_file import (StatsError, balance_layers, check_same_shape, entropy_floor,
                          rank_overload, routing_label, shadow_rules, topk_mask)
@@ -309,6 +310,38 @@ def plot_metrics(plt, runs, tags, options=PlotOptions()):
     return fig
 
 
+def plot_drop_rate(plt, runs, tags, options=PlotOptions()):
+    """The share of the selected assignments that the token capacity dropped at each step: a
+    line per layer (its colour) and the overall rate over all layers (black, thick); None when no
+    run had a capacity (capacity_on) or none counts its drops (/routing/dropped)."""
+    drawn = [(run, tag, style) for run, tag, style in zip(runs, tags, STYLES)
+             if capacity_on(run) and "routing/dropped" in run.data]
+    if not drawn:
+        return None
+    from matplotlib.ticker import PercentFormatter
+    layers = drawn_layers(runs[0], options)
+    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    for run, tag, style in drawn:
+        plot_layer_lines(ax, run, layer_metrics(run)["drop_rate"], style, tag, layers,
+                         mean=False)
+        ax.plot(run.steps, step_drop_rate(run), style, color="black", lw=2.0)
+    word = "selected layers" if options.layers else "all layers"
+    ax.set_title(f"Assignments dropped by the token capacity ({word})")
+    ax.set_ylabel("dropped / selected assignments (%)")
+    ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+    ax.set_ylim(bottom=0.0)
+    step_axis(ax, runs)
+    ax.grid(alpha=0.3)
+    from matplotlib.lines import Line2D
+    handles = run_style_handles(tags) if len(runs) > 1 else []
+    handles += layer_handles(runs[0], layers)
+    handles += [Line2D([], [], color="black", lw=2.0, ls=style, label="all layers"
+                       + (f", run {tag}" if len(runs) > 1 else ""))
+                for _, tag, style in drawn]
+    legend_outside(fig, None, handles)
+    return fig
+
+
 def plot_bias(plt, runs, tags, options=PlotOptions()):
     # Layers that route top-k in either run (outside top-k layers a run's bias stays 0).
     topk = np.nonzero(np.logical_or.reduce([topk_mask(run) for run in runs]))[0]
@@ -477,7 +510,8 @@ def shadow_color(index):
     return matplotlib.colormaps["Dark2"](index % 8)
 
 
-FIGURES = (("balance", plot_balance), ("metrics", plot_metrics), ("bias", plot_bias),
+FIGURES = (("balance", plot_balance), ("metrics", plot_metrics), ("drop_rate", plot_drop_rate),
+           ("bias", plot_bias),
            ("ranks", plot_ranks), ("loss", plot_loss), ("phases", plot_phases),
            ("shadows", plot_shadows))
 

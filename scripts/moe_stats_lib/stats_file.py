@@ -41,7 +41,7 @@ REQUIRED_PER_STEP = (
 OPTIONAL_PER_STEP = (
     "steps/step_time_s", "routing/load_cv", "routing/rank_overload", "routing/balance_loss",
     "perf/phase_time", "routing/dispatch_rows", "routing/cross_host_rows",
-    "routing/cross_host_tokens", "steps/z_loss", "routing/z_loss",
+    "routing/cross_host_tokens", "steps/z_loss", "routing/z_loss", "routing/dropped",
 )
 # Dimensions of every per-step dataset, rows first: [N], [N, L], [N, L, E], [N, L, W], ...
 PER_STEP_NDIM = {name: 1 for name in REQUIRED_PER_STEP + OPTIONAL_PER_STEP
@@ -51,7 +51,8 @@ PER_STEP_NDIM.update({"routing/expert_load": 3, "routing/rank_load": 3, "routing
                       "routing/load_cv": 2, "routing/rank_overload": 2,
                       "routing/balance_loss": 2, "perf/phase_time": 3,
                       "routing/dispatch_rows": 2, "routing/cross_host_rows": 2,
-                      "routing/cross_host_tokens": 2, "routing/z_loss": 2})
+                      "routing/cross_host_tokens": 2, "routing/z_loss": 2,
+                      "routing/dropped": 3})
 assert set(PER_STEP_NDIM) == set(REQUIRED_PER_STEP + OPTIONAL_PER_STEP)
 
 # The datasets of each shadow balancer, /shadow/RULE/NAME (runs with --shadow; every rule has all
@@ -63,6 +64,9 @@ SHADOW_NDIM = {"expert_load": 3, "max_violation": 2, "bias": 3}
 # training step it followed in eval/step. Their dimensions, rows first.
 EVAL_NDIM = {"eval/step": 1, "eval/loss": 1, "eval/time_s": 1, "eval/tokens": 1,
              "eval/expert_load": 3, "eval/load_variance": 2, "eval/max_violation": 2}
+# Validation datasets that files written before them lack (read when present, like
+# OPTIONAL_PER_STEP): the assignments the token capacity dropped, [M, L, E] as eval/expert_load.
+OPTIONAL_EVAL_NDIM = {"eval/dropped": 3}
 ROUTING_LABELS = {"hash": "Hash Routed", "topk": "Top-K Routed", "forced": "Forced"}
 # A SWMR reader retries a metadata block whose checksum fails, sleeping twice as long each time;
 # at HDF5's default of 100 attempts a truncated or damaged file holds the reader for ever.
@@ -267,7 +271,8 @@ def check_per_step_shapes(path, f, names):
         if not np.issubdtype(obj.dtype, np.number):
             raise StatsError(f"{path}: /{name} holds {obj.dtype}, expected numbers")
     layers, experts = f["routing/expert_load"].shape[1:]
-    want = {"routing/bias": (layers, experts), "routing/rank_load": (layers, None)}
+    want = {"routing/bias": (layers, experts), "routing/rank_load": (layers, None),
+            "routing/dropped": (layers, experts)}
     want.update({name: (layers,) for name in names if PER_STEP_NDIM[name] == 2})
     for name, dims in want.items():
         if name in names and any(d is not None and d != got
@@ -335,17 +340,23 @@ def read_eval(path, f):
     """The complete rows of /eval (those whose eval/step is written), {} when the file has none."""
     if "eval" not in f:
         return {}
-    for name, ndim in EVAL_NDIM.items():
+    for name in EVAL_NDIM:
         if name not in f:
             raise StatsError(f"{path}: /eval lacks /{name}")
+    ndims = {**EVAL_NDIM, **{name: ndim for name, ndim in OPTIONAL_EVAL_NDIM.items()
+                             if name in f}}
+    for name, ndim in ndims.items():
         if f[name].ndim != ndim or not np.issubdtype(f[name].dtype, np.number):
             raise StatsError(f"{path}: /{name} has {f[name].ndim} dimensions of {f[name].dtype}, "
                              f"expected {ndim} of numbers (rows first)")
-    n = min(f[name].shape[0] for name in EVAL_NDIM)
+    if "eval/dropped" in ndims and f["eval/dropped"].shape[1:] != f["eval/expert_load"].shape[1:]:
+        raise StatsError(f"{path}: /eval/dropped has row shape {f['eval/dropped'].shape[1:]}, "
+                         f"but /eval/expert_load has {f['eval/expert_load'].shape[1:]}")
+    n = min(f[name].shape[0] for name in ndims)
     steps = f["eval/step"][:n]
     while n > 0 and steps[n - 1] < 0:
         n -= 1
-    return {name: f[name][:n] for name in EVAL_NDIM}
+    return {name: f[name][:n] for name in ndims}
 
 
 def read_strings(f, name):
@@ -502,6 +513,17 @@ def rank_overload(run):
     load = run.data["routing/rank_load"].astype(np.float64)
     mean = np.nanmean(load, axis=2)
     return np.divide(np.nanmax(load, axis=2), mean, out=np.ones_like(mean), where=mean > 0)
+
+
+def capacity_factor(run):
+    """The run's --capacity-factor C from its configuration text (root attribute config; of a
+    chain, the newest file's): 0.0 for a dropless run and for files written before the option
+    existed, None when the text gives something that is not a number."""
+    text = parse_config_text(run.attrs.get("config", "")).get("capacity-factor", "0")
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def cross_host_fraction(run):

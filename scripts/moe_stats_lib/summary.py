@@ -1,7 +1,7 @@
 """`moe_stats.py summary`: the key facts of one run as text: configuration, the files of a
-resumed run, steps, loss against the data's entropy floor, throughput, the shadow balancers of a
-run with --shadow, and the balance of each layer at a glance. Every figure is over the whole run,
-all its files.
+resumed run, steps, loss against the data's entropy floor, throughput, the assignments dropped by
+the token capacity of a run with --capacity-factor, the shadow balancers of a run with --shadow,
+and the balance of each layer at a glance. Every figure is over the whole run, all its files.
 
 Shapes: N complete rows (steps), L layers.
 """
@@ -11,7 +11,8 @@ import os
 
 import numpy as np
 
-from .metrics import collapse_ceiling, cross_layer_percentiles, layer_metrics
+from .metrics import (capacity_on, collapse_ceiling, cross_layer_percentiles, drop_fraction,
+                      layer_metrics)
 from .shadows import policy_violations, worst_over_layers
 from .stats_file import (entropy_floor, parse_config_text, rank_overload, routing_label,
                          shadow_rules, topk_mask)
@@ -176,9 +177,43 @@ def summary_eval_lines(run):
     layers = np.nonzero(mask)[0] if mask.any() else np.arange(run.num_layers)
     balance = ", ".join(f"{int(l)}: {viol[l]:.3f}" for l in layers)
     kind = "top-k layer" if mask.any() else "layer"
-    return [("val loss", text),
-            ("val balance", f"max violation on the validation tokens after step "
-                            f"{int(steps[-1])}, per {kind}: {balance}")]
+    lines = [("val loss", text),
+             ("val balance", f"max violation on the validation tokens after step "
+                             f"{int(steps[-1])}, per {kind}: {balance}")]
+    if "eval/dropped" in run.eval and capacity_on(run):
+        dropped, load = run.eval["eval/dropped"], run.eval["eval/expert_load"]
+        lines.append(("val dropped", f"{percent(drop_fraction(dropped[-1], load[-1]))} of the "
+                                     f"assignments on the validation tokens after step "
+                                     f"{int(steps[-1])}, {percent(drop_fraction(dropped, load))} "
+                                     f"over the {len(steps)} evaluations"))
+    return lines
+
+
+def percent(share):
+    return f"{100.0 * share:.2f}%"
+
+
+def summary_drop_lines(run):
+    """The share of the selected assignments that the token capacity dropped (--capacity-factor),
+    over the run and at the last step, in all and per layer; no lines for a dropless run (no
+    capacity in its configuration and no drop counted)."""
+    if not capacity_on(run):
+        return []
+    config = parse_config_text(run.attrs.get("config", ""))
+    setting = ", ".join(f"{key} = {config[key]}" for key in ("capacity-factor", "drop-policy")
+                        if key in config)
+    setting = f"; {setting}" if setting else ""
+    dropped = run.data.get("routing/dropped")
+    if dropped is None:
+        return [("dropped", f"unknown: a file of the run has no /routing/dropped (written before "
+                            f"moe_rt counted drops){setting}")]
+    load = run.data["routing/expert_load"]
+    per_layer = ", ".join(f"{layer}: {percent(drop_fraction(dropped[:, layer], load[:, layer]))}"
+                          for layer in range(run.num_layers))
+    return [("dropped", f"{percent(drop_fraction(dropped, load))} of the assignments over the "
+                        f"run, {percent(drop_fraction(dropped[-1], load[-1]))} at the last step "
+                        f"(step {int(run.steps[-1])}){setting}"),
+            ("", f"per layer over the run: {per_layer}")]
 
 
 def summary_shadow_lines(run):
@@ -242,7 +277,7 @@ def summary_cross_layer_line(run, metrics):
 
 def render_summary(run):
     pairs = (summary_config_lines(run) + summary_segment_lines(run) + summary_progress_lines(run)
-             + summary_shadow_lines(run))
+             + summary_drop_lines(run) + summary_shadow_lines(run))
     width = max(len(key) for key, _ in pairs)
     lines = [f"{key.ljust(width)}  {value}" for key, value in pairs]
     lines += ["", "per-layer balance (variance of the expert load; violation (max - mean)/mean; "

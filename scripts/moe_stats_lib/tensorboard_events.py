@@ -10,7 +10,12 @@ step times). Tags, grouped by the part before the first "/" (TensorBoard's secti
     optim/lr, optim/grad_norm                 /steps/lr, /steps/grad_norm
     throughput/tokens_per_s, throughput/step_time_s
     phase_time_ms/PHASE                       /perf/phase_time, mean over ranks, milliseconds
-    balance/layerLL/METRIC                    metrics.METRICS of layer LL (two digits)
+    balance/layerLL/METRIC                    metrics.METRICS of layer LL (two digits; a metric
+                                              NaN at a step, e.g. drop_rate of a file without
+                                              /routing/dropped, is not written)
+    routing/drop_rate                         the overall drop rate of the step (dropped /
+                                              selected assignments, all layers; files with
+                                              /routing/dropped)
     ranks/rankRR/assignments                  /routing/rank_load summed over layers
     expert_load/layerLL (histogram)           the E expert loads of layer LL, assignments
     shadow/POLICY/worst_violation             runs with --shadow: the worst max violation over
@@ -27,7 +32,7 @@ import os
 
 import numpy as np
 
-from .metrics import METRICS, layer_metrics
+from .metrics import METRICS, layer_metrics, step_drop_rate
 from .shadows import REAL, policy_violations, worst_over_layers
 from .stats_file import StatsError, shadow_rules, topk_mask
 
@@ -87,6 +92,9 @@ def scalar_series(run):
         with np.errstate(invalid="ignore"):
             mean_ms = 1e3 * np.nanmean(run.data["perf/phase_time"].astype(np.float64), axis=1)
         series += [(f"phase_time_ms/{name}", mean_ms[:, i]) for i, name in enumerate(run.phases)]
+    drop_rate = step_drop_rate(run)
+    if drop_rate is not None:
+        series.append(("routing/drop_rate", drop_rate))
     metrics = layer_metrics(run)
     for layer in range(run.num_layers):
         series += [(layer_tag(layer, name), metrics[name][:, layer]) for name in METRICS]

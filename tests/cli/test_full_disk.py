@@ -93,8 +93,9 @@ def test_full_disk_checkpoint(moe_rt_bin, small_fs, tmp_path):
 
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_full_disk_statistics(moe_rt_bin, small_fs, tmp_path, ranks):
-    # 450 KiB free: the file is created, a hundred or so steps' rows fit, then a flush fails.
-    fill(small_fs, 450)
+    # 520 KiB free: the file is created and the datasets' first chunks (256 rows of micro) fit;
+    # the next chunks do not, and a flush fails.
+    fill(small_fs, 520)
     stats = small_fs / "s.h5"
     ck = tmp_path / "ck"
     proc = run(moe_rt_bin, MICRO + ["--steps", 400, "--stats", stats, "--checkpoint-every", 5,

@@ -11,7 +11,8 @@ README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "R
 OPTION = re.compile(r"--[a-z][a-z0-9-]*")
 # Options whose bad value is refused with "(valid: a, b, c)": every value named there must be in
 # the option's --help entry and in its README row.
-CHOICE_OPTIONS = ["--model", "--score-func", "--balance-loss-form", "--force-balance", "--data"]
+CHOICE_OPTIONS = ["--model", "--score-func", "--balance-loss-form", "--force-balance", "--data",
+                  "--drop-policy", "--capacity-unit"]
 
 
 @pytest.fixture(scope="module")

@@ -151,3 +151,36 @@ def test_shadow_balancers_are_recorded_and_resume_bit_for_bit(run_moe, tmp_path)
     assert_one_clear_error(refused, "--shadow")
     for bad in ("sign", "sign:-1", "bogus:1", "none,none", "sign:0.1,"):
         assert_one_clear_error(run_moe(args + ["--shadow", bad]), "--shadow")
+
+
+def test_token_capacity_drops_are_recorded(run_moe, tmp_path):
+    """--capacity-factor: /routing/dropped counts the assignments over each expert's capacity,
+    within the selection's loads; what was dispatched and received is the rest; validation rows
+    count theirs; a dropless run drops nothing; bad values are refused in one line."""
+    out, plain = tmp_path / "c.h5", tmp_path / "p.h5"
+    common = MICRO + ["--val-data", "synthetic", "--eval-every", "2"]
+    proc = run_moe(common + ["--capacity-factor", "1", "--drop-policy", "position",
+                             "--stats", str(out)], np_=2)
+    assert proc.returncode == 0, proc.stderr
+    assert "of the assignments dropped over the run" in proc.stdout
+    with stats(out) as f:
+        load, dropped = f["/routing/expert_load"][...], f["/routing/dropped"][...]
+        assert dropped.shape == load.shape and f["/routing/dropped"].attrs["units"] == "assignments"
+        assert (dropped >= 0).all() and (dropped <= load).all() and dropped.sum() > 0
+        kept = (load - dropped).sum(axis=2)
+        assert (f["/routing/dispatch_rows"][...] == kept).all()
+        assert (f["/routing/rank_load"][...].sum(axis=2) == kept).all()
+        # S = 16, K = 2, E = 4 and C = 1: at most 8 of a sequence's assignments per expert, and
+        # a step holds 2 sequences (2 ranks x 1).
+        assert (load - dropped <= 8 * 2).all()
+        assert f["/eval/dropped"].shape == f["/eval/expert_load"].shape
+        assert (f["/eval/dropped"][...] <= f["/eval/expert_load"][...]).all()
+        assert "capacity-factor = 1" in f.attrs["config"]
+    proc = run_moe(common + ["--stats", str(plain)], np_=2)
+    assert proc.returncode == 0, proc.stderr
+    assert "dropped" not in proc.stdout
+    with stats(plain) as f:
+        assert (f["/routing/dropped"][...] == 0).all() and (f["/eval/dropped"][...] == 0).all()
+    for option, bad in (("--capacity-factor", "-1"), ("--capacity-factor", "x"),
+                        ("--drop-policy", "random"), ("--capacity-unit", "host")):
+        assert_one_clear_error(run_moe(MICRO + [option, bad]), option)

@@ -57,6 +57,26 @@ TEST(DispatchPlan, SendSideOnHandExample) {
   EXPECT_EQ(plan.count_message, (std::vector<int>{2, 1, 1, 2}));
 }
 
+// A token capacity's drops (−1) are not sent: no send position, not counted, the rest in order.
+TEST(DispatchPlan, DroppedAssignmentsAreNotSent) {
+  const std::vector<int32_t> idx = {3,  -1,  // token 0: its second slot dropped
+                                    1,  3,   // token 1
+                                    -1, 2};  // token 2: its first slot dropped
+  DispatchPlan plan;
+  dispatch_plan_build(plan, idx, 3, 2, ExpertPlacement{4, 2}, 0);
+  EXPECT_EQ(plan.num_send(), 4);
+  EXPECT_EQ(plan.send_assignment, (std::vector<int32_t>{2, 5, 0, 3}));
+  EXPECT_EQ(plan.send_position, (std::vector<int32_t>{2, -1, 0, 3, -1, 1}));
+  EXPECT_EQ(plan.expert_counts, (std::vector<int64_t>{0, 1, 1, 2}));
+  EXPECT_EQ(plan.send_counts, (std::vector<int>{1, 3}));
+  // Only the sent copies cross hosts: with rank 1 on another host, tokens 0, 1, 2 send one each.
+  EXPECT_EQ(dispatch_cross_host_tokens(idx, 2, ExpertPlacement{4, 2}, 0, std::vector<int>{0, 1}),
+            3);
+  const std::vector<int32_t> bad = {3, -2};
+  EXPECT_THROW(dispatch_plan_build(plan, bad, 1, 2, ExpertPlacement{4, 2}, 0),
+               std::invalid_argument);
+}
+
 TEST(DispatchPlan, RejectsBadRouting) {
   DispatchPlan plan;
   const std::vector<int32_t> bad = {0, 4};

@@ -47,6 +47,7 @@ struct RowData {
   std::vector<double> per_layer;    // [6, L]: variance, violation, cv, overload, loss, z-loss
   std::vector<double> phase_times;  // [W, num_phases]
   std::vector<int64_t> dispatch_rows, cross_host_rows, cross_host_tokens;  // [L] each
+  std::vector<int64_t> dropped;                                            // [L, E]
   explicit RowData(int64_t step) : s(step) {
     for (int i = 0; i < kL * kE; ++i) expert_load.push_back(s * 100 + i);
     for (int i = 0; i < kL * kW; ++i) rank_load.push_back(s * 10 + i + 7);
@@ -56,6 +57,7 @@ struct RowData {
     for (int i = 0; i < kL; ++i) dispatch_rows.push_back(s * 1000 + 32);
     for (int i = 0; i < kL; ++i) cross_host_rows.push_back(s * 3 + i);
     for (int i = 0; i < kL; ++i) cross_host_tokens.push_back(s * 2 + i);
+    for (int i = 0; i < kL * kE; ++i) dropped.push_back(s * 7 + i % 3);
   }
   std::span<const double> layer_field(int f) const {
     return std::span<const double>(per_layer).subspan(f * kL, kL);
@@ -84,7 +86,8 @@ struct RowData {
                    layer_field(5),
                    {},
                    {},
-                   {}};
+                   {},
+                   dropped};
   }
 };
 

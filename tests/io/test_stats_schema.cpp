@@ -51,6 +51,10 @@ const Attachment kAttachments[] = {
     {"/routing/dispatch_rows", 1, "/dims/layer"},
     {"/hosts/rank_host", 0, "/dims/rank"},
     {"/routing/cross_host_tokens", 1, "/dims/layer"},
+    {"/routing/dropped", 0, "/steps/step"},
+    {"/routing/dropped", 2, "/dims/expert"},
+    {"/eval/dropped", 0, "/eval/step"},
+    {"/eval/dropped", 1, "/dims/layer"},
 };
 
 H5Id open_dset(hid_t f, const char* path) {
@@ -81,7 +85,7 @@ void expect_described(const std::string& path, bool live) {
   std::vector<std::string> datasets;
   MOE_H5_CHECK(
       H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &datasets, H5O_INFO_BASIC));
-  EXPECT_EQ(datasets.size(), 44u);  // 21 per-step, 4 fixed, 5 axes, 7 trace, 7 eval
+  EXPECT_EQ(datasets.size(), 46u);  // 22 per-step, 4 fixed, 5 axes, 7 trace, 8 eval
   for (const std::string& name : datasets) {
     const H5Id d = open_dset(f, name.c_str());
     EXPECT_FALSE(read_string_attr(d.get(), "units").empty()) << name;
@@ -121,7 +125,7 @@ TEST(StatsSchema, EveryDatasetIsDescribedAndItsAxesNamedLiveAndAfterCompaction) 
   w.append_trace(TraceData(0).row());
   const std::vector<int64_t> load(kL * kE, 5);
   const std::vector<double> per_layer(kL, 0.0);
-  w.append_eval(EvalRow{2, 1.5, 0.1, 64, load, per_layer, per_layer});
+  w.append_eval(EvalRow{2, 1.5, 0.1, 64, load, per_layer, per_layer, load});
   expect_described(path, /*swmr=*/true);
   w.close();
   expect_described(path, /*swmr=*/false);

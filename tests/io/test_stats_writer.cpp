@@ -114,23 +114,27 @@ TEST(StatsWriter, ValidationRowsRoundTripUnderEvalAndAreRefusedWithoutIt) {
   h.val_data_description = "tokens:val.bin (llm.c shard, 4096 uint16 tokens)";
   // Row q: after step 5q + 4, values distinct per row.
   auto row_data = [](int64_t q) {
-    std::vector<int64_t> load;
+    std::vector<int64_t> load, dropped;
     std::vector<double> variance, violation;
-    for (int i = 0; i < kL * kE; ++i) load.push_back(q * 1000 + i);
+    for (int i = 0; i < kL * kE; ++i) load.push_back(q * 1000 + i), dropped.push_back(q * 10 + i);
     for (int l = 0; l < kL; ++l) variance.push_back(q + 0.5 * l), violation.push_back(q - 0.25 * l);
-    return std::tuple{load, variance, violation};
+    return std::tuple{load, variance, violation, dropped};
   };
   {
     StatsWriter w(path, false, h);
     w.publish();
     write_rows(w, 0, 2);
     for (int64_t q = 0; q < 2; ++q) {
-      const auto [load, variance, violation] = row_data(q);
-      w.append_eval(
-          EvalRow{5 * q + 4, 3.0 - q, 0.125 * (q + 1), 96 * (q + 1), load, variance, violation});
+      const auto [load, variance, violation, dropped] = row_data(q);
+      w.append_eval(EvalRow{5 * q + 4, 3.0 - q, 0.125 * (q + 1), 96 * (q + 1), load, variance,
+                            violation, dropped});
     }
-    const auto [load, variance, violation] = row_data(2);
-    EvalRow bad{14, 1.0, 0.1, 96, std::span<const int64_t>(load).first(kE), variance, violation};
+    const auto [load, variance, violation, dropped] = row_data(2);
+    EvalRow bad{14,       1.0,       0.1,    96, std::span<const int64_t>(load).first(kE),
+                variance, violation, dropped};
+    EXPECT_THROW(w.append_eval(bad), std::invalid_argument);
+    bad.expert_load = load;
+    bad.dropped = std::span<const int64_t>(dropped).first(kE);
     EXPECT_THROW(w.append_eval(bad), std::invalid_argument);
     EXPECT_EQ(w.num_eval_rows(), 2);
   }
@@ -141,24 +145,26 @@ TEST(StatsWriter, ValidationRowsRoundTripUnderEvalAndAreRefusedWithoutIt) {
   EXPECT_EQ(read_rows<double>(f, "/eval/loss", 2, {}, true), (std::vector<double>{3.0, 2.0}));
   EXPECT_EQ(read_rows<double>(f, "/eval/time_s", 2, {}, true), (std::vector<double>{0.125, 0.25}));
   EXPECT_EQ(read_rows<int64_t>(f, "/eval/tokens", 2, {}, true), (std::vector<int64_t>{96, 192}));
-  std::vector<int64_t> load;
+  std::vector<int64_t> load, dropped;
   std::vector<double> variance, violation;
   for (int64_t q = 0; q < 2; ++q) {
-    const auto [l, v, m] = row_data(q);
+    const auto [l, v, m, d] = row_data(q);
     load = concat<int64_t>(load, l);
+    dropped = concat<int64_t>(dropped, d);
     variance = concat<double>(variance, v);
     violation = concat<double>(violation, m);
   }
   EXPECT_EQ(read_rows<int64_t>(f, "/eval/expert_load", 2, {kL, kE}, true), load);
   EXPECT_EQ(read_rows<double>(f, "/eval/load_variance", 2, {kL}, true), variance);
   EXPECT_EQ(read_rows<double>(f, "/eval/max_violation", 2, {kL}, true), violation);
+  EXPECT_EQ(read_rows<int64_t>(f, "/eval/dropped", 2, {kL, kE}, true), dropped);
 
   // Without eval in the header: no /eval group, no val_data, and append_eval refused.
   const std::string plain = dir.file("plain.h5");
   StatsWriter w(plain, false, test_header(0, 0));
   w.publish();
-  const auto [l, v, m] = row_data(0);
-  EXPECT_THROW(w.append_eval(EvalRow{0, 1.0, 0.1, 96, l, v, m}), std::invalid_argument);
+  const auto [l, v, m, d] = row_data(0);
+  EXPECT_THROW(w.append_eval(EvalRow{0, 1.0, 0.1, 96, l, v, m, d}), std::invalid_argument);
   w.close();
   const H5Id plain_file = open_file(plain, false);
   EXPECT_EQ(H5Lexists(plain_file.get(), "/eval", H5P_DEFAULT), 0);

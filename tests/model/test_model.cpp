@@ -203,9 +203,9 @@ TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
         }
         for (const MoeSaved<float>& m : acts.moe) {
           add(m.logits, m.scores, m.d_scores, m.d_logits, m.d_scores_balance, m.expert_idx,
-              m.topk_scratch, m.weights, m.d_weights, m.plan.send_assignment, m.plan.send_position,
-              m.send_rows, m.y_rows, m.d_rows, m.x, m.y, m.d_y, m.d_x, m.g, m.v, m.h, m.d_g, m.d_v,
-              m.d_h, m.sg, m.sv, m.sh, m.sd_g, m.sd_v, m.sd_h);
+              m.topk_scratch, m.dispatched_idx, m.weights, m.d_weights, m.plan.send_assignment,
+              m.plan.send_position, m.send_rows, m.y_rows, m.d_rows, m.x, m.y, m.d_y, m.d_x, m.g,
+              m.v, m.h, m.d_g, m.d_v, m.d_h, m.sg, m.sv, m.sh, m.sd_g, m.sd_v, m.sd_h);
           values += static_cast<double>(m.grad_tree.reserved_values());
           for (const TreeSum<float>& t : m.expert_trees) {
             values += static_cast<double>(t.reserved_values());

@@ -26,13 +26,16 @@ using testing_moe::MoeHarness;
 // values of order 1, so we require |analytic − numeric| <= 1e-6 · max(1, |analytic|).
 // Selection (top-k, clamps) is piecewise constant: random data keeps every margin far above h.
 // The cases with a router z-loss add it to L (MoeSaved::z_loss), so its gradient is checked
-// through the layer, into the router and the input.
+// through the layer, into the router and the input. The cases with a token capacity drop some
+// assignments (model/capacity.hpp): their outputs, and so their gradients, are absent.
 
 struct GradCase {
   RoutingMode mode;
   ScoreFunc score;
   float swiglu_limit;
   double z_loss_weight = 0.0;  // the router z-loss, added to the loss when > 0
+  int64_t capacity = 0;        // per (sequence, expert); 0: dropless
+  DropPolicy drop_policy = DropPolicy::kByProbability;
 };
 
 class MoeGradient : public ::testing::TestWithParam<GradCase> {};
@@ -63,9 +66,15 @@ TEST_P(MoeGradient, MatchesFiniteDifferences) {
   const std::vector<int32_t> ids = testing_moe::global_token_ids(N, V);
   MoeRouting routing = h.routing(c.mode, ids.data(), 3);
   routing.z_loss_weight = c.z_loss_weight;
+  routing.capacity = c.capacity;
+  routing.drop_policy = c.drop_policy;
 
   moe_loss(h, ex, in, R, routing, N);
   const std::vector<int32_t> selection = h.saved.expert_idx;
+  const std::vector<int32_t> dispatched = h.saved.dispatched_idx;
+  if (c.capacity > 0) {  // the case drops something, or it checks nothing new
+    EXPECT_GT(std::count(dispatched.begin(), dispatched.end(), -1), 0);
+  }
   std::vector<double> d_in(in.size(), 0.0);
   moe_backward(d_in.data(), h.grads(), R.data(), h.saved, in.data(), h.weights(), dims, ex);
 
@@ -81,6 +90,7 @@ TEST_P(MoeGradient, MatchesFiniteDifferences) {
       const double lm = moe_loss(h, ex, in, R, routing, N);
       x[i] = keep;
       ASSERT_EQ(h.saved.expert_idx, selection) << what << "[" << i << "] flipped a selection";
+      ASSERT_EQ(h.saved.dispatched_idx, dispatched) << what << "[" << i << "] flipped a drop";
       const double numeric = (lp - lm) / (2 * eps);
       EXPECT_NEAR(analytic[i], numeric, 1e-6 * std::max(1.0, std::abs(analytic[i])))
           << what << "[" << i << "]";
@@ -106,7 +116,11 @@ INSTANTIATE_TEST_SUITE_P(
                       GradCase{RoutingMode::kHash, ScoreFunc::kSqrtSoftplus, 0.4f},
                       GradCase{RoutingMode::kRoundRobin, ScoreFunc::kSqrtSoftplus, 0.4f},
                       GradCase{RoutingMode::kTopK, ScoreFunc::kSqrtSoftplus, 0.4f, 0.05},
-                      GradCase{RoutingMode::kHash, ScoreFunc::kSoftmax, 0.0f, 0.05}));
+                      GradCase{RoutingMode::kHash, ScoreFunc::kSoftmax, 0.0f, 0.05},
+                      GradCase{RoutingMode::kTopK, ScoreFunc::kSqrtSoftplus, 0.4f, 0.0, 2},
+                      GradCase{RoutingMode::kTopK, ScoreFunc::kSoftmax, 0.4f, 0.05, 2,
+                               DropPolicy::kByPosition},
+                      GradCase{RoutingMode::kHash, ScoreFunc::kSigmoid, 0.4f, 0.0, 1}));
 
 // ---------------------------------------------------------------------------------------------
 // Expert-parallel invariance.

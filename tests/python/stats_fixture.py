@@ -14,6 +14,10 @@ Shadow balancers (moe_rt --shadow): build_run(..., shadows=SHADOW_RULES) adds /s
 expert_load, max_violation and bias for each rule, loads whose deviations from the mean are the
 step-0 deviations scaled by the rule's SHADOW_SCALE (0 in the hash layers, as moe_rt writes).
 
+Token capacity (moe_rt --capacity-factor C): with_capacity(run, C) adds /routing/dropped, the
+assignments over capacity_drops' per-step capacity, and the option's lines to the configuration
+text; with_eval(run, ...) adds validation rows (/eval), with /eval/dropped unless told not to.
+
 Resumed runs: rows_of cuts a run to some of its steps, with_world gives it another number of
 ranks, write_segment writes such a cut as one file of a resumed run (root attributes
 resumed_from, resumed_from_step).
@@ -226,9 +230,59 @@ def build_traces(run, steps=None, unbiased=False):
             "trace/weights": np.full(experts.shape, 1.0 / TOP_K, dtype=np.float32)}
 
 
+NUM_SEQUENCES = WORLD * BATCH_PER_RANK                          # 4 sequences of S tokens a step
+
+
+def capacity_drops(load, capacity_factor):
+    """[..., E] int64 assignments dropped from `load` [..., E] by a token capacity: an expert takes
+    at most ceil(C·S·K/E) assignments of each sequence, and the fixture's load is taken as spread
+    evenly over the NUM_SEQUENCES sequences, so an expert keeps at most NUM_SEQUENCES times that
+    (C = 1: 4 x 8 = 32, the mean load) and drops the rest."""
+    per_sequence = int(np.ceil(capacity_factor * SEQ_LEN * TOP_K / NUM_EXPERTS))
+    return np.maximum(load - NUM_SEQUENCES * per_sequence, 0).astype(np.int64)
+
+
+def with_capacity(run, capacity_factor=1.0, drop_policy="probs", dropped=None):
+    """`run` (from build_run) with a token capacity: /routing/dropped (`dropped`, default
+    capacity_drops of its loads; /routing/expert_load keeps the loads before drops) and the lines
+    capacity-factor and drop-policy in its configuration text."""
+    load = run["datasets"]["routing/expert_load"]
+    dropped = capacity_drops(load, capacity_factor) if dropped is None else dropped
+    config = (run["attrs"]["config"] + f"capacity-factor = {capacity_factor:g}\n"
+              f"drop-policy = {drop_policy}\n")
+    return {**run, "attrs": {**run["attrs"], "config": config},
+            "datasets": {**run["datasets"], "routing/dropped": np.asarray(dropped, np.int64)}}
+
+
+def with_eval(run, every=5, capacity_factor=1.0, dropped=True):
+    """`run` with validation rows after every `every`-th step: the loads of the step they follow
+    with their deviations from the mean halved towards 0 (other tokens, other loads; rows still
+    sum to T·K), their max violation and variance, and /eval/dropped (capacity_drops of them under
+    `capacity_factor`) unless dropped is False."""
+    steps = run["datasets"]["steps/step"]
+    rows = np.nonzero(steps % every == 0)[0]
+    deviation = run["datasets"]["routing/expert_load"][rows] - MEAN_LOAD
+    load = MEAN_LOAD + np.trunc(deviation / 2).astype(np.int64)   # odd: pairs ±d still cancel
+    lf = load.astype(np.float64)
+    mean = lf.mean(axis=2)
+    evals = {"eval/step": steps[rows].astype(np.int64),
+             "eval/loss": run["datasets"]["steps/loss"][rows] + 0.05,
+             "eval/time_s": np.full(len(rows), 0.01), "eval/tokens": np.full(len(rows), TOKENS),
+             "eval/expert_load": load, "eval/load_variance": lf.var(axis=2),
+             "eval/max_violation": (lf.max(axis=2) - mean) / mean}
+    if dropped:
+        evals["eval/dropped"] = capacity_drops(load, capacity_factor)
+    return {**run, "eval": evals}
+
+
 def rows_of(run, start, stop):
-    """`run` (from build_run) cut to its rows [start, stop) (its steps start .. stop - 1)."""
-    return {**run, "datasets": {name: data[start:stop] for name, data in run["datasets"].items()}}
+    """`run` (from build_run) cut to its rows [start, stop) (its steps start .. stop - 1), and its
+    validation rows (with_eval) to those after these steps."""
+    cut = {**run, "datasets": {name: data[start:stop] for name, data in run["datasets"].items()}}
+    if "eval" in run:
+        keep = (run["eval"]["eval/step"] >= start) & (run["eval"]["eval/step"] < stop)
+        cut["eval"] = {name: data[keep] for name, data in run["eval"].items()}
+    return cut
 
 
 def with_world(run, world):
@@ -303,6 +357,9 @@ def write_stats(path, run, *, libver=LIBVER, bytes_strings=False, rows=None, len
         for name, data in run["datasets"].items():
             if name not in drop:
                 write_row_dataset(f, name, data, lengths.get(name, rows))
+        for name, data in run.get("eval", {}).items():
+            if name not in drop:
+                write_row_dataset(f, name, data, len(data))
         for rule, group in (f["shadow"].items() if "shadow" in f else ()):
             group.attrs["rule"] = rule          # as moe_rt writes: the group's name, its rule
         for name, data in (traces or {}).items():

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "model/routing_config.hpp"
 #include "mpi_test_ranks.hpp"
 #include "runtime/options/options.hpp"
 #include "runtime/options/presets.hpp"
@@ -43,8 +44,9 @@ enum class Expect { kBitwise, kTolerance };
 
 struct Reference {
   std::vector<double> losses, grad_norms, z_losses;
-  std::vector<int64_t> loads;  // [steps, L, E]
-  uint64_t param_digest = 0;   // the parameters after the last step's AdamW
+  std::vector<int64_t> loads;    // [steps, L, E]
+  std::vector<int64_t> dropped;  // [steps, L, E] by the token capacity
+  uint64_t param_digest = 0;     // the parameters after the last step's AdamW
 };
 
 // Runs `cfg` on one rank with the whole global batch (on world rank 0 only, to spare the other
@@ -56,6 +58,7 @@ Reference reference_run(const RunConfig& cfg, const Comm& world) {
   r.grad_norms.assign(cfg.steps, 0.0);
   r.z_losses.assign(cfg.steps, 0.0);
   r.loads.assign(cfg.steps * LE, 0);
+  r.dropped.assign(cfg.steps * LE, 0);
   if (world.rank() == 0) {
     const TrainSummary ref = train_run(cfg, Comm::self(), /*quiet=*/true);
     r.param_digest = ref.param_digest;
@@ -65,21 +68,26 @@ Reference reference_run(const RunConfig& cfg, const Comm& world) {
       r.z_losses[s] = ref.steps[s].z_loss;
       std::copy(ref.steps[s].expert_load.begin(), ref.steps[s].expert_load.end(),
                 r.loads.begin() + s * LE);
+      std::copy(ref.steps[s].dropped.begin(), ref.steps[s].dropped.end(),
+                r.dropped.begin() + s * LE);
     }
   }
   world.broadcast(std::span<double>(r.losses), 0);
   world.broadcast(std::span<double>(r.grad_norms), 0);
   world.broadcast(std::span<double>(r.z_losses), 0);
   world.broadcast(std::span<int64_t>(r.loads), 0);
+  world.broadcast(std::span<int64_t>(r.dropped), 0);
   world.broadcast(std::span<uint64_t>(&r.param_digest, 1), 0);
   return r;
 }
 
-void check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
+// Returns the reference run's dropped assignments over all steps (0 without a token capacity).
+int64_t check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
   const Comm world = Comm::world();
   const int W = world.size();
-  ASSERT_EQ(global_batch % W, 0) << "global batch does not split over " << W
+  EXPECT_EQ(global_batch % W, 0) << "global batch does not split over " << W
                                  << " ranks: register the test's rank counts (MOE_TEST_RANKS)";
+  if (global_batch % W != 0) return 0;
   cfg.model.batch_per_rank = global_batch;
   RunConfig one_rank = cfg;
   one_rank.ep = 0;  // one rank is one EP group
@@ -87,15 +95,17 @@ void check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
   const int B = global_batch / W;
   cfg.model.batch_per_rank = B;
   const TrainSummary got = train_run(cfg, world, /*quiet=*/true);
-  ASSERT_EQ(got.steps.size(), ref.losses.size());
+  EXPECT_EQ(got.steps.size(), ref.losses.size());
+  if (got.steps.size() != ref.losses.size()) return 0;
   const size_t LE = static_cast<size_t>(cfg.model.layers) * cfg.model.experts;
   // Step 0: the same tokens and the same weights route identically, bit for bit.
   EXPECT_TRUE(std::equal(got.steps[0].expert_load.begin(), got.steps[0].expert_load.end(),
                          ref.loads.begin()));
   const bool bitwise = W == 1 || (B & (B - 1)) == 0;
-  ASSERT_EQ(bitwise, expect == Expect::kBitwise)
+  EXPECT_EQ(bitwise, expect == Expect::kBitwise)
       << W << " ranks of " << B << " sequences (EP size " << default_ep_size(W, cfg.model.experts)
       << ") are not in the case this test expects";
+  if (bitwise != (expect == Expect::kBitwise)) return 0;
   if (bitwise) {
     // The parameters after the last step's AdamW, every bit of them.
     EXPECT_EQ(got.param_digest, ref.param_digest) << "parameters after the last step";
@@ -109,6 +119,9 @@ void check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
       EXPECT_TRUE(std::equal(got.steps[s].expert_load.begin(), got.steps[s].expert_load.end(),
                              ref.loads.begin() + s * LE))
           << "step " << s;
+      EXPECT_TRUE(std::equal(got.steps[s].dropped.begin(), got.steps[s].dropped.end(),
+                             ref.dropped.begin() + s * LE))
+          << "step " << s;
     } else {
       EXPECT_NEAR(got.steps[s].loss, ref.losses[s], kLossRelTol * ref.losses[s]) << "step " << s;
     }
@@ -118,13 +131,17 @@ void check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
     std::printf("  %s; worst relative loss difference: %.2e\n",
                 bitwise ? "bitwise expected" : "tolerance", worst);
   }
+  int64_t dropped = 0;
+  for (int64_t d : ref.dropped) dropped += d;
+  return dropped;
 }
 
 MOE_TEST_RANKS(TrainInvariance, MicroSameRoutingAndLossOnAnyRankCount,
                [](int w) { return 8 % w == 0; });
 TEST(TrainInvariance, MicroSameRoutingAndLossOnAnyRankCount) {
   // E = 4: 8 ranks form two EP groups of 4 (replicas), bitwise too.
-  check_rank_invariance(micro_run(5, 8, 1), 8, Expect::kBitwise);
+  EXPECT_EQ(check_rank_invariance(micro_run(5, 8, 1), 8, Expect::kBitwise), 0)
+      << "dropless by default";
 }
 
 // The real preset, 2 steps, E = 8: bitwise the same on 1, 2, 4 and 8 ranks.
@@ -154,6 +171,56 @@ TEST(TrainInvariance, MicroWithZLossSameOnAnyRankCount) {
   EXPECT_EQ(without.steps[0].z_loss, 0.0);
   EXPECT_EQ(with.steps[0].loss, without.steps[0].loss);  // step 0: the same weights
   EXPECT_NE(with.param_digest, without.param_digest);
+}
+
+// With a token capacity (per sequence, model/capacity.hpp) at C = 1, 1.25 and 2 and both drop
+// policies: the drops are each sequence's own, so the run stays bitwise the same on 1, 2, 4 and
+// 8 ranks (8: two EP groups) - losses, gradient norms, loads, the dropped counts, parameters.
+MOE_TEST_RANKS(TrainInvariance, MicroWithCapacitySameOnAnyRankCount,
+               [](int w) { return 8 % w == 0; });
+TEST(TrainInvariance, MicroWithCapacitySameOnAnyRankCount) {
+  for (const double c : {1.0, 1.25, 2.0}) {
+    for (const DropPolicy policy : {DropPolicy::kByProbability, DropPolicy::kByPosition}) {
+      SCOPED_TRACE("C = " + std::to_string(c) + ", " + drop_policy_name(policy));
+      RunConfig cfg = micro_run(3, 8, 1);
+      cfg.routing.capacity_factor = c;
+      cfg.routing.drop_policy = policy;
+      const int64_t dropped = check_rank_invariance(cfg, 8, Expect::kBitwise);
+      if (c < 2.0) {
+        EXPECT_GT(dropped, 0) << "the capacity must bind for the test to mean much";
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Megatron-Core's per-rank capacity (--capacity-unit rank): with one sequence a rank it is the
+// per-sequence capacity, bit for bit; with four, the rank pools them (one capacity of 4·S
+// tokens per expert) and drops other assignments.
+MOE_TEST_RANKS(TrainCapacity, PerRankUnitPoolsTheRanksSequences, [](int w) { return w == 1; });
+TEST(TrainCapacity, PerRankUnitPoolsTheRanksSequences) {
+  auto total_dropped = [](const TrainSummary& s) {
+    int64_t d = 0;
+    for (const StepRecord& r : s.steps) {
+      for (int64_t x : r.dropped) d += x;
+    }
+    return d;
+  };
+  for (const int B : {1, 4}) {
+    RunConfig cfg = micro_run(3, B, 1);
+    cfg.routing.capacity_factor = 1.0;
+    const TrainSummary per_sequence = train_run(cfg, Comm::self(), /*quiet=*/true);
+    cfg.routing.capacity_unit = CapacityUnit::kRank;
+    const TrainSummary per_rank = train_run(cfg, Comm::self(), /*quiet=*/true);
+    EXPECT_GT(total_dropped(per_sequence), 0);
+    if (B == 1) {
+      EXPECT_EQ(per_rank.param_digest, per_sequence.param_digest);
+      EXPECT_EQ(total_dropped(per_rank), total_dropped(per_sequence));
+    } else {
+      EXPECT_NE(per_rank.param_digest, per_sequence.param_digest);
+      EXPECT_LT(total_dropped(per_rank), total_dropped(per_sequence));
+    }
+  }
 }
 
 // EP groups of 3 ranks (--ep 3: a group's 6 sequences are no subtree of the tree over 12, so
