@@ -77,7 +77,7 @@ struct StepRow {
   std::span<const double> rank_overload;         // [L]
   std::span<const double> layer_balance_loss;    // [L]
   std::span<const double> phase_times;           // [W, num_phases] seconds, per rank
-  std::span<const int64_t> dispatch_rows;        // [L] assignments dispatched (T·K)
+  std::span<const int64_t> dispatch_rows;        // [L] assignments dispatched (T·K − dropped)
   std::span<const int64_t> cross_host_rows;      // [L] of them sent to a rank on another host
   std::span<const int64_t> cross_host_tokens;    // [L] (token, other host of its experts) pairs
   double z_loss = 0;                             // router z-loss added, summed over layers

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "model/routing_config.hpp"
 
@@ -28,12 +29,13 @@ int64_t expert_capacity(double capacity_factor, int S, int K, int E);
 // dropped assignments to `dropped` [E]. Per (sequence, expert), the assignments kept are, with
 // kByProbability, those of the largest combine weights (ties: lower token, then lower slot),
 // with kByPosition the first in token order. Returns the assignments dropped. `capacity` 0:
-// nothing is dropped.
+// nothing is dropped. `scratch` grows to 3·E + 1 + S·K ints (reserved, it never allocates).
 template <class T>
 int64_t capacity_drop(std::span<int32_t> kept,              // [N, K] out
                       std::span<int64_t> dropped,           // [E] +=
                       std::span<const int32_t> expert_idx,  // [N, K]
                       std::span<const T> weights,           // [N, K]
-                      int N, int S, int K, int E, int64_t capacity, DropPolicy policy);
+                      int N, int S, int K, int E, int64_t capacity, DropPolicy policy,
+                      std::vector<int>& scratch);
 
 }  // namespace moe

@@ -100,6 +100,7 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
     v->reserve(n(z.NK));
   }
   s.dropped.assign(d.E, 0);
+  s.capacity_scratch.reserve(3 * static_cast<size_t>(d.E) + 1 + n(z.NK));
   for (auto* v : {&s.weights, &s.d_weights}) v->reserve(n(z.NK));
   for (auto* v : {&s.send_rows, &s.y_rows, &s.d_rows}) v->reserve(n(z.NKD));
   for (auto* v : {&s.x, &s.y, &s.d_y, &s.d_x}) v->reserve(n(z.RD));
@@ -432,7 +433,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
       s.dispatched_idx.resize(s.expert_idx.size());
       capacity_drop<T>(s.dispatched_idx, s.dropped, s.expert_idx, s.weights, N,
                        routing.seq_len > 0 && !routing.capacity_per_rank ? routing.seq_len : N, d.K,
-                       d.E, routing.capacity, routing.drop_policy);
+                       d.E, routing.capacity, routing.drop_policy, s.capacity_scratch);
     } else {
       s.dispatched_idx.clear();
     }

@@ -118,6 +118,7 @@ template <class T> struct MoeSaved {
   // this rank's dropped assignments per expert; dispatched_idx empty and dropped zero without.
   std::vector<int32_t> dispatched_idx;  // [N, K]
   std::vector<int64_t> dropped;         // [E]
+  std::vector<int> capacity_scratch;    // capacity_drop's: 3·E + 1 + N·K at most
   std::vector<double> balance_scratch;  // [(S + 2)·E]
   double z_loss = 0.0;                  // this rank's share of the layer's router z-loss
   double z_loss_weight = 0.0;           // the forward's MoeRouting::z_loss_weight, for backward

@@ -96,31 +96,36 @@ void report_phases(const PhaseSummary& p) {
 // The share of dispatched rows that crossed hosts over the whole run, in all and per layer.
 void report_cross_host(const TrainSummary& s) {
   const size_t L = s.steps.back().cross_host_rows.size();
-  std::vector<double> rows(L, 0.0), dispatched(L, 0.0), tokens(L, 0.0);
+  std::vector<double> rows(L, 0.0), dispatched(L, 0.0), tokens(L, 0.0), selected(L, 0.0);
   for (const StepRecord& r : s.steps) {
+    const size_t E = L > 0 ? r.expert_load.size() / L : 0;
     for (size_t l = 0; l < L && l < r.cross_host_rows.size(); ++l) {
       rows[l] += static_cast<double>(r.cross_host_rows[l]);
       tokens[l] += static_cast<double>(r.cross_host_tokens[l]);
       dispatched[l] += static_cast<double>(r.dispatch_rows[l]);
+      for (size_t e = 0; e < E; ++e) selected[l] += static_cast<double>(r.expert_load[l * E + e]);
     }
   }
-  // Rows per dispatched row; token copies per token (dispatched rows / K).
+  // Rows per dispatched row; token copies per token (the selection's T·K assignments / K: a
+  // token capacity's drops leave the tokens, not the rows, as they were).
   const double K = s.top_k;
-  for (const auto& [what, crossed, per] :
-       {std::tuple{"rows crossing hosts in dispatch", &rows, 1.0},
-        std::tuple{"token copies crossing hosts (one per other host)", &tokens, 1.0 / K}}) {
-    double all_crossed = 0, all_dispatched = 0;
+  for (const auto& [what, crossed, total, per] :
+       {std::tuple{"rows crossing hosts in dispatch", &rows, &dispatched, 1.0},
+        std::tuple{"token copies crossing hosts (one per other host)", &tokens, &selected,
+                   1.0 / K}}) {
+    double all_crossed = 0, all_total = 0;
     std::string layers;
     for (size_t l = 0; l < L; ++l) {
+      const double of = (*total)[l] * per;
       all_crossed += (*crossed)[l];
-      all_dispatched += dispatched[l] * per;
+      all_total += of;
       char part[48];
       std::snprintf(part, sizeof part, "%s%zu: %.1f%%", layers.empty() ? "" : ", ", l,
-                    dispatched[l] > 0 ? 100.0 * (*crossed)[l] / (dispatched[l] * per) : 0.0);
+                    of > 0 ? 100.0 * (*crossed)[l] / of : 0.0);
       layers += part;
     }
     std::printf("  %s: %.1f%% over the run (per layer: %s)\n", what,
-                all_dispatched > 0 ? 100.0 * all_crossed / all_dispatched : 0.0, layers.c_str());
+                all_total > 0 ? 100.0 * all_crossed / all_total : 0.0, layers.c_str());
   }
 }
 

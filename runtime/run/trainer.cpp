@@ -326,7 +326,7 @@ void Trainer::reduce_loads(StepRecord& rec) {
   }
   const auto dropped = load_sums_.begin() + LE + 2 * L;
   const auto shadows = dropped + LE;
-  shadow_local_loads(&*shadows);
+  shadow_local_loads(load_sums_.data() + 2 * LE + 2 * L);
   world_.allreduce_sum(std::span<int64_t>(load_sums_));
   rec.expert_load.assign(load_sums_.begin(), load_sums_.begin() + LE);
   rec.cross_host_rows.assign(load_sums_.begin() + LE, load_sums_.begin() + LE + L);

@@ -109,7 +109,7 @@ class Trainer {
   std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
   std::vector<double> sums_;  // [CE sum, balance loss of each layer, z-loss of each layer]
   std::vector<int64_t> recv_local_, recv_all_;  // [L], [W, L]
-  // [L·E expert loads, L cross-host rows, L cross-host tokens, R·L·E shadow balancers' loads]
+  // [L·E expert loads, L cross-host rows, L cross-host tokens, L·E dropped, R·L·E shadow loads]
   std::vector<int64_t> load_sums_;
   std::vector<int32_t> shadow_idx_;                // [N, K] a shadow balancer's selection
   std::vector<float> dense_scratch_;               // [dense elements] for the tree all-reduce

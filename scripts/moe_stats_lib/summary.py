@@ -67,8 +67,13 @@ def summary_cross_host_lines(run):
     k = run.attrs.get("top_k")
     parts = [("rows crossing hosts in dispatch", data["cross_host_rows"], dispatched,
               "rows sent to an expert owner on another host / rows dispatched")]
-    if data["cross_host_tokens"] is not None and isinstance(k, int) and k > 0:
-        parts.append(("token copies crossing hosts", data["cross_host_tokens"], dispatched / k,
+    selected = run.data.get("routing/expert_load")
+    if (data["cross_host_tokens"] is not None and selected is not None and isinstance(k, int)
+            and k > 0):
+        # Tokens: the selection's T*K assignments / K (a token capacity's drops leave the tokens
+        # as they were, not the rows dispatched).
+        tokens = np.asarray(selected, dtype=np.float64).sum(axis=2) / k
+        parts.append(("token copies crossing hosts", data["cross_host_tokens"], tokens,
                       "a token once per other host holding one of its experts / tokens"))
 
     def share(c, d):

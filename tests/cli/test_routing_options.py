@@ -175,6 +175,7 @@ def test_token_capacity_drops_are_recorded(run_moe, tmp_path):
         assert (load - dropped <= 8 * 2).all()
         assert f["/eval/dropped"].shape == f["/eval/expert_load"].shape
         assert (f["/eval/dropped"][...] <= f["/eval/expert_load"][...]).all()
+        assert f["/eval/dropped"][...].sum() > 0
         assert "capacity-factor = 1" in f.attrs["config"]
     proc = run_moe(common + ["--stats", str(plain)], np_=2)
     assert proc.returncode == 0, proc.stderr

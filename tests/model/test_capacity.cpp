@@ -67,7 +67,9 @@ TEST(Capacity, DropsWhatTheDefinitionDropsAndCountsThem) {
       for (const int64_t cap : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{24}}) {
         std::vector<int32_t> kept(N * K);
         std::vector<int64_t> dropped(E, 7);  // added to
-        const int64_t total = capacity_drop<float>(kept, dropped, idx, w, N, S, K, E, cap, policy);
+        std::vector<int> scratch;
+        const int64_t total =
+            capacity_drop<float>(kept, dropped, idx, w, N, S, K, E, cap, policy, scratch);
         const std::vector<int32_t> want = by_definition(idx, w, N, S, K, E, cap, policy);
         ASSERT_EQ(kept, want) << "seed " << seed << ", capacity " << cap;
         int64_t count = 0;
@@ -101,12 +103,13 @@ TEST(Capacity, ASequencesDropsDoNotDependOnItsNeighbours) {
   }
   std::vector<int32_t> all(idx.size()), one(S * K);
   std::vector<int64_t> d_all(E), d_one(E);
-  capacity_drop<float>(all, d_all, idx, w, 3 * S, S, K, E, 2, DropPolicy::kByProbability);
+  std::vector<int> scratch;
+  capacity_drop<float>(all, d_all, idx, w, 3 * S, S, K, E, 2, DropPolicy::kByProbability, scratch);
   for (int seq = 0; seq < 3; ++seq) {
     const auto first = static_cast<std::ptrdiff_t>(seq) * S * K;
     capacity_drop<float>(one, d_one, std::span<const int32_t>(idx).subspan(first, S * K),
                          std::span<const float>(w).subspan(first, S * K), S, S, K, E, 2,
-                         DropPolicy::kByProbability);
+                         DropPolicy::kByProbability, scratch);
     EXPECT_TRUE(std::equal(one.begin(), one.end(), all.begin() + first)) << "sequence " << seq;
   }
   EXPECT_EQ(d_one, d_all);
@@ -117,10 +120,14 @@ TEST(Capacity, ZeroCapacityKeepsEverythingAndBadSizesAreRefused) {
   const std::vector<float> w = {1, 1, 1, 1};
   std::vector<int32_t> kept(4);
   std::vector<int64_t> dropped(2);
-  EXPECT_EQ(capacity_drop<float>(kept, dropped, idx, w, 2, 2, 2, 2, 0, DropPolicy::kByPosition), 0);
+  std::vector<int> scratch;
+  EXPECT_EQ(
+      capacity_drop<float>(kept, dropped, idx, w, 2, 2, 2, 2, 0, DropPolicy::kByPosition, scratch),
+      0);
   EXPECT_EQ(kept, idx);
-  EXPECT_THROW(capacity_drop<float>(kept, dropped, idx, w, 2, 3, 2, 2, 1, DropPolicy::kByPosition),
-               std::invalid_argument);  // 2 tokens are no whole sequences of 3
+  EXPECT_THROW(
+      capacity_drop<float>(kept, dropped, idx, w, 2, 3, 2, 2, 1, DropPolicy::kByPosition, scratch),
+      std::invalid_argument);  // 2 tokens are no whole sequences of 3
 }
 
 }  // namespace

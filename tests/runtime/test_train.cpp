@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "micro_run.hpp"
 #include "model/routing_config.hpp"
 #include "mpi_test_ranks.hpp"
 #include "runtime/options/options.hpp"
@@ -18,18 +19,7 @@
 namespace moe {
 namespace {
 
-RunConfig micro_run(int steps, int global_batch, int world_size) {
-  RunConfig cfg;
-  cfg.model_name = "micro";
-  cfg.model = preset_model("micro");
-  cfg.model.batch_per_rank = global_batch / world_size;
-  cfg.steps = steps;
-  cfg.lr = 3e-3;
-  cfg.warmup_steps = 2;
-  cfg.threads = 1;
-  cfg.stats_path = kNoStats;
-  return cfg;
-}
+using testing_train::micro_run;
 
 // Between rank counts whose ranks hold a power-of-two number of sequences, a run is bitwise the
 // same, with one EP group or several (replicas): every token-summed gradient and loss, the
@@ -119,6 +109,7 @@ int64_t check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
       EXPECT_TRUE(std::equal(got.steps[s].expert_load.begin(), got.steps[s].expert_load.end(),
                              ref.loads.begin() + s * LE))
           << "step " << s;
+      EXPECT_EQ(got.steps[s].dropped.size(), LE) << "step " << s;
       EXPECT_TRUE(std::equal(got.steps[s].dropped.begin(), got.steps[s].dropped.end(),
                              ref.dropped.begin() + s * LE))
           << "step " << s;
