@@ -118,12 +118,8 @@ template <class T>
 void select_experts(MoeSaved<T>& s, const MoeRouting& r, const MoeDims& d, int N) {
   switch (r.mode) {
     case RoutingMode::kTopK:
-      if (r.routing_groups > 1) {
-        route_topk_grouped(s.expert_idx.data(), s.scores.data(), r.bias, N, d.E, d.K,
-                           r.routing_groups, r.group_topk);
-      } else {
-        route_topk(s.expert_idx.data(), s.scores.data(), r.bias, N, d.E, d.K);
-      }
+      route_topk_grouped(s.expert_idx.data(), s.scores.data(), r.bias, N, d.E, d.K,
+                         r.routing_groups, r.group_topk);
       break;
     case RoutingMode::kHash:
       if (r.hash_table == nullptr || r.token_ids == nullptr) {
@@ -429,16 +425,14 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     balance_loss_forward(s, routing, d, N);
     z_loss_forward(s, routing, d, N);
     std::fill(s.dropped.begin(), s.dropped.end(), int64_t{0});
+    s.dispatched_idx.clear();
     if (routing.capacity > 0) {
       s.dispatched_idx.resize(s.expert_idx.size());
       capacity_drop<T>(s.dispatched_idx, s.dropped, s.expert_idx, s.weights, N,
                        routing.seq_len > 0 && !routing.capacity_per_rank ? routing.seq_len : N, d.K,
                        d.E, routing.capacity, routing.drop_policy, s.capacity_scratch);
-    } else {
-      s.dispatched_idx.clear();
     }
-    dispatch_plan_build(s.plan, routing.capacity > 0 ? s.dispatched_idx : s.expert_idx, N, d.K,
-                        placement, ex.comm().rank());
+    dispatch_plan_build(s.plan, s.sent_idx(), N, d.K, placement, ex.comm().rank());
   }
   const int NK = s.plan.num_send();
   {

@@ -119,6 +119,12 @@ template <class T> struct MoeSaved {
   std::vector<int32_t> dispatched_idx;  // [N, K]
   std::vector<int64_t> dropped;         // [E]
   std::vector<int> capacity_scratch;    // capacity_drop's: 3·E + 1 + N·K at most
+  // The assignments the plan sends (expert_idx, with −1 for the dropped under a capacity), and
+  // expert e's load of the selection, the dropped included.
+  const std::vector<int32_t>& sent_idx() const {
+    return dispatched_idx.empty() ? expert_idx : dispatched_idx;
+  }
+  int64_t selected_load(int e) const { return plan.expert_counts[e] + dropped[e]; }
   std::vector<double> balance_scratch;  // [(S + 2)·E]
   double z_loss = 0.0;                  // this rank's share of the layer's router z-loss
   double z_loss_weight = 0.0;           // the forward's MoeRouting::z_loss_weight, for backward

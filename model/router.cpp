@@ -261,8 +261,12 @@ void route_weights_backward(T* d_scores, const T* d_weights, const T* scores,
 template <class T>
 void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias, int N, int E,
                         int K, int groups, int group_topk) {
-  if (groups <= 0 || E % groups != 0 || group_topk <= 0 || group_topk > groups ||
-      K % group_topk != 0 || K / group_topk > E / groups || group_topk * (E / groups) < K) {
+  if (groups <= 1) {
+    route_topk(expert_idx, scores, bias, N, E, K);
+    return;
+  }
+  if (E % groups != 0 || group_topk <= 0 || group_topk > groups || K % group_topk != 0 ||
+      K / group_topk > E / groups || group_topk * (E / groups) < K) {
     throw std::invalid_argument("route_topk_grouped: impossible grouping");
   }
   const int per_group = E / groups, top_in_group = K / group_topk;

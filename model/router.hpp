@@ -72,7 +72,8 @@ void hash_table_validate(const int32_t* table,  // [V,K]
 
 // Group-limited top-k (DeepSeek-V3 node-limited routing): the E experts form G equal groups; a
 // group's score is the sum of its top K/M biased scores; the M best groups are kept and the K
-// largest biased scores among their experts are selected (ties: lower index).
+// largest biased scores among their experts are selected (ties: lower index). G <= 1 is plain
+// top-k: route_topk itself, M unused (so every top-k selection can go through here).
 template <class T>
 void route_topk_grouped(int32_t* expert_idx,  // [N, K]
                         const T* scores,      // [N, E]

@@ -269,11 +269,9 @@ void RunStats::pack_trace(const ModelActs<float>& acts, const std::vector<int32_
     int32_t* dst = unbiased + l * NK;
     if (modes_[l] != RoutingMode::kTopK) {
       std::copy_n(m.expert_idx.begin(), NK, dst);
-    } else if (routing_.routing_groups > 1) {
+    } else {
       route_topk_grouped(dst, m.scores.data(), nullptr, N, experts_, K, routing_.routing_groups,
                          routing_.group_topk);
-    } else {
-      route_topk(dst, m.scores.data(), nullptr, N, experts_, K);
     }
   }
 }

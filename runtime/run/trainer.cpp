@@ -234,7 +234,7 @@ EvalRecord Trainer::evaluate(int step) {
       const MoeSaved<float>& layer = acts_.moe[l];
       for (int e = 0; e < E; ++e) {
         const size_t at = static_cast<size_t>(l) * E + e;
-        rec.expert_load[at] += layer.plan.expert_counts[e] + layer.dropped[e];
+        rec.expert_load[at] += layer.selected_load(e);
         rec.dropped[at] += layer.dropped[e];
       }
     }
@@ -292,13 +292,9 @@ void Trainer::shadow_local_loads(int64_t* out) {
     for (int l = 0; l < L; ++l) {
       if (routing_.modes[l] != RoutingMode::kTopK) continue;
       const MoeSaved<float>& layer = acts_.moe[l];
-      const float* bias = &routing_.shadow_bias[(r * L + l) * E];
-      if (rc.routing_groups > 1) {
-        route_topk_grouped(shadow_idx_.data(), layer.scores.data(), bias, layer.N, E, K,
-                           rc.routing_groups, rc.group_topk);
-      } else {
-        route_topk(shadow_idx_.data(), layer.scores.data(), bias, layer.N, E, K);
-      }
+      route_topk_grouped(shadow_idx_.data(), layer.scores.data(),
+                         &routing_.shadow_bias[(r * L + l) * E], layer.N, E, K, rc.routing_groups,
+                         rc.group_topk);
       int64_t* load = out + (r * L + l) * E;
       for (size_t a = 0; a < static_cast<size_t>(layer.N) * K; ++a) ++load[shadow_idx_[a]];
     }
@@ -311,28 +307,27 @@ void Trainer::shadow_local_loads(int64_t* out) {
 void Trainer::reduce_loads(StepRecord& rec) {
   const int W = world_.size(), L = mc_.layers, E = mc_.experts;
   const size_t LE = static_cast<size_t>(L) * E;
+  // Where each part of load_sums_ starts.
+  const size_t rows = LE, tokens = rows + L, dropped = tokens + L, shadows = dropped + LE;
   for (int l = 0; l < L; ++l) {
     const MoeSaved<float>& layer = acts_.moe[l];
-    const DispatchPlan& plan = layer.plan;
     for (int e = 0; e < E; ++e) {
-      load_sums_[static_cast<size_t>(l) * E + e] = plan.expert_counts[e] + layer.dropped[e];
-      load_sums_[LE + 2 * L + static_cast<size_t>(l) * E + e] = layer.dropped[e];
+      load_sums_[static_cast<size_t>(l) * E + e] = layer.selected_load(e);
+      load_sums_[dropped + static_cast<size_t>(l) * E + e] = layer.dropped[e];
     }
-    load_sums_[LE + l] = dispatch_plan_cross_host_rows(plan, groups_.ep_hosts);
-    load_sums_[LE + L + l] = dispatch_cross_host_tokens(
-        layer.dispatched_idx.empty() ? layer.expert_idx : layer.dispatched_idx, mc_.top_k,
-        placement_, groups_.ep.rank(), groups_.ep_hosts);
-    recv_local_[l] = plan.num_recv;
+    load_sums_[rows + l] = dispatch_plan_cross_host_rows(layer.plan, groups_.ep_hosts);
+    load_sums_[tokens + l] = dispatch_cross_host_tokens(layer.sent_idx(), mc_.top_k, placement_,
+                                                        groups_.ep.rank(), groups_.ep_hosts);
+    recv_local_[l] = layer.plan.num_recv;
   }
-  const auto dropped = load_sums_.begin() + LE + 2 * L;
-  const auto shadows = dropped + LE;
-  shadow_local_loads(load_sums_.data() + 2 * LE + 2 * L);
+  shadow_local_loads(load_sums_.data() + shadows);
   world_.allreduce_sum(std::span<int64_t>(load_sums_));
-  rec.expert_load.assign(load_sums_.begin(), load_sums_.begin() + LE);
-  rec.cross_host_rows.assign(load_sums_.begin() + LE, load_sums_.begin() + LE + L);
-  rec.cross_host_tokens.assign(load_sums_.begin() + LE + L, dropped);
-  rec.dropped.assign(dropped, shadows);
-  rec.shadow_load.assign(shadows, load_sums_.end());
+  const auto at = [&](size_t offset) { return load_sums_.begin() + offset; };
+  rec.expert_load.assign(at(0), at(rows));
+  rec.cross_host_rows.assign(at(rows), at(tokens));
+  rec.cross_host_tokens.assign(at(tokens), at(dropped));
+  rec.dropped.assign(at(dropped), at(shadows));
+  rec.shadow_load.assign(at(shadows), load_sums_.end());
   // Every assignment a capacity did not drop is dispatched (to its expert's owner, this rank
   // included): Σ_e c_l[e] − dropped_l[e].
   rec.dispatch_rows.assign(L, 0);
