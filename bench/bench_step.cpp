@@ -77,7 +77,7 @@ int run(int argc, char** argv) {
   const int W = world.size();
   RunConfig cfg;
   cfg.model_name = arg_text(argc, argv, "--model", "deepseek4-tiny");
-  cfg.model = preset_model(cfg.model_name);
+  preset_apply(cfg.model_name, cfg.model, cfg.routing);
   cfg.steps = static_cast<int>(std::max(2LL, arg_int(argc, argv, "--steps", 8)));
   cfg.seed = static_cast<uint64_t>(arg_int(argc, argv, "--seed", 1234));
   cfg.threads = static_cast<int>(arg_int(argc, argv, "--threads", 0));

@@ -97,7 +97,8 @@ OptionField ranks_per_host_field() {
 const std::vector<OptionField>& option_fields() {
   static const std::vector<OptionField> fields = {
       field(
-          kTopLevel, "model", "NAME", "preset the other options start from: deepseek4-tiny, micro",
+          kTopLevel, "model", "NAME",
+          "preset the other options start from: deepseek4-tiny, deepseek4-fine, micro",
           [](auto& c) -> auto& { return c.model_name; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
           kTopLevel, "steps", "N",

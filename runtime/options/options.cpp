@@ -35,7 +35,7 @@ namespace po = boost::program_options;
 
 RunConfig default_run_config() {
   RunConfig cfg;
-  cfg.model = preset_model(kDefaultModelName);
+  preset_apply(kDefaultModelName, cfg.model, cfg.routing);
   return cfg;
 }
 
@@ -116,7 +116,7 @@ RunConfig config_from_text(const std::string& text, const std::string& origin) {
   for (const ConfigEntry& entry : entries) {
     if (entry.key == "model") cfg.model_name = entry.value;
   }
-  cfg.model = preset_model(cfg.model_name);
+  preset_apply(cfg.model_name, cfg.model, cfg.routing);
   for (const ConfigEntry& entry : entries) {
     if (entry.key != "model") option_find(entry.key)->set(cfg, entry.value);
   }
@@ -270,7 +270,7 @@ RunConfig options_parse(int argc, const char* const* argv) {
     }
   }
   try {
-    cfg.model = preset_model(cfg.model_name);
+    preset_apply(cfg.model_name, cfg.model, cfg.routing);
   } catch (const ConfigError& e) {
     if (model_line == 0) throw;
     throw ConfigError(config_file_where(cfg.config_path, model_line) + e.what());

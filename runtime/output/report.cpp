@@ -226,6 +226,10 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
         s.model_gflops, 100.0 * s.model_gflops / s.peak_gflops, s.peak_gflops, s.peak_cores,
         s.peak_cores == 1 ? "" : "s");
   }
+  if (s.peak_rss_max_mib > 0) {
+    std::printf("  memory: peak resident %.1f MiB per rank (the largest; mean %.1f)\n",
+                s.peak_rss_max_mib, s.peak_rss_mean_mib);
+  }
   std::printf("  loss %.4f -> %.4f", first.loss, last.loss);
   if (s.entropy_floor >= 0) {
     std::printf(" (data floor %.4f nats: %.4f above it)", s.entropy_floor,

@@ -3,7 +3,10 @@
 // end-of-run phase summary and MFU figures.
 #include "runtime/run/train.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <array>
 #include <span>
 #include <string>
 #include <thread>
@@ -74,6 +77,17 @@ void measure_sgemm_peak(TrainSummary& s, const RunConfig& cfg, const Comm& world
     s.peak_gflops = blas_sgemm_gflops(m.seq_len, m.d_model, m.vocab, 0.3) * s.peak_cores;
   }
   world.barrier();
+}
+
+// Collective: the ranks' peak resident memory so far (ru_maxrss, KiB on Linux), largest and mean.
+void measure_peak_memory(TrainSummary& s, const Comm& world) {
+  rusage usage{};
+  const double kib = getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<double>(usage.ru_maxrss) : 0;
+  std::array<double, 1> max_kib{kib}, sum_kib{kib};
+  world.allreduce_max(std::span<double>(max_kib));
+  world.allreduce_sum(std::span<double>(sum_kib));
+  s.peak_rss_max_mib = max_kib[0] / 1024;
+  s.peak_rss_mean_mib = sum_kib[0] / 1024 / world.size();
 }
 
 // Whether the validation loss is measured after `step`: every --eval-every steps and after the
@@ -147,6 +161,7 @@ TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet, bool
       3.0 * model_forward_flops_per_token(cfg.model) * median_tokens_per_s(summary) * 1e-9;
   // A stopped run ends at once: mpirun may kill it a second after its signal.
   if (measure_peak && summary.end == RunEnd::kCompleted) {
+    measure_peak_memory(summary, world);  // before the sgemm measurement's buffers
     measure_sgemm_peak(summary, cfg, world, run.node_ranks, run.threads);
   }
   if (run.stats) summary.stats_removed = !run.stats->close();

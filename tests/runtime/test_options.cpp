@@ -104,13 +104,45 @@ TEST(Presets, DeepseekTinyIsSpecSection2) {
 }
 
 TEST(Presets, EveryPresetIsValidAndUnknownListsThem) {
-  EXPECT_EQ(preset_names(), (std::vector<std::string>{"deepseek4-tiny", "micro"}));
+  EXPECT_EQ(preset_names(),
+            (std::vector<std::string>{"deepseek4-tiny", "deepseek4-fine", "micro"}));
   for (const std::string& name : preset_names()) {
-    EXPECT_NO_THROW(model_config_validate(preset_model(name))) << name;
+    EXPECT_NO_THROW(run_config_validate(parse({"--model", name}))) << name;
   }
   EXPECT_EQ(preset_model("micro").vocab, 64);
   EXPECT_THROW(preset_model("deepseek4-huge"), ConfigError);
   expect_config_error({"--model", "deepseek4-huge"}, {"--model", "deepseek4-huge", "micro"});
+}
+
+// deepseek4-fine: deepseek4-tiny's widths outside the experts, DeepSeek-V3's group-limited routing
+// (set by the preset, overridable like any option), and about the same expert width per token.
+TEST(Presets, FineGrainedPresetSetsItsExpertGroups) {
+  const RunConfig fine = parse({"--model", "deepseek4-fine"});
+  const ModelConfig tiny = preset_model("deepseek4-tiny");
+  EXPECT_EQ(fine.model.experts, 64);
+  EXPECT_EQ(fine.model.top_k, 8);
+  EXPECT_EQ(fine.model.ffn_dim, 56);
+  EXPECT_EQ(fine.model.shared_experts, 1);
+  EXPECT_EQ(fine.routing.routing_groups, 8);
+  EXPECT_EQ(fine.routing.group_topk, 4);
+  EXPECT_EQ(fine.model.d_model, tiny.d_model);
+  EXPECT_EQ(fine.model.layers, tiny.layers);
+  EXPECT_EQ(fine.model.seq_len, tiny.seq_len);
+  const int fine_width = (fine.model.top_k + fine.model.shared_experts) * fine.model.ffn_dim;
+  const int tiny_width = (tiny.top_k + tiny.shared_experts) * tiny.ffn_dim;
+  EXPECT_NEAR(fine_width, tiny_width, 0.02 * tiny_width);
+  // The other presets leave group-limited routing off; the command line and a file win.
+  EXPECT_EQ(parse({}).routing.routing_groups, 1);
+  EXPECT_EQ(parse({"--model", "micro"}).routing.routing_groups, 1);
+  const RunConfig plain = parse({"--model", "deepseek4-fine", "--routing-groups", "1"});
+  EXPECT_EQ(plain.routing.routing_groups, 1);
+  const TempDir dir;
+  const RunConfig from_file = parse(
+      {"--config", write_file(dir, "fine.toml", "model = \"deepseek4-fine\"\ngroup-topk = 2\n")});
+  EXPECT_EQ(from_file.routing.routing_groups, 8);
+  EXPECT_EQ(from_file.routing.group_topk, 2);
+  // A top-k the groups cannot split is refused with the option named.
+  expect_config_error({"--model", "deepseek4-fine", "--top-k", "6"}, {"--group-topk"});
 }
 
 TEST(Options, DefaultsAreThePreset) {

@@ -145,6 +145,18 @@ TEST(TrainInvariance, DeepseekTinySameRoutingAndLossOnAnyRankCount) {
   check_rank_invariance(cfg, 8, Expect::kBitwise);
 }
 
+// The fine-grained preset, 2 steps: E = 64 in 8 groups, K = 8, the groups chosen per token; 8,
+// 16, 32 or 64 experts per rank, bitwise the same on 1, 2, 4 and 8 ranks.
+MOE_TEST_RANKS(TrainInvariance, DeepseekFineSameRoutingAndLossOnAnyRankCount,
+               [](int w) { return 8 % w == 0; });
+TEST(TrainInvariance, DeepseekFineSameRoutingAndLossOnAnyRankCount) {
+  RunConfig cfg = micro_run(2, 8, 1);
+  cfg.model_name = "deepseek4-fine";
+  preset_apply(cfg.model_name, cfg.model, cfg.routing);
+  ASSERT_EQ(cfg.routing.routing_groups, 8);
+  check_rank_invariance(cfg, 8, Expect::kBitwise);
+}
+
 // With the router z-loss: its per-sequence sums go along the same tree, so the run stays bitwise
 // the same on 1, 2, 4 and 8 ranks (losses, z-losses, gradient norms, loads, parameters).
 MOE_TEST_RANKS(TrainInvariance, MicroWithZLossSameOnAnyRankCount, [](int w) { return 8 % w == 0; });
