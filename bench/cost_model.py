@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""A model of one moe_rt training step's time, from quantities moe_rt measures.
+
+    python3 bench/cost_model.py check CALIBRATION.log RUN.log [RUN.log ...]
+    python3 bench/cost_model.py predict CALIBRATION_TINY.log CALIBRATION_FINE.log
+
+CALIBRATION.log is the output of a one-rank moe_rt run (any preset, --threads 1 for the per-core
+rates; bench/scaling.sh writes them): its phase table gives each phase's time per token on one
+core, its header the parameter counts. RUN.log is the output of a run of the same model at any
+rank count; the model is evaluated for that run's layout and set beside the measured phases.
+
+The model (docs/performance.md, "A cost model for scale", states every assumption):
+
+  step = compute + waiting + exchange + allreduce
+
+  compute    Σ over the compute phases of (time per token on one core) × N tokens per rank, the
+             optimizer per parameter the rank holds (replicated + its local experts), the expert
+             phases times the load factor f (the busiest rank's rows over the mean; 1 = balanced)
+  waiting    with R ranks × t threads on c cores of one host, (R·t/c − 1) × compute when R·t > c:
+             ranks take turns on a core, and a rank waits at the next exchange while the others
+             run (what the 8-rank default shows on 2 cores)
+  exchange   4 exchanges per MoE layer and step (dispatch, combine, both backward), each
+             messages × α + bytes / β, with the bytes each rank sends (N·K·D·4 · (P−1)/P), split
+             between its host (shared memory) and the link to other hosts, whose bandwidth the
+             R ranks of a host share
+  allreduce  the dense gradients' tree reduction and broadcast: 2·⌈log2 W⌉ hops of the
+             replicated parameters (4 bytes each), the hops between hosts at the link's rate, plus
+             the expert gradients' reduction over the W/P replicas when W > P
+"""
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+
+COMPUTE_PHASES = ("attention", "router", "experts", "attention_bwd", "router_bwd", "experts_bwd",
+                  "other", "stats")
+EXPERT_PHASES = ("experts", "experts_bwd")
+EXCHANGE_PHASES = ("dispatch", "combine", "dispatch_bwd", "combine_bwd")
+
+# Shared memory between the ranks of one host (Open MPI's vader BTL), from bench_alltoall at 2
+# ranks on the development machine: about 5 µs per message and 6 GB/s per rank.
+SHM_LATENCY_S = 5e-6
+SHM_BYTES_PER_S = 6e9
+# An exchange that crosses hosts waits for about two round trips of the link (docs/cluster.md:
+# 200 µs of one-way delay added 0.76 ms to each exchange).
+LINK_TRIPS = 4
+# The predictions' links: RDMA-class (UCX over InfiniBand or RoCE), 2 µs one way and 2 µs of the
+# sender's time per message.
+PREDICT_LATENCY_S = 2e-6
+PREDICT_PER_MESSAGE_S = 2e-6
+
+
+@dataclass
+class Run:
+    """What one moe_rt log says: layout, model, parameters and the phase table (ms)."""
+    path: str
+    ranks: int = 1
+    ep: int = 1
+    hosts: int = 1
+    threads: int = 1
+    config: dict = field(default_factory=dict)
+    replicated: int = 0
+    in_experts: int = 0
+    phases: dict = field(default_factory=dict)
+    step_ms: float = 0.0
+    tokens_per_s: float = 0.0
+
+    def model(self, key):
+        return int(float(self.config[key]))
+
+    @property
+    def tokens_per_rank(self):
+        return self.model("batch-per-rank") * self.model("seq-len")
+
+
+def read_run(path):
+    text = open(path).read()
+
+    def grab(pattern, cast=float):
+        m = re.search(pattern, text, re.M)
+        if not m:
+            sys.exit(f"cost_model.py: '{pattern}' not found in {path} (a moe_rt log?)")
+        return cast(m.group(1))
+
+    run = Run(path)
+    run.ranks = grab(r"on (\d+) ranks", int)
+    run.ep = grab(r"\(EP group (\d+),", int)
+    run.threads = grab(r"(\d+) thread\(s\) per rank", int)
+    run.hosts = grab(r"ranks: \d+ on (\d+) host", int)
+    for m in re.finditer(r"^  ([a-z][a-z0-9-]+) {2,}(\S+)$", text, re.M):
+        run.config.setdefault(m.group(1), m.group(2))
+    run.replicated = grab(r"parameters: (\d+) replicated", int)
+    run.in_experts = grab(r"replicated \+ (\d+) in experts", int)
+    for m in re.finditer(r"^  (\w+)\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+%", text, re.M):
+        run.phases[m.group(1)] = float(m.group(2))
+    run.step_ms = grab(r"^  step\s+([0-9.]+)")
+    run.tokens_per_s = grab(r"median (\d+) tokens/s")
+    return run
+
+
+@dataclass
+class Link:
+    """Between hosts: the host's link in bytes per second, its one-way delay, and the sending
+    rank's own cost per message (the transport's system calls and copies)."""
+    bytes_per_s: float
+    latency_s: float
+    per_message_s: float
+
+
+def parse_link(text):
+    """GBITS/DELAY_US[/MESSAGE_US], e.g. 25/20 or 100/5/2."""
+    parts = [float(x) for x in text.split("/")]
+    if len(parts) not in (2, 3):
+        sys.exit(f"cost_model.py: --link {text}: expected GBITS/DELAY_US[/MESSAGE_US]")
+    return Link(parts[0] * 1e9 / 8, parts[1] * 1e-6, (parts[2] if len(parts) == 3 else 30) * 1e-6)
+
+
+@dataclass
+class Layout:
+    ranks: int          # W
+    ep: int             # P
+    ranks_per_host: int  # R
+    cores_per_host: int  # c
+    threads: int = 1    # t
+    tokens_per_rank: int = 256
+    load_factor: float = 1.0  # the busiest rank's expert rows over the mean
+
+    @property
+    def hosts(self):
+        return max(1, self.ranks // self.ranks_per_host)
+
+
+@dataclass
+class Calibration:
+    """Per-token times (s) of one rank on one core, and the per-parameter optimizer time."""
+    per_token: dict
+    exchange_copy_per_token: float  # the exchange's own copies at one rank (no transfer)
+    optimizer_per_param: float
+    allreduce_local: float  # per replicated parameter: the norm's sums at one rank
+    thread_speedup: float = 1.0
+
+
+def calibrate(run):
+    n = run.tokens_per_rank
+    cal = Calibration(
+        per_token={p: run.phases.get(p, 0.0) * 1e-3 / n for p in COMPUTE_PHASES},
+        exchange_copy_per_token=sum(run.phases.get(p, 0.0) for p in EXCHANGE_PHASES) * 1e-3 / n,
+        optimizer_per_param=run.phases.get("optimizer", 0.0) * 1e-3 /
+        (run.replicated + run.in_experts),
+        allreduce_local=run.phases.get("allreduce", 0.0) * 1e-3 / run.replicated,
+    )
+    if run.ranks != 1:
+        sys.exit(f"cost_model.py: the calibration run {run.path} has {run.ranks} ranks, needs 1")
+    return cal, run.threads
+
+
+@dataclass
+class Model:
+    """The model's shape as the step's traffic sees it."""
+    layers: int
+    top_k: int
+    d_model: int
+    experts: int
+    replicated: int      # parameters every rank holds
+    expert_params: int   # parameters of all experts together
+
+
+def model_of(run):
+    return Model(layers=run.model("layers"), top_k=run.model("top-k"),
+                 d_model=run.model("d-model"), experts=run.model("experts"),
+                 replicated=run.replicated, expert_params=run.in_experts)
+
+
+def hop_time(nbytes, crosses, link):
+    if crosses:
+        return 2 * link.latency_s + link.per_message_s + nbytes / link.bytes_per_s
+    return SHM_LATENCY_S + nbytes / SHM_BYTES_PER_S
+
+
+def predict(cal, model, lay, link, hierarchical=False):
+    """The step's parts in seconds: compute, waiting, exchange, allreduce. `hierarchical`: an
+    exchange moe_rt does not have, in two levels (rows for another host go in one message per
+    host pair, gathered and scattered within the hosts by shared memory)."""
+    n = lay.tokens_per_rank
+    speed = cal.thread_speedup
+    compute = 0.0
+    for p, t in cal.per_token.items():
+        compute += t * n * (lay.load_factor if p in EXPERT_PHASES else 1.0) / speed
+    compute += cal.exchange_copy_per_token * n / speed
+    local_experts = model.expert_params * max(1, model.experts // lay.ep) / model.experts
+    optimizer = cal.optimizer_per_param * (model.replicated + local_experts) / speed
+    compute_all = compute + optimizer + cal.allreduce_local * model.replicated / speed
+    share = lay.ranks_per_host * lay.threads / lay.cores_per_host
+    waiting = max(0.0, min(share, lay.ranks) - 1.0) * compute_all
+
+    # The exchange: every rank sends N·K rows, (P−1)/P of them to other ranks of its EP group.
+    # The EP group is P consecutive ranks; those on the same host travel by shared memory.
+    P, R = lay.ep, lay.ranks_per_host
+    row_bytes = model.d_model * 4
+    rows_out = n * model.top_k * (P - 1) / P * lay.load_factor
+    same_host = min(P, R) - 1            # peers of the group on this rank's host
+    other_hosts = (P - 1) - same_host    # peers across the link
+    exchange = 0.0
+    if P > 1:
+        bytes_local = rows_out * row_bytes * same_host / (P - 1)
+        bytes_remote = rows_out * row_bytes * other_hosts / (P - 1)
+        # The host's R ranks share its link: R·bytes_remote leave (and arrive) per exchange.
+        t_local = same_host * SHM_LATENCY_S + bytes_local / SHM_BYTES_PER_S
+        t_remote = 0.0
+        if other_hosts > 0:
+            messages = other_hosts
+            if hierarchical:  # each rank of a host carries 1/R of the host pairs
+                messages = math.ceil((P // min(R, P) - 1) / min(R, P))
+                t_local += 2 * bytes_remote / SHM_BYTES_PER_S  # the gather and the scatter
+            t_remote = (LINK_TRIPS * link.latency_s + messages * link.per_message_s +
+                        min(R, P) * bytes_remote / link.bytes_per_s)
+        per_exchange = max(t_local, t_remote) + SHM_LATENCY_S  # + the count exchange
+        exchange = 4 * model.layers * per_exchange
+
+    # The all-reduce: a tree over W ranks (reduce, then broadcast), the top ⌈log2 H⌉ levels
+    # between hosts; then the experts' reduction over the W/P replicas.
+    allreduce = 0.0
+    depth = math.ceil(math.log2(lay.ranks)) if lay.ranks > 1 else 0
+    cross_levels = math.ceil(math.log2(lay.hosts)) if lay.hosts > 1 else 0
+    dense_bytes = model.replicated * 4
+    for level in range(depth):
+        crosses = level >= depth - cross_levels
+        allreduce += 2 * hop_time(dense_bytes, crosses, link)
+    replicas = lay.ranks // P
+    if replicas > 1:
+        rep_bytes = local_experts * 4
+        rep_depth = math.ceil(math.log2(replicas))
+        # Replicas of one shard lie P ranks apart: on other hosts once P >= R.
+        for _ in range(rep_depth):
+            allreduce += 2 * hop_time(rep_bytes, P >= R, link)
+    return {"compute": compute_all, "waiting": waiting, "exchange": exchange,
+            "allreduce": allreduce}
+
+
+def measured_parts(run):
+    ph = run.phases
+    compute = sum(ph.get(p, 0.0) for p in COMPUTE_PHASES) + ph.get("optimizer", 0.0)
+    exchange = sum(ph.get(p, 0.0) for p in EXCHANGE_PHASES)
+    return {"compute": compute * 1e-3, "exchange+waiting": exchange * 1e-3,
+            "allreduce": ph.get("allreduce", 0.0) * 1e-3, "step": run.step_ms * 1e-3}
+
+
+def cmd_check(args):
+    if len(args) < 2:
+        sys.exit("usage: cost_model.py check CALIBRATION.log RUN.log [RUN.log ...] "
+                 "[--cores C] [--link GBITS/DELAY_US[/MESSAGE_US]]")
+    cores, link = 2, parse_link("25/20")
+    files = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--cores":
+            cores = int(args[i + 1])
+            i += 2
+        elif args[i] == "--link":
+            link = parse_link(args[i + 1])
+            i += 2
+        else:
+            files.append(args[i])
+            i += 1
+    cal_run = read_run(files[0])
+    cal, cal_threads = calibrate(cal_run)
+    print(f"# calibration: {files[0]} (1 rank, {cal_threads} thread(s), "
+          f"{cal_run.tokens_per_rank} tokens)")
+    print("# run | ranks | P | hosts | part | measured ms | model ms | model / measured")
+    for path in files[1:]:
+        run = read_run(path)
+        lay = Layout(ranks=run.ranks, ep=run.ep, ranks_per_host=run.ranks // run.hosts,
+                     cores_per_host=cores, threads=run.threads,
+                     tokens_per_rank=run.tokens_per_rank)
+        cal.thread_speedup = 1.0 if run.threads == cal_threads else float("nan")
+        parts = predict(cal, model_of(run), lay, link)
+        model = {"compute": parts["compute"],
+                 "exchange+waiting": parts["exchange"] + parts["waiting"] +
+                 cal.exchange_copy_per_token * run.tokens_per_rank,
+                 "allreduce": parts["allreduce"] +
+                 cal.allreduce_local * run.replicated}
+        model["step"] = parts["compute"] + parts["waiting"] + parts["exchange"] + \
+            parts["allreduce"]
+        meas = measured_parts(run)
+        for part in ("compute", "exchange+waiting", "allreduce", "step"):
+            ratio = model[part] / meas[part] if meas[part] > 0 else float("nan")
+            print(f"{path} | {run.ranks} | {run.ep} | {run.hosts} | {part} | "
+                  f"{meas[part] * 1e3:.1f} | {model[part] * 1e3:.1f} | {ratio:.2f}")
+
+
+def cmd_predict(args):
+    if len(args) != 2:
+        sys.exit("usage: cost_model.py predict CALIBRATION_TINY.log CALIBRATION_FINE.log")
+    print("# one rank per core, 8 ranks per host, 1 sequence of 256 tokens per rank; EP P =")
+    print("# min(W, E) with E scaled to keep the experts per rank of 8 ranks (tiny: 1, fine: 8)")
+    print("# preset | W=P | Gbit/s | step ms | compute | exchange | allreduce | tokens/s/rank "
+          "| exchange share | step ms, two-level exchange")
+    for path, per_rank in zip(args, (1, 8)):
+        run = read_run(path)
+        cal, _ = calibrate(run)
+        base = model_of(run)
+        expert_size = base.expert_params // base.experts
+        for W in (16, 64, 256):
+            E = W * per_rank
+            model = Model(layers=base.layers, top_k=base.top_k, d_model=base.d_model,
+                          experts=E, replicated=base.replicated,
+                          expert_params=expert_size * E)
+            for gbit in (25, 100, 400):
+                link = Link(gbit * 1e9 / 8, PREDICT_LATENCY_S, PREDICT_PER_MESSAGE_S)
+                lay = Layout(ranks=W, ep=W, ranks_per_host=8, cores_per_host=8,
+                             tokens_per_rank=256)
+                parts = predict(cal, model, lay, link)
+                step = sum(parts.values())
+                two_level = sum(predict(cal, model, lay, link, hierarchical=True).values())
+                print(f"{run.config['model']} | {W} | {gbit} | {step * 1e3:.1f} | "
+                      f"{parts['compute'] * 1e3:.1f} | {parts['exchange'] * 1e3:.1f} | "
+                      f"{parts['allreduce'] * 1e3:.1f} | {256 / step:.0f} | "
+                      f"{parts['exchange'] / step:.0%} | {two_level * 1e3:.1f}")
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] not in ("check", "predict"):
+        sys.exit(__doc__)
+    (cmd_check if sys.argv[1] == "check" else cmd_predict)(sys.argv[2:])
+
+
+if __name__ == "__main__":
+    main()
