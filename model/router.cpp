@@ -8,11 +8,13 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model/config.hpp"
 #include "model/parallel.hpp"
 #include "model/rng.hpp"
+#include "model/simd.hpp"
 #include "model/swiglu.hpp"
 #include "numeric/det_math.hpp"
 
@@ -38,6 +40,18 @@ bool ranks_before(T value_a, int a, T value_b, int b) {
   return value_a > value_b || (value_a == value_b && a < b);
 }
 
+// sqrt(softplus(x)) of `count` floats: stable_softplus's operations through det's branch-free
+// lanes, so each level's loop vectorises and returns stable_softplus's bits (the lanes are exp's
+// and log1p's bits over the softplus's range: tests/model/test_det_math.cpp).
+[[gnu::always_inline]] inline void sqrt_softplus_impl(float* s, const float* x, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const double y = det::log1p_unit_lanes(det::exp_nonpositive_lanes(-std::abs(double(x[i]))));
+    s[i] = std::sqrt(std::max(x[i], 0.0f) + static_cast<float>(y));
+  }
+}
+MOE_SIMD_KERNEL(sqrt_softplus_f32, sqrt_softplus_impl, (float* s, const float* x, int64_t count),
+                (s, x, count))
+
 }  // namespace
 
 // Why not a GEMM: the logits decide which experts a token goes to, and a different rounding can
@@ -50,20 +64,47 @@ bool ranks_before(T value_a, int a, T value_b, int b) {
 // build must not use -ffast-math, which would let the compiler reorder this sum.)
 template <class T>
 void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D, int E) {
+  // The sums of up to kBlock experts at once in a local array the compiler keeps in registers
+  // (row[] itself could alias the inputs, so each += would go through memory): the same products
+  // added in the same order, only faster.
+  constexpr int kBlock = 64;
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
     const T* x = in + int64_t{n} * D;
     T* row = logits + int64_t{n} * E;
-    for (int e = 0; e < E; ++e) row[e] = T(0);
-    // d outer, e inner: every row[e] still sums its D products in the order d = 0, 1, ...
-    for (int d = 0; d < D; ++d) {
-      const T* w = w_gate + int64_t{d} * E;
-      for (int e = 0; e < E; ++e) row[e] += x[d] * w[e];
+    for (int e0 = 0; e0 < E; e0 += kBlock) {
+      const int width = std::min(kBlock, E - e0);
+      T acc[kBlock] = {};
+      if (width == kBlock) {
+        for (int d = 0; d < D; ++d) {
+          const T xd = x[d];
+          const T* w = w_gate + int64_t{d} * E + e0;
+          for (int i = 0; i < kBlock; ++i) acc[i] += xd * w[i];
+        }
+      } else {
+        for (int d = 0; d < D; ++d) {
+          const T xd = x[d];
+          const T* w = w_gate + int64_t{d} * E + e0;
+          for (int i = 0; i < width; ++i) acc[i] += xd * w[i];
+        }
+      }
+      std::copy_n(acc, width, row + e0);
     }
   }
 }
 
 template <class T> void score_forward(T* scores, const T* logits, int N, int E, ScoreFunc f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (f == ScoreFunc::kSqrtSoftplus) {  // the same bits as the loop below, vectorised
+      constexpr int kRowsPerChunk = 16;
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
+      for (int n0 = 0; n0 < N; n0 += kRowsPerChunk) {
+        const int64_t first = int64_t{n0} * E, count = int64_t{std::min(kRowsPerChunk, N - n0)} * E;
+        sqrt_softplus_f32(scores + first, logits + first, count);
+      }
+      return;
+    }
+  }
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
     const T* x = logits + int64_t{n} * E;
@@ -129,27 +170,21 @@ void route_topk(int32_t* expert_idx, const T* scores, const float* bias, int N, 
     throw std::invalid_argument("route_topk: need 0 <= K <= E, got K=" + std::to_string(K) +
                                 " E=" + std::to_string(E));
   }
+  if (K == 0) return;
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
     const T* s = scores + int64_t{n} * E;
     auto value = [&](int e) { return bias != nullptr ? s[e] + T(bias[e]) : s[e]; };
-    // K passes; pass j takes the best expert ranking after pass j-1's pick. No scratch memory,
-    // and the result is exactly the first K of the total order, ties included.
-    int prev = -1;
-    T prev_value = T(0);
-    for (int j = 0; j < K; ++j) {
-      int best = -1;
-      T best_value = T(0);
-      for (int e = 0; e < E; ++e) {
-        const T v = value(e);
-        if (prev >= 0 && !ranks_before(prev_value, prev, v, e)) continue;  // taken already
-        if (best < 0 || ranks_before(v, e, best_value, best)) {
-          best = e;
-          best_value = v;
-        }
-      }
-      expert_idx[int64_t{n} * K + j] = best;
-      prev = best;
-      prev_value = best_value;
+    // One pass keeps the best K so far in order (insertion): exactly the first K of the total
+    // order, ties and NaNs included, in that order. No scratch memory.
+    int32_t* top = expert_idx + int64_t{n} * K;
+    int count = 0;
+    for (int e = 0; e < E; ++e) {
+      const T v = value(e);
+      if (count == K && !ranks_before(v, e, value(top[K - 1]), top[K - 1])) continue;
+      int p = count < K ? count++ : K - 1;
+      for (; p > 0 && ranks_before(v, e, value(top[p - 1]), top[p - 1]); --p) top[p] = top[p - 1];
+      top[p] = e;
     }
   }
 }
@@ -270,26 +305,31 @@ void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias,
     throw std::invalid_argument("route_topk_grouped: impossible grouping");
   }
   const int per_group = E / groups, top_in_group = K / group_topk;
-  std::vector<T> biased(E), masked(E), group_score(groups);
-  std::vector<int32_t> best(std::max(top_in_group, group_topk));
-  for (int t = 0; t < N; ++t) {
-    const T* st = scores + static_cast<size_t>(t) * E;
-    for (int e = 0; e < E; ++e) biased[e] = st[e] + (bias ? T(bias[e]) : T(0));
-    for (int g = 0; g < groups; ++g) {
-      route_topk(best.data(), &biased[g * per_group], nullptr, 1, per_group, top_in_group);
-      group_score[g] = 0;
-      for (int j = 0; j < top_in_group; ++j) group_score[g] += biased[g * per_group + best[j]];
+  // Each thread its own scratch; every token is computed alone, so the threads change no bit.
+#pragma omp parallel if (N >= kParallelRows)
+  {
+    std::vector<T> biased(E), masked(E), group_score(groups);
+    std::vector<int32_t> best(std::max(top_in_group, group_topk));
+#pragma omp for schedule(static)
+    for (int t = 0; t < N; ++t) {
+      const T* st = scores + static_cast<size_t>(t) * E;
+      for (int e = 0; e < E; ++e) biased[e] = st[e] + (bias ? T(bias[e]) : T(0));
+      for (int g = 0; g < groups; ++g) {
+        route_topk(best.data(), &biased[g * per_group], nullptr, 1, per_group, top_in_group);
+        group_score[g] = 0;
+        for (int j = 0; j < top_in_group; ++j) group_score[g] += biased[g * per_group + best[j]];
+      }
+      route_topk(best.data(), group_score.data(), nullptr, 1, groups, group_topk);
+      // Experts of dropped groups can never win: place them below every kept expert.
+      T floor_value = biased[0];
+      for (int e = 0; e < E; ++e) floor_value = std::min(floor_value, biased[e]);
+      std::fill(masked.begin(), masked.end(), floor_value - T(1) - std::abs(floor_value));
+      for (int j = 0; j < group_topk; ++j) {
+        const int g = best[j];
+        std::copy_n(&biased[g * per_group], per_group, &masked[g * per_group]);
+      }
+      route_topk(expert_idx + static_cast<size_t>(t) * K, masked.data(), nullptr, 1, E, K);
     }
-    route_topk(best.data(), group_score.data(), nullptr, 1, groups, group_topk);
-    // Experts of dropped groups can never win: place them below every kept expert.
-    T floor_value = biased[0];
-    for (int e = 0; e < E; ++e) floor_value = std::min(floor_value, biased[e]);
-    std::fill(masked.begin(), masked.end(), floor_value - T(1) - std::abs(floor_value));
-    for (int j = 0; j < group_topk; ++j) {
-      const int g = best[j];
-      std::copy_n(&biased[g * per_group], per_group, &masked[g * per_group]);
-    }
-    route_topk(expert_idx + static_cast<size_t>(t) * K, masked.data(), nullptr, 1, E, K);
   }
 }
 

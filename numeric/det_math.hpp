@@ -203,4 +203,80 @@ inline double cos(double x) {
   }
 }
 
+// Branch-free versions of exp and log1p over the ranges a softplus needs, for loops the compiler
+// vectorises: the same operations in the same order as exp and log1p above, the branches turned
+// into selects whose both sides are computed (no trap: the build has -fno-trapping-math), so each
+// returns the same bits as its model wherever its domain holds (tests/model/test_det_math.cpp
+// compares them over every binade and the edges).
+
+// exp(z) for z <= 0, -inf included; not for NaN.
+inline double exp_nonpositive_lanes(double z) {
+  using namespace detail;
+  const double v = z * kInvLn2;
+  // round_half_away without the int64 conversion: trunc is exact, and v <= 0 (|v| < 1076).
+  const double t = std::trunc(v);
+  const double f = v - t;
+  const double n = f <= -0.5 ? t - 1.0 : (f >= 0.5 ? t + 1.0 : t);
+  const double r = (z - n * kLn2Hi) - n * kLn2Lo;
+  double p = 1.0 / 87178291200.0;
+  p = p * r + 1.0 / 6227020800.0;
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  const double er = 1.0 + (r + r * (r * p));
+  // 2^k from its exponent bits, k an integer-valued double in [-1022, 1023]: k + 1023 + 2^52 holds
+  // k + 1023 in its low bits (exact), shifted into the exponent field. Outside that range the bits
+  // are garbage, and the select below does not take them.
+  auto pow2_of = [](double k) {
+    const uint64_t biased = std::bit_cast<uint64_t>(k + (1023.0 + 0x1p52)) & 0x7ffull;
+    return std::bit_cast<double>(biased << 52);
+  };
+  const double normal = er * pow2_of(n);
+  const double subnormal = er * pow2_of(n + 54.0) * pow2_of(-54.0);  // scale2's two exact steps
+  const double scaled = n < -1022.0 ? subnormal : normal;
+  return z < -745.2 ? 0.0 : scaled;
+}
+
+// log1p(x) for x in [0, 1] (an exp of a non-positive number): 1 + x is in [1, 2], so log's
+// special cases never arise and its exponent is 1 or 2 (found by a compare, not from the bits).
+inline double log1p_unit_lanes(double x) {
+  using namespace detail;
+  const double u = 1.0 + x;
+  // log(u) as log computes it: u = m·2^e with m in [0.5, 1) (u/2 for u < 2, u/4 for u = 2: exact),
+  // then m doubled below sqrt(1/2).
+  double m = u < 2.0 ? u * 0.5 : u * 0.25;
+  double e = u < 2.0 ? 1.0 : 2.0;
+  const bool low = m < 0.70710678118654752440;
+  m = low ? m * 2.0 : m;
+  e = low ? e - 1.0 : e;
+  const double s = m - 1.0;
+  const double f = s / (2.0 + s);
+  const double f2 = f * f;
+  double p = 1.0 / 25.0;
+  p = p * f2 + 1.0 / 23;
+  p = p * f2 + 1.0 / 21;
+  p = p * f2 + 1.0 / 19;
+  p = p * f2 + 1.0 / 17;
+  p = p * f2 + 1.0 / 15;
+  p = p * f2 + 1.0 / 13;
+  p = p * f2 + 1.0 / 11;
+  p = p * f2 + 1.0 / 9;
+  p = p * f2 + 1.0 / 7;
+  p = p * f2 + 1.0 / 5;
+  p = p * f2 + 1.0 / 3;
+  const double log_m = s - (f * s - 2.0 * f * (f2 * p));
+  const double log_u = (e * kLn2Hi + log_m) + e * kLn2Lo;
+  // u == 1 returns x itself; the division is then 0/0, which the select drops.
+  const double result = log_u * (x / (u - 1.0));
+  return u == 1.0 ? x : result;
+}
+
 }  // namespace moe::det

@@ -4,10 +4,12 @@
 // this checks (the golden test, tests/cli/test_golden.py, checks the bits).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "numeric/det_math.hpp"
 
@@ -100,6 +102,77 @@ TEST(DetMath, SinCosWithinTwoUlpsOfTheirMagnitude) {
   }
   EXPECT_EQ(det::sin(0.0), 0.0);
   EXPECT_EQ(det::cos(0.0), 1.0);
+}
+
+// The branch-free lanes return exp's and log1p's own bits over their domains: every binade of
+// the argument (random mantissas), the ties of exp's rounding to the nearest multiple of ln 2,
+// the edges of underflow and subnormals, and the edges of log's reduction.
+uint64_t bits_of(double x) {
+  return std::bit_cast<uint64_t>(x);
+}
+
+TEST(DetMath, ExpLanesAreExpOnNonPositiveArguments) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::vector<double> zs = {0.0,
+                            -0.0,
+                            -std::numeric_limits<double>::infinity(),
+                            -745.2,
+                            std::nextafter(-745.2, 0.0),
+                            std::nextafter(-745.2, -1000.0),
+                            -745.1332191019411,
+                            -708.3964185322641,
+                            -708.4,
+                            -709.0,
+                            -744.0,
+                            -std::numeric_limits<double>::min(),
+                            -std::numeric_limits<double>::denorm_min(),
+                            -1e300};
+  for (int k = -1100; k <= 0; ++k) {  // near v = k + 0.5, where the rounding of n turns
+    const double z = (k + 0.5) / 1.44269504088896338700e+00;
+    zs.push_back(z);
+    zs.push_back(std::nextafter(z, 0.0));
+    zs.push_back(std::nextafter(z, -2000.0));
+  }
+  for (int binade = -1074; binade <= 10; ++binade) {
+    for (int i = 0; i < 40; ++i) zs.push_back(-std::ldexp(mantissa(rng), binade));
+  }
+  for (const double z : zs) {
+    ASSERT_EQ(bits_of(det::exp_nonpositive_lanes(z)), bits_of(det::exp(z))) << "z = " << z;
+  }
+}
+
+TEST(DetMath, Log1pLanesAreLog1pOnTheUnitInterval) {
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::vector<double> xs = {0.0,
+                            1.0,
+                            std::nextafter(1.0, 0.0),
+                            0x1p-53,
+                            0x1p-52,
+                            std::nextafter(0x1p-53, 1.0),
+                            0.41421356237309503,
+                            0.41421356237309515,
+                            0.4142135623730951,
+                            0.5,
+                            1e-300,
+                            std::numeric_limits<double>::denorm_min()};
+  for (int binade = -1074; binade <= -1; ++binade) {
+    for (int i = 0; i < 40; ++i) xs.push_back(std::ldexp(mantissa(rng), binade));
+  }
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int i = 0; i < 100000; ++i) xs.push_back(unit(rng));
+  for (const double x : xs) {
+    ASSERT_EQ(bits_of(det::log1p_unit_lanes(x)), bits_of(det::log1p(x))) << "x = " << x;
+  }
+  // Together, as softplus takes them: log1p(exp(-|x|)) over the logits' range and beyond.
+  std::uniform_real_distribution<double> logit(-800.0, 800.0);
+  for (int i = 0; i < 100000; ++i) {
+    const double z = -std::abs(logit(rng));
+    ASSERT_EQ(bits_of(det::log1p_unit_lanes(det::exp_nonpositive_lanes(z))),
+              bits_of(det::log1p(det::exp(z))))
+        << "z = " << z;
+  }
 }
 
 }  // namespace
