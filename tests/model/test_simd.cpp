@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "model/router.hpp"
 #include "model/simd.hpp"
 #include "model/softmax_rows.hpp"
 #include "model/swiglu.hpp"
+#include "numeric/det_math.hpp"
 
 namespace moe {
 namespace {
@@ -31,6 +33,27 @@ class SimdLevels : public ::testing::TestWithParam<SimdLevel> {
 
 uint32_t bits(float x) {
   return std::bit_cast<uint32_t>(x);
+}
+
+// The router's sqrt(softplus) scores: logits over the range a diverging router reaches, the
+// underflow of exp (|x| > 745) and subnormal softplus values, zeros of both signs, infinities.
+TEST_P(SimdLevels, SqrtSoftplusScoresMatchTheScalarFormulaBitwise) {
+  ASSERT_EQ(simd_level(), GetParam());
+  const int E = 64, N = 300;
+  std::vector<float> x(static_cast<size_t>(N) * E), s(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float u = static_cast<float>(i) / static_cast<float>(x.size());
+    x[i] = (i % 3 == 0) ? -900.0f + 1800.0f * u : 20.0f * std::sin(91.0f * u);
+  }
+  x[0] = 0.0f, x[1] = -0.0f, x[2] = std::numeric_limits<float>::infinity();
+  x[3] = -std::numeric_limits<float>::infinity(), x[4] = -745.5f, x[5] = -700.0f;
+  x[6] = std::numeric_limits<float>::denorm_min(), x[7] = -103.0f, x[8] = 88.0f;
+  score_forward(s.data(), x.data(), N, E, ScoreFunc::kSqrtSoftplus);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double z = -std::abs(static_cast<double>(x[i]));
+    const float softplus = std::max(x[i], 0.0f) + static_cast<float>(det::log1p(det::exp(z)));
+    ASSERT_EQ(bits(s[i]), bits(std::sqrt(softplus))) << "x = " << x[i];
+  }
 }
 
 // Normal, large and tiny inputs, with and without the clamp.
