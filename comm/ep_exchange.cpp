@@ -221,7 +221,15 @@ void EpExchange::copy_own_blocks(const Posting& posting, std::span<const T> from
   const DispatchPlan& plan = posting.plan;
   const size_t Dz = posting.Dz;
   const bool to_experts = posting.to_experts;
-  for (int i = 0; i < plan.num_local_experts(); ++i) {
+  const int experts = plan.num_local_experts();
+  size_t total = 0;
+  for (int i = 0; i < experts; ++i) {
+    total += plan.count_message[static_cast<size_t>(posting.me) * posting.max_local + i];
+  }
+  // The blocks are disjoint: on the rank's threads when there is enough to copy (at one rank this
+  // is the whole dispatch).
+#pragma omp parallel for schedule(dynamic) if (total * Dz * sizeof(T) >= kParallelCopyBytes)
+  for (int i = 0; i < experts; ++i) {
     const size_t b = static_cast<size_t>(posting.me) * posting.max_local + i;
     const size_t send_at = Dz * plan.send_block_offsets[b],
                  expert_at = Dz * plan.recv_block_offsets[b];

@@ -26,6 +26,8 @@ class EpExchange {
   // Pairs with fewer bytes than this go as one message (64 KiB: about where a copy costs as much
   // as a message's overhead; docs/performance.md).
   static constexpr size_t kWholeMessageBytes = 64 * 1024;
+  // The rank's own blocks are copied on its OpenMP threads from this many bytes on.
+  static constexpr size_t kParallelCopyBytes = 256 * 1024;
 
   // How a new plan's counts reach the experts' owners. kBeforeRows: an all-to-all of the counts,
   // then every receive is posted before any row is sent; best within a host, where a message
