@@ -164,28 +164,34 @@ void score_backward(T* d_logits, const T* d_scores, const T* logits, const T* sc
   }
 }
 
+namespace {
+
+// The best K of one row in order: one pass keeps the best K so far (insertion), exactly the first
+// K of the total order, ties and NaNs included. No scratch memory.
+template <class T> void topk_row(int32_t* top, const T* s, const float* bias, int E, int K) {
+  if (K <= 0) return;
+  auto value = [&](int e) { return bias != nullptr ? s[e] + T(bias[e]) : s[e]; };
+  int count = 0;
+  for (int e = 0; e < E; ++e) {
+    const T v = value(e);
+    if (count == K && !ranks_before(v, e, value(top[K - 1]), top[K - 1])) continue;
+    int p = count < K ? count++ : K - 1;
+    for (; p > 0 && ranks_before(v, e, value(top[p - 1]), top[p - 1]); --p) top[p] = top[p - 1];
+    top[p] = e;
+  }
+}
+
+}  // namespace
+
 template <class T>
 void route_topk(int32_t* expert_idx, const T* scores, const float* bias, int N, int E, int K) {
   if (K < 0 || K > E) {
     throw std::invalid_argument("route_topk: need 0 <= K <= E, got K=" + std::to_string(K) +
                                 " E=" + std::to_string(E));
   }
-  if (K == 0) return;
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
-    const T* s = scores + int64_t{n} * E;
-    auto value = [&](int e) { return bias != nullptr ? s[e] + T(bias[e]) : s[e]; };
-    // One pass keeps the best K so far in order (insertion): exactly the first K of the total
-    // order, ties and NaNs included, in that order. No scratch memory.
-    int32_t* top = expert_idx + int64_t{n} * K;
-    int count = 0;
-    for (int e = 0; e < E; ++e) {
-      const T v = value(e);
-      if (count == K && !ranks_before(v, e, value(top[K - 1]), top[K - 1])) continue;
-      int p = count < K ? count++ : K - 1;
-      for (; p > 0 && ranks_before(v, e, value(top[p - 1]), top[p - 1]); --p) top[p] = top[p - 1];
-      top[p] = e;
-    }
+    topk_row(expert_idx + int64_t{n} * K, scores + int64_t{n} * E, bias, E, K);
   }
 }
 
@@ -315,11 +321,11 @@ void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias,
       const T* st = scores + static_cast<size_t>(t) * E;
       for (int e = 0; e < E; ++e) biased[e] = st[e] + (bias ? T(bias[e]) : T(0));
       for (int g = 0; g < groups; ++g) {
-        route_topk(best.data(), &biased[g * per_group], nullptr, 1, per_group, top_in_group);
+        topk_row(best.data(), &biased[g * per_group], nullptr, per_group, top_in_group);
         group_score[g] = 0;
         for (int j = 0; j < top_in_group; ++j) group_score[g] += biased[g * per_group + best[j]];
       }
-      route_topk(best.data(), group_score.data(), nullptr, 1, groups, group_topk);
+      topk_row(best.data(), group_score.data(), nullptr, groups, group_topk);
       // Experts of dropped groups can never win: place them below every kept expert.
       T floor_value = biased[0];
       for (int e = 0; e < E; ++e) floor_value = std::min(floor_value, biased[e]);
@@ -328,7 +334,7 @@ void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias,
         const int g = best[j];
         std::copy_n(&biased[g * per_group], per_group, &masked[g * per_group]);
       }
-      route_topk(expert_idx + static_cast<size_t>(t) * K, masked.data(), nullptr, 1, E, K);
+      topk_row(expert_idx + static_cast<size_t>(t) * K, masked.data(), nullptr, E, K);
     }
   }
 }
