@@ -358,9 +358,12 @@ double Trainer::expert_grad_norm_sq() {
   const size_t DF = static_cast<size_t>(mc_.d_model) * mc_.ffn_dim;
   const std::span<const float> grads(d_experts_);
   std::fill(expert_sq_.begin(), expert_sq_.end(), 0.0);
+  // Each expert's sum on its own (sum_squares fixes its chunks by size alone): on the rank's
+  // threads, the same bits.
+#pragma omp parallel for collapse(2) schedule(static)
   for (int l = 0; l < L; ++l) {
-    const size_t layer = static_cast<size_t>(l) * 3 * num_local * DF;
     for (int i = 0; i < num_local; ++i) {
+      const size_t layer = static_cast<size_t>(l) * 3 * num_local * DF;
       double sq = 0.0;
       for (int m = 0; m < 3; ++m) {
         sq += sum_squares(grads.subspan(layer + (static_cast<size_t>(m) * num_local + i) * DF, DF));
