@@ -263,8 +263,10 @@ void attention_forward(T* out, AttnSaved<T>& saved, const T* in, const AttnWeigh
   check_call("attention_forward", B, saved.max_B, d, rope);
   saved.B = B;
   const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Kt = attn_keys_per_tile(d);
-  for (int b = 0; b < B; ++b) {  // one sequence at a time, projections included (see top)
-    const int64_t row0 = int64_t{b} * S;
+  // Each sequence on its own, projections included (see top): a task per sequence when there are
+  // several (the work inside then runs on the task's thread), else the sequence's own tasks.
+  auto sequence = [&](int64_t b) {
+    const int64_t row0 = b * S;
     const T* x = in + row0 * D;
     T* q = saved.q.data() + row0 * HD;
     T* k = saved.k.data() + row0 * KD;
@@ -275,8 +277,13 @@ void attention_forward(T* out, AttnSaved<T>& saved, const T* in, const AttnWeigh
     linear_forward(v, x, w.wv, S, D, KD);
     rope_forward(q, rope, d.H);
     rope_forward(k, rope, d.KVH);
-    core_forward(concat, saved.probs.data() + int64_t{b} * d.H * S * Kt, q, k, v, d);
+    core_forward(concat, saved.probs.data() + b * d.H * S * Kt, q, k, v, d);
     linear_forward(out + row0 * D, concat, w.wo, S, HD, D);
+  };
+  if (B > 1) {
+    parallel_tasks(B, sequence);
+  } else if (B == 1) {
+    sequence(0);
   }
 }
 
