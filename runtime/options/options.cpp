@@ -317,7 +317,8 @@ std::string options_help_text() {
   std::ostringstream out;
   out << "Usage: moe_rt [options]\n"
       << "Trains a Mixture-of-Experts transformer with expert parallelism over the MPI ranks.\n"
-      << "Model options default to the chosen preset; the defaults shown are deepseek4-tiny's.\n"
+      << "Model options (and a preset's --routing-groups, --group-topk) default to the chosen\n"
+      << "preset; the defaults shown are deepseek4-tiny's.\n"
       << "Every rank must be given the same configuration (--threads may differ).\n\n"
       << config_options(true) << "\n"
       << action_options() << "\n"
