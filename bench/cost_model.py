@@ -4,10 +4,10 @@
     python3 bench/cost_model.py check CALIBRATION.log RUN.log [RUN.log ...]
     python3 bench/cost_model.py predict CALIBRATION_TINY.log CALIBRATION_FINE.log
 
-CALIBRATION.log is the output of a one-rank moe_rt run (any preset, --threads 1 for the per-core
-rates; bench/scaling.sh writes them): its phase table gives each phase's time per token on one
-core, its header the parameter counts. RUN.log is the output of a run of the same model at any
-rank count; the model is evaluated for that run's layout and set beside the measured phases.
+CALIBRATION.log is the output of a one-rank, one-thread moe_rt run (bench/cost_model.sh writes
+them): its phase table gives each phase's time per token on one core, its header the parameter
+counts. RUN.log is the output of a run of the same model with one thread per rank at any rank
+count; the model is evaluated for that run's layout and set beside the measured phases.
 
 The model (docs/performance.md, "A cost model for scale", states every assumption):
 
@@ -15,10 +15,13 @@ The model (docs/performance.md, "A cost model for scale", states every assumptio
 
   compute    Σ over the compute phases of (time per token on one core) × N tokens per rank, the
              optimizer per parameter the rank holds (replicated + its local experts), the expert
-             phases times the load factor f (the busiest rank's rows over the mean; 1 = balanced)
+             phases times the load factor f (the busiest rank's rows over the mean; 1 = balanced),
+             the router's times E / E_calibration; besides, the exchange's own copies and the
+             all-reduce's local work (at one rank, the whole of both phases)
   waiting    with R ranks × t threads on c cores of one host, (R·t/c − 1) × compute when R·t > c:
              ranks take turns on a core, and a rank waits at the next exchange while the others
-             run (what the 8-rank default shows on 2 cores)
+             run (what the 8-rank default shows on 2 cores); compute includes the copies and the
+             local all-reduce work here
   exchange   4 exchanges per MoE layer and step (dispatch, combine, both backward), each
              messages × α + bytes / β, with the bytes each rank sends (N·K·D·4 · (P−1)/P), split
              between its host (shared memory) and the link to other hosts, whose bandwidth the
@@ -137,21 +140,25 @@ class Calibration:
     exchange_copy_per_token: float  # the exchange's own copies at one rank (no transfer)
     optimizer_per_param: float
     allreduce_local: float  # per replicated parameter: the norm's sums at one rank
-    thread_speedup: float = 1.0
+    experts: int  # E of the calibration run: the router's phases scale with E / experts
+
+
+ROUTER_PHASES = ("router", "router_bwd")
 
 
 def calibrate(run):
+    if run.ranks != 1 or run.threads != 1:
+        sys.exit(f"cost_model.py: the calibration run {run.path} has {run.ranks} rank(s) of "
+                 f"{run.threads} thread(s), needs 1 of 1")
     n = run.tokens_per_rank
-    cal = Calibration(
+    return Calibration(
         per_token={p: run.phases.get(p, 0.0) * 1e-3 / n for p in COMPUTE_PHASES},
         exchange_copy_per_token=sum(run.phases.get(p, 0.0) for p in EXCHANGE_PHASES) * 1e-3 / n,
         optimizer_per_param=run.phases.get("optimizer", 0.0) * 1e-3 /
         (run.replicated + run.in_experts),
         allreduce_local=run.phases.get("allreduce", 0.0) * 1e-3 / run.replicated,
+        experts=run.model("experts"),
     )
-    if run.ranks != 1:
-        sys.exit(f"cost_model.py: the calibration run {run.path} has {run.ranks} ranks, needs 1")
-    return cal, run.threads
 
 
 @dataclass
@@ -171,6 +178,15 @@ def model_of(run):
                  replicated=run.replicated, expert_params=run.in_experts)
 
 
+def with_experts(base, experts):
+    """`base` with E experts: the experts' parameters scale with E, and so do the routers' D·E
+    weights in every layer, which every rank holds."""
+    per_expert = base.expert_params // base.experts
+    replicated = base.replicated + base.layers * base.d_model * (experts - base.experts)
+    return Model(layers=base.layers, top_k=base.top_k, d_model=base.d_model, experts=experts,
+                 replicated=replicated, expert_params=per_expert * experts)
+
+
 def hop_time(nbytes, crosses, link):
     if crosses:
         return 2 * link.latency_s + link.per_message_s + nbytes / link.bytes_per_s
@@ -178,20 +194,23 @@ def hop_time(nbytes, crosses, link):
 
 
 def predict(cal, model, lay, link, hierarchical=False):
-    """The step's parts in seconds: compute, waiting, exchange, allreduce. `hierarchical`: an
-    exchange moe_rt does not have, in two levels (rows for another host go in one message per
-    host pair, gathered and scattered within the hosts by shared memory)."""
+    """The step's parts in seconds: compute (the compute phases and the optimizer), copies (the
+    exchange's own), waiting, exchange (the transfers), allreduce (the transfers and the local
+    work). `hierarchical`: an exchange moe_rt does not have, in two levels (rows for another host
+    go in one message per host pair, gathered and scattered within the hosts by shared memory)."""
     n = lay.tokens_per_rank
-    speed = cal.thread_speedup
     compute = 0.0
     for p, t in cal.per_token.items():
-        compute += t * n * (lay.load_factor if p in EXPERT_PHASES else 1.0) / speed
-    compute += cal.exchange_copy_per_token * n / speed
+        scale = lay.load_factor if p in EXPERT_PHASES else 1.0
+        if p in ROUTER_PHASES:
+            scale = model.experts / cal.experts
+        compute += t * n * scale
     local_experts = model.expert_params * max(1, model.experts // lay.ep) / model.experts
-    optimizer = cal.optimizer_per_param * (model.replicated + local_experts) / speed
-    compute_all = compute + optimizer + cal.allreduce_local * model.replicated / speed
+    compute += cal.optimizer_per_param * (model.replicated + local_experts)
+    copies = cal.exchange_copy_per_token * n
+    allreduce_local = cal.allreduce_local * model.replicated
     share = lay.ranks_per_host * lay.threads / lay.cores_per_host
-    waiting = max(0.0, min(share, lay.ranks) - 1.0) * compute_all
+    waiting = max(0.0, min(share, lay.ranks) - 1.0) * (compute + copies + allreduce_local)
 
     # The exchange: every rank sends N·K rows, (P−1)/P of them to other ranks of its EP group.
     # The EP group is P consecutive ranks; those on the same host travel by shared memory.
@@ -233,8 +252,8 @@ def predict(cal, model, lay, link, hierarchical=False):
         # Replicas of one shard lie P ranks apart: on other hosts once P >= R.
         for _ in range(rep_depth):
             allreduce += 2 * hop_time(rep_bytes, P >= R, link)
-    return {"compute": compute_all, "waiting": waiting, "exchange": exchange,
-            "allreduce": allreduce}
+    return {"compute": compute, "copies": copies, "waiting": waiting, "exchange": exchange,
+            "allreduce": allreduce + allreduce_local}
 
 
 def measured_parts(run):
@@ -263,24 +282,20 @@ def cmd_check(args):
             files.append(args[i])
             i += 1
     cal_run = read_run(files[0])
-    cal, cal_threads = calibrate(cal_run)
-    print(f"# calibration: {files[0]} (1 rank, {cal_threads} thread(s), "
-          f"{cal_run.tokens_per_rank} tokens)")
+    cal = calibrate(cal_run)
+    print(f"# calibration: {files[0]} (1 rank, 1 thread, {cal_run.tokens_per_rank} tokens)")
     print("# run | ranks | P | hosts | part | measured ms | model ms | model / measured")
     for path in files[1:]:
         run = read_run(path)
+        if run.threads != 1:
+            sys.exit(f"cost_model.py: {path} ran {run.threads} threads per rank; the model "
+                     "takes one (moe_rt --threads 1)")
         lay = Layout(ranks=run.ranks, ep=run.ep, ranks_per_host=run.ranks // run.hosts,
-                     cores_per_host=cores, threads=run.threads,
-                     tokens_per_rank=run.tokens_per_rank)
-        cal.thread_speedup = 1.0 if run.threads == cal_threads else float("nan")
+                     cores_per_host=cores, threads=1, tokens_per_rank=run.tokens_per_rank)
         parts = predict(cal, model_of(run), lay, link)
         model = {"compute": parts["compute"],
-                 "exchange+waiting": parts["exchange"] + parts["waiting"] +
-                 cal.exchange_copy_per_token * run.tokens_per_rank,
-                 "allreduce": parts["allreduce"] +
-                 cal.allreduce_local * run.replicated}
-        model["step"] = parts["compute"] + parts["waiting"] + parts["exchange"] + \
-            parts["allreduce"]
+                 "exchange+waiting": parts["copies"] + parts["waiting"] + parts["exchange"],
+                 "allreduce": parts["allreduce"], "step": sum(parts.values())}
         meas = measured_parts(run)
         for part in ("compute", "exchange+waiting", "allreduce", "step"):
             ratio = model[part] / meas[part] if meas[part] > 0 else float("nan")
@@ -293,18 +308,16 @@ def cmd_predict(args):
         sys.exit("usage: cost_model.py predict CALIBRATION_TINY.log CALIBRATION_FINE.log")
     print("# one rank per core, 8 ranks per host, 1 sequence of 256 tokens per rank; EP P =")
     print("# min(W, E) with E scaled to keep the experts per rank of 8 ranks (tiny: 1, fine: 8)")
-    print("# preset | W=P | Gbit/s | step ms | compute | exchange | allreduce | tokens/s/rank "
+    print("# the routers' D·E weights grow with E (replicated: the all-reduce and the optimizer),")
+    print("# the router's time per token with E")
+    print("# preset | W=P | E | Gbit/s | step ms | compute | exchange | allreduce | tokens/s/rank "
           "| exchange share | step ms, two-level exchange")
     for path, per_rank in zip(args, (1, 8)):
         run = read_run(path)
-        cal, _ = calibrate(run)
+        cal = calibrate(run)
         base = model_of(run)
-        expert_size = base.expert_params // base.experts
         for W in (16, 64, 256):
-            E = W * per_rank
-            model = Model(layers=base.layers, top_k=base.top_k, d_model=base.d_model,
-                          experts=E, replicated=base.replicated,
-                          expert_params=expert_size * E)
+            model = with_experts(base, W * per_rank)
             for gbit in (25, 100, 400):
                 link = Link(gbit * 1e9 / 8, PREDICT_LATENCY_S, PREDICT_PER_MESSAGE_S)
                 lay = Layout(ranks=W, ep=W, ranks_per_host=8, cores_per_host=8,
@@ -312,8 +325,9 @@ def cmd_predict(args):
                 parts = predict(cal, model, lay, link)
                 step = sum(parts.values())
                 two_level = sum(predict(cal, model, lay, link, hierarchical=True).values())
-                print(f"{run.config['model']} | {W} | {gbit} | {step * 1e3:.1f} | "
-                      f"{parts['compute'] * 1e3:.1f} | {parts['exchange'] * 1e3:.1f} | "
+                compute = parts["compute"] + parts["copies"]
+                print(f"{run.config['model']} | {W} | {model.experts} | {gbit} | "
+                      f"{step * 1e3:.1f} | {compute * 1e3:.1f} | {parts['exchange'] * 1e3:.1f} | "
                       f"{parts['allreduce'] * 1e3:.1f} | {256 / step:.0f} | "
                       f"{parts['exchange'] / step:.0%} | {two_level * 1e3:.1f}")
 

@@ -4,8 +4,8 @@
 #   bench/cost_model.sh [MOE_RT]                   # default: build/moe_rt; about 3 minutes
 #
 # For deepseek4-tiny and deepseek4-fine: a calibration run (1 rank, 1 thread, 1 sequence), then
-# 1 sequence per rank at each of RANKS="2 4 8" (the default run's per-rank batch), each STEPS=20
-# steps with --stats none; then `cost_model.py check` (measured against modelled, per part) and
+# 1 sequence and 1 thread per rank at each of RANKS="2 4 8" (the default run's per-rank batch),
+# each STEPS=20 steps with --stats none; then `cost_model.py check` (measured against modelled, per part) and
 # `cost_model.py predict` (EP 16, 64, 256 over 25, 100, 400 Gbit/s). Logs go to OUT=runs/cost_model.
 # The multi-host cases are bench/multihost.sh's logs: pass them to `cost_model.py check` with
 # their link (`--link 25/20`), see docs/performance.md.
@@ -37,11 +37,12 @@ for preset in deepseek4-tiny deepseek4-fine; do
   run "$preset-calibration" 1 --model "$preset" --threads 1
   checks=()
   for np in $ranks; do
-    run "$preset-w$np" "$np" --model "$preset"
+    run "$preset-w$np" "$np" --model "$preset" --threads 1
     checks+=("$out/$preset-w$np.log")
   done
   echo "== $preset: measured against the model"
-  python3 bench/cost_model.py check "$out/$preset-calibration.log" "${checks[@]}"
+  python3 bench/cost_model.py check "$out/$preset-calibration.log" "${checks[@]}" \
+    --cores "$(nproc)"
 done
 echo "== predictions"
 python3 bench/cost_model.py predict "$out/deepseek4-tiny-calibration.log" \

@@ -205,11 +205,12 @@ inline double cos(double x) {
 
 // Branch-free versions of exp and log1p over the ranges a softplus needs, for loops the compiler
 // vectorises: the same operations in the same order as exp and log1p above, the branches turned
-// into selects whose both sides are computed (no trap: the build has -fno-trapping-math), so each
+// into selects whose both sides are computed (a side not taken may overflow or divide 0 by 0;
+// moe_model builds with -fno-trapping-math, and nothing unmasks the exceptions), so each
 // returns the same bits as its model wherever its domain holds (tests/model/test_det_math.cpp
 // compares them over every binade and the edges).
 
-// exp(z) for z <= 0, -inf included; not for NaN.
+// exp(z) for z <= 0, -inf included. A NaN gives a NaN (its sign and payload unspecified).
 inline double exp_nonpositive_lanes(double z) {
   using namespace detail;
   const double v = z * kInvLn2;

@@ -84,7 +84,8 @@ struct TrainSummary {
   double peak_gflops = 0;   // measured sgemm rate of one core × cores in use (0: not measured)
   int peak_cores = 0;
   // Peak resident memory of a rank (getrusage's ru_maxrss) in MiB: the largest over the ranks and
-  // their mean; 0 when not measured.
+  // their mean; 0 when not measured. Shared pages (a mapped data file, MPI's shared memory) count
+  // in every rank that touched them.
   double peak_rss_max_mib = 0;
   double peak_rss_mean_mib = 0;
   double entropy_floor = -1.0;  // nats; < 0 when the data has no known floor

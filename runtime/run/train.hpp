@@ -16,7 +16,8 @@ namespace moe {
 
 // Runs cfg.steps training steps over `world`. Throws on bad configuration or data (identically on
 // every rank, before the first step, wherever possible). `quiet` silences rank 0's log.
-// With `measure_peak`, rank 0 measures the sgemm peak after training for the MFU figure.
+// With `measure_peak`, after training, the ranks gather their peak resident memory and rank 0
+// measures the sgemm peak for the MFU figure.
 TrainSummary train_run(const RunConfig& cfg, const Comm& world, bool quiet = false,
                        bool measure_peak = false);
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -53,13 +54,20 @@ struct StepResult {
   std::vector<std::vector<int32_t>> selection;
 };
 
-// One deepseek4-tiny-shaped training step (3 layers: one hash, two top-k) on `threads` threads:
-// forward, backward, the gradient norm and one AdamW update.
-StepResult train_step(int threads) {
-  blas_set_threads(threads);
-  ModelConfig c;  // deepseek4-tiny's widths: the shapes decide which loops run in parallel
+// deepseek4-tiny's widths (the shapes decide which loops run in parallel) with 3 layers: one hash,
+// two top-k.
+ModelConfig three_layers() {
+  ModelConfig c;
   c.layers = 3;
   c.hash_layers = 1;
+  return c;
+}
+
+// One training step of `c` on `threads` threads: forward, backward, the gradient norm and one
+// AdamW update.
+StepResult train_step(int threads, const ModelConfig& c = three_layers(),
+                      RoutingConfig balanced = RoutingConfig{}) {
+  blas_set_threads(threads);
   const Comm self = Comm::self();
   EpExchange ex(self);
   const ExpertPlacement placement{c.experts, 1};
@@ -67,7 +75,6 @@ StepResult train_step(int threads) {
   std::vector<float> dense(layout.dense.num_elements), experts(layout.experts.num_elements);
   param_init(std::span<float>(dense), layout.dense, 11);
   param_init(std::span<float>(experts), layout.experts, 11);
-  RoutingConfig balanced;
   balanced.seq_aux_loss_weight = 1e-2;
   const RoutingState routing = routing_state_make(c, balanced, 11);
 
@@ -124,6 +131,25 @@ TEST_F(Threads, TrainingStepIsBitwiseTheSameOnOneTwoAndThreeThreads) {
   {
     SCOPED_TRACE("3 threads");
     expect_bitwise_equal(one, train_step(3));
+  }
+}
+
+// Several sequences per rank (attention runs them as tasks) and deepseek4-fine's routing (64
+// experts, the group-limited top-k over the rows on the threads, 64 expert tasks).
+TEST_F(Threads, FineGrainedStepOfTwoSequencesIsBitwiseTheSameOnOneTwoAndThreeThreads) {
+  ModelConfig c = three_layers();
+  c.batch_per_rank = 2;
+  c.experts = 64;
+  c.top_k = 8;
+  c.ffn_dim = 56;
+  RoutingConfig groups;
+  groups.routing_groups = 8;
+  groups.group_topk = 4;
+  const StepResult one = train_step(1, c, groups);
+  EXPECT_GT(one.norm, 0.0);
+  for (int threads : {2, 3}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    expect_bitwise_equal(one, train_step(threads, c, groups));
   }
 }
 

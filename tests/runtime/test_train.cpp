@@ -157,6 +157,30 @@ TEST(TrainInvariance, DeepseekFineSameRoutingAndLossOnAnyRankCount) {
   check_rank_invariance(cfg, 8, Expect::kBitwise);
 }
 
+// --threads changes no bit either: the experts' gradient-norm sums, attention's sequences as
+// tasks, the group-limited top-k over the rows and the own blocks' copies on 1 and on 2 threads.
+MOE_TEST_RANKS(TrainThreads, DeepseekFineSameOnOneAndTwoThreads,
+               [](int w) { return w == 1 || w == 2; });
+TEST(TrainThreads, DeepseekFineSameOnOneAndTwoThreads) {
+  const Comm world = Comm::world();
+  RunConfig cfg = micro_run(2, 4, world.size());
+  cfg.model_name = "deepseek4-fine";
+  preset_apply(cfg.model_name, cfg.model, cfg.routing);
+  cfg.model.batch_per_rank = 4 / world.size();
+  cfg.threads = 1;
+  const TrainSummary one = train_run(cfg, world, /*quiet=*/true);
+  cfg.threads = 2;
+  const TrainSummary two = train_run(cfg, world, /*quiet=*/true);
+  ASSERT_EQ(one.steps.size(), 2u);
+  ASSERT_EQ(two.steps.size(), 2u);
+  for (size_t s = 0; s < one.steps.size(); ++s) {
+    EXPECT_EQ(one.steps[s].loss, two.steps[s].loss) << "step " << s;
+    EXPECT_EQ(one.steps[s].grad_norm, two.steps[s].grad_norm) << "step " << s;
+    EXPECT_EQ(one.steps[s].expert_load, two.steps[s].expert_load) << "step " << s;
+  }
+  EXPECT_EQ(one.param_digest, two.param_digest);
+}
+
 // With the router z-loss: its per-sequence sums go along the same tree, so the run stays bitwise
 // the same on 1, 2, 4 and 8 ranks (losses, z-losses, gradient norms, loads, parameters).
 MOE_TEST_RANKS(TrainInvariance, MicroWithZLossSameOnAnyRankCount, [](int w) { return 8 % w == 0; });
