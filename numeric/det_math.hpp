@@ -92,17 +92,9 @@ inline double reduce_pio2(double x, int64_t& quadrant) {
   return ((x - n * kPio2Hi) - n * kPio2Mid) - n * kPio2Lo;
 }
 
-}  // namespace detail
-
-// e^x. Overflow gives +inf, underflow 0 (through subnormals).
-inline double exp(double x) {
-  using namespace detail;
-  if (x != x) return x;
-  if (x > 709.782712893384) return std::numeric_limits<double>::infinity();
-  if (x < -745.2) return 0.0;
-  const double n = round_half_away(x * kInvLn2);
-  const double r = (x - n * kLn2Hi) - n * kLn2Lo;  // |r| <= 0.3466 (to rounding)
-  // e^r by its Taylor series to r^14 (truncation below 2^-56 relative for |r| <= ln2/2).
+// e^r for |r| <= ln2/2 (to rounding) by its Taylor series to r^14 (truncation below 2^-56
+// relative).
+inline double exp_reduced(double r) {
   double p = 1.0 / 87178291200.0;  // 1/14!
   p = p * r + 1.0 / 6227020800.0;  // 1/13!
   p = p * r + 1.0 / 479001600.0;
@@ -116,7 +108,33 @@ inline double exp(double x) {
   p = p * r + 1.0 / 24.0;
   p = p * r + 1.0 / 6.0;
   p = p * r + 0.5;
-  const double er = 1.0 + (r + r * (r * p));
+  return 1.0 + (r + r * (r * p));
+}
+
+// log m for m in [sqrt(1/2), sqrt(2)): log m = 2·atanh(f), f = s/(2 + s), s = m − 1 (exact),
+// |f| <= 0.1716: the series to f^25 (truncation below 2^-60 relative). 2f = s − f·s, so
+// log m = s − (f·s − 2f·f²·(1/3 + …)): the exact s carries the result and only small corrections
+// round.
+inline double log_reduced(double m) {
+  const double s = m - 1.0;
+  const double f = s / (2.0 + s);
+  const double f2 = f * f;
+  double p = 1.0 / 25.0;
+  for (int k = 23; k >= 3; k -= 2) p = p * f2 + 1.0 / k;
+  return s - (f * s - 2.0 * f * (f2 * p));
+}
+
+}  // namespace detail
+
+// e^x. Overflow gives +inf, underflow 0 (through subnormals).
+inline double exp(double x) {
+  using namespace detail;
+  if (x != x) return x;
+  if (x > 709.782712893384) return std::numeric_limits<double>::infinity();
+  if (x < -745.2) return 0.0;
+  const double n = round_half_away(x * kInvLn2);
+  const double r = (x - n * kLn2Hi) - n * kLn2Lo;  // |r| <= 0.3466 (to rounding)
+  const double er = exp_reduced(r);
   return scale2(er, static_cast<int>(n));  // exact scaling (rounded once if subnormal)
 }
 
@@ -139,15 +157,7 @@ inline double log(double x) {
     m *= 2.0;
     --e;
   }
-  // log m = 2·atanh(f), f = s/(2 + s), s = m − 1 (exact), |f| <= 0.1716: the series to f^25
-  // (truncation below 2^-60 relative). 2f = s − f·s, so log m = s − (f·s − 2f·f²·(1/3 + …)):
-  // the exact s carries the result and only small corrections round.
-  const double s = m - 1.0;
-  const double f = s / (2.0 + s);
-  const double f2 = f * f;
-  double p = 1.0 / 25.0;
-  for (int k = 23; k >= 3; k -= 2) p = p * f2 + 1.0 / k;
-  const double log_m = s - (f * s - 2.0 * f * (f2 * p));
+  const double log_m = log_reduced(m);
   const double de = static_cast<double>(e);
   return (de * kLn2Hi + log_m) + de * kLn2Lo;
 }
@@ -219,20 +229,7 @@ inline double exp_nonpositive_lanes(double z) {
   const double f = v - t;
   const double n = f <= -0.5 ? t - 1.0 : (f >= 0.5 ? t + 1.0 : t);
   const double r = (z - n * kLn2Hi) - n * kLn2Lo;
-  double p = 1.0 / 87178291200.0;
-  p = p * r + 1.0 / 6227020800.0;
-  p = p * r + 1.0 / 479001600.0;
-  p = p * r + 1.0 / 39916800.0;
-  p = p * r + 1.0 / 3628800.0;
-  p = p * r + 1.0 / 362880.0;
-  p = p * r + 1.0 / 40320.0;
-  p = p * r + 1.0 / 5040.0;
-  p = p * r + 1.0 / 720.0;
-  p = p * r + 1.0 / 120.0;
-  p = p * r + 1.0 / 24.0;
-  p = p * r + 1.0 / 6.0;
-  p = p * r + 0.5;
-  const double er = 1.0 + (r + r * (r * p));
+  const double er = exp_reduced(r);
   // 2^k from its exponent bits, k an integer-valued double in [-1022, 1023]: k + 1023 + 2^52 holds
   // k + 1023 in its low bits (exact), shifted into the exponent field. Outside that range the bits
   // are garbage, and the select below does not take them.
@@ -258,22 +255,7 @@ inline double log1p_unit_lanes(double x) {
   const bool low = m < 0.70710678118654752440;
   m = low ? m * 2.0 : m;
   e = low ? e - 1.0 : e;
-  const double s = m - 1.0;
-  const double f = s / (2.0 + s);
-  const double f2 = f * f;
-  double p = 1.0 / 25.0;
-  p = p * f2 + 1.0 / 23;
-  p = p * f2 + 1.0 / 21;
-  p = p * f2 + 1.0 / 19;
-  p = p * f2 + 1.0 / 17;
-  p = p * f2 + 1.0 / 15;
-  p = p * f2 + 1.0 / 13;
-  p = p * f2 + 1.0 / 11;
-  p = p * f2 + 1.0 / 9;
-  p = p * f2 + 1.0 / 7;
-  p = p * f2 + 1.0 / 5;
-  p = p * f2 + 1.0 / 3;
-  const double log_m = s - (f * s - 2.0 * f * (f2 * p));
+  const double log_m = log_reduced(m);
   const double log_u = (e * kLn2Hi + log_m) + e * kLn2Lo;
   // u == 1 returns x itself; the division is then 0/0, which the select drops.
   const double result = log_u * (x / (u - 1.0));
