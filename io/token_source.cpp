@@ -1,8 +1,11 @@
-// The `--data` factory (io/token_source.hpp): a spec is `synthetic`, `tokens:PATH` or `text:PATH`;
-// its form is checked before anything is opened, and the source it names is then opened with
-// every check of its own (io/token_data.cpp, io/synthetic_data.cpp).
+// The `--data` factory (io/token_source.hpp): a spec is `synthetic` (or `synthetic:zipf=S`),
+// `tokens:PATH` or `text:PATH`; its form is checked before anything is opened, and the source it
+// names is then opened with every check of its own (io/token_data.cpp, io/synthetic_data.cpp).
 #include "io/token_source.hpp"
 
+#include <charconv>
+#include <cmath>
+#include <optional>
 #include <string_view>
 
 #include "io/synthetic_data.hpp"
@@ -10,12 +13,28 @@
 namespace moe {
 namespace {
 
-constexpr const char* kValidSpecs = "valid: synthetic, tokens:PATH, text:PATH";
+constexpr const char* kValidSpecs = "valid: synthetic, synthetic:zipf=S, tokens:PATH, text:PATH";
+constexpr std::string_view kZipfPrefix = "synthetic:zipf=";
+
+// The Zipf exponent a `synthetic:zipf=S` spec gives (S a finite number >= 0), none for another
+// form. Throws DataSpecError naming `option` when S is not such a number.
+std::optional<double> synthetic_zipf(const std::string& spec, const char* option) {
+  if (!spec.starts_with(kZipfPrefix)) return std::nullopt;
+  const std::string_view text = std::string_view(spec).substr(kZipfPrefix.size());
+  double value = -1.0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() ||
+      !std::isfinite(value) || value < 0.0) {
+    throw DataSpecError(std::string(option) + ": '" + spec +
+                        "': the Zipf exponent must be a number >= 0 (" + kValidSpecs + ")");
+  }
+  return value;
+}
 
 }  // namespace
 
 void token_source_check_spec(const std::string& spec, const char* option) {
-  if (spec == "synthetic") return;
+  if (spec == "synthetic" || synthetic_zipf(spec, option)) return;
   for (std::string_view prefix : {"tokens:", "text:"}) {
     if (spec.starts_with(prefix)) {
       if (spec.size() == prefix.size()) {
@@ -33,6 +52,11 @@ std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int voca
                                                uint64_t seed, TokenCheckPart part) {
   token_source_check_spec(spec);
   if (spec == "synthetic") return std::make_unique<SyntheticSource>(vocab, seq_len, seed);
+  if (const std::optional<double> zipf = synthetic_zipf(spec, "--data")) {
+    SyntheticParams params;
+    params.zipf_exponent = *zipf;
+    return std::make_unique<SyntheticSource>(vocab, seq_len, seed, params);
+  }
   const size_t colon = spec.find(':');
   const std::string path = spec.substr(colon + 1);
   if (spec.starts_with("tokens:")) {

@@ -18,7 +18,8 @@ class DataSpecError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// Opens the source named by a `--data` value: `synthetic`, `tokens:PATH` or `text:PATH`; a shard's
+// Opens the source named by a `--data` value: `synthetic` (`synthetic:zipf=S`: the chain's Zipf
+// exponent S >= 0 instead of 1), `tokens:PATH` or `text:PATH`; a shard's
 // tokens are checked in `part` only (see TokenCheckPart). Throws DataSpecError for any other form,
 // DataError for a file that cannot be used.
 std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int vocab, int seq_len,

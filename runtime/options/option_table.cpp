@@ -255,7 +255,9 @@ const std::vector<OptionField>& option_fields() {
           [](auto& c) -> auto& { return c.model.batch_per_rank; },
           OptionRules{OnResume::kContinued}),
       field(
-          kData, "data", "SOURCE", "synthetic, tokens:PATH (llm.c .bin shard), text:PATH (bytes)",
+          kData, "data", "SOURCE",
+          "synthetic, synthetic:zipf=S (its Zipf exponent S instead of 1), tokens:PATH (llm.c "
+          ".bin shard), text:PATH (bytes)",
           [](auto& c) -> auto& { return c.data; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
           kData, "val-data", "SOURCE",

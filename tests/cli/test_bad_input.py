@@ -39,6 +39,8 @@ def write_shard(path, tokens, magic=20240520, version=1, count=None):
     (["--force-balance", "sometimes"], ["--force-balance"]),
     (["--ep", "3"], ["--ep"]),
     (["--data", "parquet:/x"], ["--data"]),
+    (["--data", "synthetic:zipf=-1"], ["--data", "Zipf exponent", "synthetic:zipf=-1"]),
+    (["--val-data", "synthetic:zipf=x"], ["--val-data", "Zipf exponent"]),
     (["--threads", "100000"], ["--threads", "1024"]),
     (["--lr", "1e308"], ["--lr", "float range"]),
     (["--force-balance", "zipf: 1"], ["--force-balance", "zipf:"]),

@@ -238,6 +238,38 @@ TEST(DataSpec, FactoryOpensEachForm) {
   expect_data_error([&] { token_source_open("tokens:" + text, 256, 16, 7); }, text, "magic");
 }
 
+// synthetic:zipf=S: the chain with another Zipf exponent (1 is plain `synthetic`, bit for bit);
+// anything but a finite number >= 0 is refused with the option named.
+TEST(DataSpec, SyntheticZipfExponent) {
+  std::vector<int32_t> plain(16), one(16), flat(16);
+  token_source_open("synthetic", 256, 16, 7)->sample(3, 16, plain.data());
+  token_source_open("synthetic:zipf=1", 256, 16, 7)->sample(3, 16, one.data());
+  EXPECT_EQ(plain, one);
+  const auto half = token_source_open("synthetic:zipf=0.5", 256, 16, 7);
+  const auto* source = dynamic_cast<const SyntheticSource*>(half.get());
+  ASSERT_NE(source, nullptr);
+  EXPECT_NE(half->describe().find("Zipf(0.50)"), std::string::npos) << half->describe();
+  const auto plain_source = token_source_open("synthetic", 256, 16, 7);
+  EXPECT_GT(source->unigram_entropy_nats(),
+            dynamic_cast<const SyntheticSource&>(*plain_source).unigram_entropy_nats());
+  half->sample(3, 16, flat.data());
+  EXPECT_NE(flat, plain);
+  EXPECT_NO_THROW(token_source_check_spec("synthetic:zipf=0"));
+  for (const std::string spec :
+       {"synthetic:zipf=", "synthetic:zipf=-1", "synthetic:zipf=abc", "synthetic:zipf=nan",
+        "synthetic:zipf=inf", "synthetic:zipf=1x", "synthetic:zipf= 1", "synthetic:s=1"}) {
+    for (const char* option : {"--data", "--val-data"}) {
+      try {
+        token_source_check_spec(spec, option);
+        ADD_FAILURE() << "no error for " << option << " '" << spec << "'";
+      } catch (const DataSpecError& e) {
+        EXPECT_NE(std::string(e.what()).find(option), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("synthetic:zipf=S"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 TEST(DataSpec, UnknownFormNamesOptionAndValidForms) {
   for (const std::string spec : {"", "synth", "Synthetic", "bin:x.bin", "tokens:", "text:"}) {
     EXPECT_THROW(token_source_check_spec(spec), DataSpecError) << spec;
@@ -247,7 +279,9 @@ TEST(DataSpec, UnknownFormNamesOptionAndValidForms) {
     } catch (const std::invalid_argument& e) {
       const std::string message = e.what();
       EXPECT_NE(message.find("--data"), std::string::npos) << message;
-      EXPECT_NE(message.find("synthetic, tokens:PATH, text:PATH"), std::string::npos) << message;
+      EXPECT_NE(message.find("synthetic, synthetic:zipf=S, tokens:PATH, text:PATH"),
+                std::string::npos)
+          << message;
     }
   }
   EXPECT_NO_THROW(token_source_check_spec("synthetic"));

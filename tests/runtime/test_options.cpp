@@ -232,7 +232,7 @@ TEST(Options, BadCommandLinesNameTheOption) {
   expect_config_error({"--balance-loss-form", "switch"},
                       {"--balance-loss-form", "switch", "deepseek, maxtext"});
   expect_config_error({"--check-bias", "maybe"}, {"--check-bias", "true or false"});
-  expect_config_error({"--data", "bin:x"}, {"--data", "synthetic, tokens:PATH, text:PATH"});
+  expect_config_error({"--data", "bin:x"}, {"--data", "synthetic, synthetic:zipf=S, tokens:PATH"});
 }
 
 TEST(Options, ImpossibleValuesNameTheOption) {
