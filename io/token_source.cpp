@@ -4,7 +4,6 @@
 #include "io/token_source.hpp"
 
 #include <charconv>
-#include <cmath>
 #include <optional>
 #include <string_view>
 
@@ -15,18 +14,20 @@ namespace {
 
 constexpr const char* kValidSpecs = "valid: synthetic, synthetic:zipf=S, tokens:PATH, text:PATH";
 constexpr std::string_view kZipfPrefix = "synthetic:zipf=";
+constexpr double kMaxZipf = 16.0;
 
-// The Zipf exponent a `synthetic:zipf=S` spec gives (S a finite number >= 0), none for another
-// form. Throws DataSpecError naming `option` when S is not such a number.
+// The Zipf exponent a `synthetic:zipf=S` spec gives (S a number in [0, kMaxZipf]), none for another
+// form. Throws DataSpecError naming `option` when S is not such a number. (Past a few, every draw
+// is the first token already: a larger S describes nothing new, only a degenerate chain.)
 std::optional<double> synthetic_zipf(const std::string& spec, const char* option) {
   if (!spec.starts_with(kZipfPrefix)) return std::nullopt;
   const std::string_view text = std::string_view(spec).substr(kZipfPrefix.size());
   double value = -1.0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || error != std::errc() || end != text.data() + text.size() ||
-      !std::isfinite(value) || value < 0.0) {
+      !(value >= 0.0 && value <= kMaxZipf)) {
     throw DataSpecError(std::string(option) + ": '" + spec +
-                        "': the Zipf exponent must be a number >= 0 (" + kValidSpecs + ")");
+                        "': the Zipf exponent must be a number in [0, 16] (" + kValidSpecs + ")");
   }
   return value;
 }

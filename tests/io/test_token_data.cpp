@@ -255,9 +255,11 @@ TEST(DataSpec, SyntheticZipfExponent) {
   half->sample(3, 16, flat.data());
   EXPECT_NE(flat, plain);
   EXPECT_NO_THROW(token_source_check_spec("synthetic:zipf=0"));
+  EXPECT_NO_THROW(token_source_check_spec("synthetic:zipf=16"));
   for (const std::string spec :
        {"synthetic:zipf=", "synthetic:zipf=-1", "synthetic:zipf=abc", "synthetic:zipf=nan",
-        "synthetic:zipf=inf", "synthetic:zipf=1x", "synthetic:zipf= 1", "synthetic:s=1"}) {
+        "synthetic:zipf=inf", "synthetic:zipf=1x", "synthetic:zipf= 1", "synthetic:s=1",
+        "synthetic:zipf=16.5", "synthetic:zipf=1e300"}) {
     for (const char* option : {"--data", "--val-data"}) {
       try {
         token_source_check_spec(spec, option);
