@@ -211,13 +211,13 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
 
   // ---- checked round trips (untimed) ----
   long long ep_wrong = 0, raw_wrong = 0;
-  const int first = placement.first_expert(me), E_loc = placement.num_local(me);
+  const int E_loc = placement.num_local(me);
   std::fill(expert_rows.begin(), expert_rows.end(), NAN);
   ex.dispatch_counted(expert_rows, std::span<const float>(send), plan, D);
   // Expert-major: local expert, then source rank, then the source's token order.
   size_t row = 0;
   for (int i = 0; i < E_loc; ++i) {
-    const int e = first + i;
+    const int e = placement.expert(me, i);
     for (int s = 0; s < P; ++s) {
       for (size_t a = 0; a < routing[s].size(); ++a) {
         if (routing[s][a] != e) continue;
@@ -237,7 +237,7 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
     for (int r = plan.expert_offsets[i]; r < plan.expert_offsets[i + 1]; ++r) {
       for (int c = 0; c < D; ++c) {
         float& x = expert_rows[r * Dz + c];
-        x = expert_transform(x, first + i);
+        x = expert_transform(x, placement.expert(me, i));
       }
     }
   }
@@ -255,7 +255,8 @@ Result run_case(const Comm& world, Routing kind, int T, int K, int E, int D, int
   raw_round_trip();
   row = 0;
   for (int s = 0; s < P; ++s) {
-    for (int e = first; e < first + E_loc; ++e) {
+    for (int i = 0; i < E_loc; ++i) {
+      const int e = placement.expert(me, i);
       for (size_t a = 0; a < routing[s].size(); ++a) {
         if (routing[s][a] != e || row >= static_cast<size_t>(R)) continue;
         for (int c = 0; c < D; ++c) {

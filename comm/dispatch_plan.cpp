@@ -7,27 +7,77 @@
 
 namespace moe {
 
-int ExpertPlacement::first_expert(int ep_rank) const {
-  const int base = num_experts / ep_size;
-  const int extra = num_experts % ep_size;
-  return ep_rank * base + std::min(ep_rank, extra);
+ExpertPlacement::ExpertPlacement(int num_experts_in, int ep_size_in)
+    : num_experts(num_experts_in), ep_size(ep_size_in) {
+  if (ep_size < 1 || num_experts < ep_size) {
+    throw std::invalid_argument("expert placement: " + std::to_string(num_experts) +
+                                " experts cannot be placed on " + std::to_string(ep_size) +
+                                " ranks (every rank holds at least one)");
+  }
+  const int base = num_experts / ep_size, extra = num_experts % ep_size;
+  experts_.resize(num_experts);
+  owner_.resize(num_experts);
+  slot_.resize(num_experts);
+  rank_first_.assign(ep_size + 1, 0);
+  for (int q = 0; q < ep_size; ++q) {
+    rank_first_[q + 1] = rank_first_[q] + base + (q < extra ? 1 : 0);
+    for (int e = rank_first_[q]; e < rank_first_[q + 1]; ++e) owner_[e] = q;
+  }
+  for (int e = 0; e < num_experts; ++e) experts_[e] = slot_[e] = e;
+  max_local_ = base + (extra > 0 ? 1 : 0);
 }
 
-int ExpertPlacement::num_local(int ep_rank) const {
-  return num_experts / ep_size + (ep_rank < num_experts % ep_size ? 1 : 0);
+ExpertPlacement::ExpertPlacement(int num_experts_in, const std::vector<std::vector<int>>& ranks)
+    : num_experts(num_experts_in), ep_size(static_cast<int>(ranks.size())) {
+  if (ep_size < 1 || num_experts < 1) {
+    throw std::invalid_argument("expert placement: no ranks or no experts");
+  }
+  owner_.assign(num_experts, -1);
+  slot_.assign(num_experts, -1);
+  rank_first_.assign(ep_size + 1, 0);
+  experts_.clear();
+  max_local_ = 0;
+  for (int q = 0; q < ep_size; ++q) {
+    std::vector<int> held = ranks[q];
+    if (held.empty()) {
+      throw std::invalid_argument("rank " + std::to_string(q) + " holds no expert");
+    }
+    std::sort(held.begin(), held.end());
+    for (const int e : held) {
+      if (e < 0 || e >= num_experts) {
+        throw std::invalid_argument("rank " + std::to_string(q) + ": expert " + std::to_string(e) +
+                                    " outside [0, " + std::to_string(num_experts) + ")");
+      }
+      if (owner_[e] == q) {
+        throw std::invalid_argument("rank " + std::to_string(q) + " lists expert " +
+                                    std::to_string(e) + " twice");
+      }
+      if (owner_[e] >= 0) {
+        throw std::invalid_argument("expert " + std::to_string(e) + " is on ranks " +
+                                    std::to_string(owner_[e]) + " and " + std::to_string(q) +
+                                    ": replicated experts are not supported");
+      }
+      owner_[e] = q;
+      slot_[e] = static_cast<int>(experts_.size());
+      experts_.push_back(e);
+    }
+    rank_first_[q + 1] = static_cast<int>(experts_.size());
+    max_local_ = std::max(max_local_, static_cast<int>(held.size()));
+  }
+  for (int e = 0; e < num_experts; ++e) {
+    if (owner_[e] < 0)
+      throw std::invalid_argument("expert " + std::to_string(e) + " is on no rank");
+  }
 }
 
-int ExpertPlacement::owner(int expert) const {
-  const int base = num_experts / ep_size;
-  const int extra = num_experts % ep_size;
-  const int split = extra * (base + 1);  // experts below this belong to the larger blocks
-  return expert < split ? expert / (base + 1) : extra + (expert - split) / base;
+bool ExpertPlacement::is_contiguous() const {
+  return *this == ExpertPlacement(num_experts, ep_size);
 }
 
 void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx, int num_tokens,
                          int top_k, const ExpertPlacement& placement, int ep_rank) {
   const int E = placement.num_experts, P = placement.ep_size;
-  if (P <= 0 || E < P || ep_rank < 0 || ep_rank >= P) {
+  if (ep_rank < 0 || ep_rank >= P) {
     throw std::invalid_argument("dispatch_plan_build: placement of " + std::to_string(E) +
                                 " experts on " + std::to_string(P) + " ranks (rank " +
                                 std::to_string(ep_rank) + ") is impossible");
@@ -46,7 +96,8 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
   plan.recv_block_offsets.clear();
   plan.num_recv = 0;
 
-  // Counting sort by expert id, stable in the assignment index.
+  // Counting sort by the experts' slots (destination rank, then local expert), stable in the
+  // assignment index.
   plan.expert_counts.assign(E, 0);
   int sent = 0;
   for (int a = 0; a < num_send; ++a) {
@@ -61,11 +112,12 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
     ++sent;
   }
   plan.num_sent = sent;
-  // cursor[e]: next free send position of expert e.
+  // cursor[slot]: next free send position of the expert in that slot.
   std::vector<int>& cursor = plan.expert_cursor;
   cursor.assign(E, 0);
-  for (int e = 1; e < E; ++e) {
-    cursor[e] = cursor[e - 1] + static_cast<int>(plan.expert_counts[e - 1]);
+  for (int slot = 1; slot < E; ++slot) {
+    cursor[slot] =
+        cursor[slot - 1] + static_cast<int>(plan.expert_counts[placement.expert_at_slot(slot - 1)]);
   }
   plan.send_assignment.resize(sent);
   plan.send_position.resize(num_send);
@@ -74,7 +126,7 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
       plan.send_position[a] = -1;
       continue;
     }
-    const int p = cursor[expert_idx[a]]++;
+    const int p = cursor[placement.slot(expert_idx[a])]++;
     plan.send_assignment[p] = a;
     plan.send_position[a] = p;
   }
@@ -87,9 +139,8 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
   plan.send_block_offsets.assign(plan.count_message.size(), 0);
   int position = 0;
   for (int d = 0; d < P; ++d) {
-    const int first = placement.first_expert(d);
     for (int i = 0; i < placement.num_local(d); ++i) {
-      const int c = static_cast<int>(plan.expert_counts[first + i]);
+      const int c = static_cast<int>(plan.expert_counts[placement.expert(d, i)]);
       plan.count_message[static_cast<size_t>(d) * max_local + i] = c;
       plan.send_block_offsets[static_cast<size_t>(d) * max_local + i] = position;
       position += c;

@@ -6,8 +6,8 @@
 // Legend: T local tokens, K experts per token, E experts, P EP group size, E_loc experts owned by
 // this rank, R rows this rank receives. An "assignment" is one (token, slot) pair a = t·K + j.
 //
-// Send order: assignments sorted by global expert id, ties by assignment index. Experts are owned
-// in contiguous blocks, so this is destination-major, then local expert, then token order.
+// Send order: assignments sorted by their expert's slot in the placement (destination rank, then
+// local expert), ties by assignment index: destination-major, then local expert, then token order.
 // Receive order (the "expert-major" layout handed to the experts): local expert, then source rank,
 // then the source's token order. A "block" is the rows of one source for one expert: contiguous
 // in the source's send order and in the owner's expert-major order alike, so the exchange moves
@@ -20,16 +20,48 @@
 
 namespace moe {
 
-// Experts [0, E) in contiguous blocks over P ranks, as equal as possible: the first E mod P ranks
-// own one expert more than the others.
-struct ExpertPlacement {
+// Which EP rank holds which experts. By default experts [0, E) lie in contiguous blocks over P
+// ranks, as equal as possible: the first E mod P ranks own one expert more than the others. Any
+// other assignment (--expert-placement) may be given as each rank's list of experts: counts may be
+// uneven, every rank holds at least one expert and every expert exactly one rank. A rank's local
+// experts are in ascending global id, so "local expert i of rank q" names one expert however the
+// placement was written.
+class ExpertPlacement {
+ public:
+  ExpertPlacement() : ExpertPlacement(1, 1) {}
+  // The contiguous layout. Throws std::invalid_argument unless 1 <= P <= E.
+  ExpertPlacement(int num_experts, int ep_size);
+  // Rank q holds the experts of ranks[q]. Throws std::invalid_argument naming the problem: a rank
+  // with no expert, an id outside [0, E), an expert on no rank or on several.
+  ExpertPlacement(int num_experts, const std::vector<std::vector<int>>& ranks);
+
   int num_experts = 1;  // E
   int ep_size = 1;      // P
 
-  int first_expert(int ep_rank) const;
-  int num_local(int ep_rank) const;
-  int max_local() const { return (num_experts + ep_size - 1) / ep_size; }
-  int owner(int expert) const;
+  int num_local(int ep_rank) const { return rank_first_[ep_rank + 1] - rank_first_[ep_rank]; }
+  int max_local() const { return max_local_; }
+  // Global id of rank q's local expert i.
+  int expert(int ep_rank, int i) const { return experts_[rank_first_[ep_rank] + i]; }
+  int owner(int expert) const { return owner_[expert]; }
+  // The expert's position in rank-major order: its owner's first slot plus its local index. The
+  // send order of the dispatch sorts by it.
+  int slot(int expert) const { return slot_[expert]; }
+  int expert_at_slot(int slot) const { return experts_[slot]; }
+  // The expert's index among its owner's local experts.
+  int local_index(int expert) const { return slot_[expert] - rank_first_[owner_[expert]]; }
+  bool is_contiguous() const;
+
+  friend bool operator==(const ExpertPlacement& a, const ExpertPlacement& b) {
+    return a.num_experts == b.num_experts && a.ep_size == b.ep_size && a.experts_ == b.experts_ &&
+           a.rank_first_ == b.rank_first_;
+  }
+
+ private:
+  std::vector<int> experts_;     // [E] global ids, rank-major, ascending within a rank
+  std::vector<int> rank_first_;  // [P + 1] rank q's experts: experts_[rank_first_[q] ..)
+  std::vector<int> owner_;       // [E] the rank of each expert
+  std::vector<int> slot_;        // [E] the index of each expert in experts_
+  int max_local_ = 1;
 };
 
 struct DispatchPlan {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -18,7 +19,29 @@
 
 namespace moe {
 
-ModelLayout model_layout(const ModelConfig& c, const ExpertPlacement& placement, int ep_rank) {
+ModelPlacement model_placement_contiguous(const ModelConfig& c, int ep_size) {
+  return ModelPlacement(c.layers, ExpertPlacement(c.experts, ep_size));
+}
+
+int model_placement_max_local(const ModelPlacement& placement) {
+  int most = 0;
+  for (const ExpertPlacement& layer : placement) most = std::max(most, layer.max_local());
+  return most;
+}
+
+ModelLayout model_layout(const ModelConfig& c, const ModelPlacement& placement, int ep_rank) {
+  if (placement.size() != static_cast<size_t>(c.layers)) {
+    throw std::invalid_argument("model_layout: a placement of " + std::to_string(placement.size()) +
+                                " layers for a model of " + std::to_string(c.layers));
+  }
+  for (const ExpertPlacement& layer : placement) {
+    if (layer.num_experts != c.experts || ep_rank < 0 || ep_rank >= layer.ep_size) {
+      throw std::invalid_argument(
+          "model_layout: a placement of " + std::to_string(layer.num_experts) + " experts on " +
+          std::to_string(layer.ep_size) + " ranks for a model of " + std::to_string(c.experts) +
+          " experts, EP rank " + std::to_string(ep_rank));
+    }
+  }
   constexpr float kStd = 0.02f;
   const float out_std = kStd / std::sqrt(2.0f * static_cast<float>(c.layers));
   const size_t D = c.d_model, V = c.vocab, Hd = static_cast<size_t>(c.heads) * c.head_dim,
@@ -36,7 +59,7 @@ ModelLayout model_layout(const ModelConfig& c, const ExpertPlacement& placement,
     o.wv = m.dense.add(p + "attn.wv", D * KVd, ParamInit::kNormal, kStd);
     o.wo = m.dense.add(p + "attn.wo", Hd * D, ParamInit::kNormal, out_std);
     o.moe_norm = m.dense.add(p + "moe_norm", D, ParamInit::kOnes, 0.0f, /*weight_decay=*/false);
-    o.moe = moe_layout(m.dense, m.experts, md, l, c.layers, placement, ep_rank);
+    o.moe = moe_layout(m.dense, m.experts, md, l, c.layers, placement[l], ep_rank);
   }
   m.final_norm = m.dense.add("final_norm", D, ParamInit::kOnes, 0.0f, /*weight_decay=*/false);
   m.lm_head = m.dense.add("lm_head", D * V, ParamInit::kNormal, kStd);
@@ -67,13 +90,15 @@ RoutingState routing_state_make(const ModelConfig& c, const RoutingConfig& confi
   return r;
 }
 
-ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size, int world_size) {
+ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size, int world_size,
+                                  int max_local_in) {
   const double V = c.vocab, D = c.d_model, L = c.layers, E = c.experts, K = c.top_k, F = c.ffn_dim,
                Fs = static_cast<double>(c.shared_experts) * c.ffn_dim, H = c.heads,
                HD = H * c.head_dim, KD = static_cast<double>(c.kv_heads) * c.head_dim,
                N = static_cast<double>(c.batch_per_rank) * c.seq_len;
   const int P = std::max(1, ep_size), B = std::max(c.batch_per_rank, 0);
-  const int max_local = ExpertPlacement{c.experts, P}.max_local();
+  const int max_local =
+      max_local_in > 0 ? max_local_in : (c.experts + P - 1) / P;  // the contiguous layout's
   const double dense = 2 * V * D + L * (2 * D + 2 * D * HD + 2 * D * KD + D * E + 3 * D * Fs) + D;
   const double experts = L * static_cast<double>(max_local) * 3 * D * F;
   // What model_acts_reserve reserves, from the same size functions: per layer attention's and
@@ -238,7 +263,7 @@ template <class T> struct StepShape {
 template <class T>
 double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m,
                      const RoutingState& routing, const ModelBatch& b, const ModelConfig& c,
-                     const ExpertPlacement& placement, EpExchange& ex) {
+                     const ModelPlacement& placement, EpExchange& ex) {
   const StepShape<T> z(a, c);
   const int B = z.B, S = z.S, N = z.N, D = z.D, V = z.V;
   const size_t ND = z.ND;
@@ -266,7 +291,7 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
     a.moe[l].times = a.times;
     moe_forward(a.block_out.data(), a.moe[l], normed + i1 * ND,
                 moe_weights_at(dense, experts, o.moe, z.md), layer_routing<T>(routing, b, c, l),
-                z.md, placement, ex, N);
+                z.md, placement[l], ex, N);
     for (size_t i = 0; i < ND; ++i) resid[(i1 + 1) * ND + i] = resid[i1 * ND + i] + a.block_out[i];
     a.layer_balance_loss[l] = a.moe[l].balance_loss;
     a.layer_z_loss[l] = a.moe[l].z_loss;
@@ -349,7 +374,7 @@ double model_forward_flops_per_token(const ModelConfig& c) {
 #define MOE_MODEL_INSTANTIATE(T)                                                                   \
   template void model_acts_reserve<T>(ModelActs<T>&, const ModelConfig&, int, int, int);           \
   template double model_forward<T>(ModelActs<T>&, T*, T*, const ModelLayout&, const RoutingState&, \
-                                   const ModelBatch&, const ModelConfig&, const ExpertPlacement&,  \
+                                   const ModelBatch&, const ModelConfig&, const ModelPlacement&,   \
                                    EpExchange&);                                                   \
   template void model_backward<T>(T*, T*, ModelActs<T>&, T*, T*, const ModelLayout&,               \
                                   const ModelBatch&, const ModelConfig&, EpExchange&);

@@ -39,7 +39,14 @@ struct ModelLayout {
   size_t lm_head = 0;                // [D, V]
   std::vector<LayerOffsets> layers;  // [L]
 };
-ModelLayout model_layout(const ModelConfig& cfg, const ExpertPlacement& placement, int ep_rank);
+// Which EP rank holds which experts, per layer ([L]): the contiguous layout in every layer unless
+// --expert-placement says otherwise.
+using ModelPlacement = std::vector<ExpertPlacement>;
+ModelPlacement model_placement_contiguous(const ModelConfig& cfg, int ep_size);
+// The most experts any rank holds in any layer: what the per-layer buffers are sized for.
+int model_placement_max_local(const ModelPlacement& placement);
+
+ModelLayout model_layout(const ModelConfig& cfg, const ModelPlacement& placement, int ep_rank);
 
 // Routing that is not a parameter: the run's routing configuration, the loss-free bias (outside
 // the optimizer), the hash tables, and the seed of forced random routing.
@@ -91,7 +98,10 @@ struct ModelMemory {
 // With `world_size` ranks (0: one EP group) forming several EP groups, the expert gradients'
 // extra planes, the gathered planes of every group and the tree's scratch (runtime/run/trainer.cpp,
 // model/expert_grads.hpp) count with the parameters.
-ModelMemory model_memory_estimate(const ModelConfig& cfg, int ep_size, int world_size = 0);
+// `max_local`: the most experts a rank holds in a layer (model_placement_max_local); 0: those of
+// the contiguous layout.
+ModelMemory model_memory_estimate(const ModelConfig& cfg, int ep_size, int world_size = 0,
+                                  int max_local = 0);
 
 // Everything one step keeps from forward for backward, sized once for B sequences.
 template <class T> struct ModelActs {
@@ -140,7 +150,7 @@ struct ModelBatch {
 template <class T>
 double model_forward(ModelActs<T>& acts, T* dense, T* experts, const ModelLayout& layout,
                      const RoutingState& routing, const ModelBatch& batch, const ModelConfig& cfg,
-                     const ExpertPlacement& placement, EpExchange& ex);
+                     const ModelPlacement& placement, EpExchange& ex);
 
 // Adds the gradient of the global mean loss into d_dense / d_experts (same layouts).
 template <class T>

@@ -43,13 +43,14 @@ MoeOffsets moe_layout(ParamLayout& dense, ParamLayout& experts, const MoeDims& d
     off.shared_w2 = dense.add(p + "shared.w2", DFs, ParamInit::kNormal, out_std);
   }
   // [E_loc, D, F] per matrix: each local expert in turn, named by its global id.
-  const int first = placement.first_expert(ep_rank), num_local = placement.num_local(ep_rank);
+  const int num_local = placement.num_local(ep_rank);
   const char* names[3] = {"w1", "w3", "w2"};
   size_t* offsets[3] = {&off.w1, &off.w3, &off.w2};
   for (int m = 0; m < 3; ++m) {
     for (int i = 0; i < num_local; ++i) {
-      const size_t o = experts.add(p + "experts." + std::to_string(first + i) + "." + names[m], DF,
-                                   ParamInit::kNormal, m == 2 ? out_std : kStd);
+      const size_t o = experts.add(
+          p + "experts." + std::to_string(placement.expert(ep_rank, i)) + "." + names[m], DF,
+          ParamInit::kNormal, m == 2 ? out_std : kStd);
       if (i == 0) *offsets[m] = o;
     }
   }

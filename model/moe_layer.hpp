@@ -58,7 +58,8 @@ struct MoeOffsets {
 };
 
 // Appends layer `layer`'s MoE tensors to the layouts: replicated ones to `dense`, this rank's
-// experts [first, first + E_loc) of `placement` to `experts`, each expert a tensor of its own.
+// E_loc experts of `placement` to `experts` (in ascending global id), each expert a tensor of its
+// own, named by its global id.
 // Residual output projections (W2) are initialised with std 0.02/sqrt(2·num_layers) as in GPT-2.
 MoeOffsets moe_layout(ParamLayout& dense, ParamLayout& experts, const MoeDims& dims, int layer,
                       int num_layers, const ExpertPlacement& placement, int ep_rank);

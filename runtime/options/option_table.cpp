@@ -338,6 +338,11 @@ const std::vector<OptionField>& option_fields() {
           OptionRules{OnResume::kOwn, at_least(0, "0 = default")}),
       ranks_per_host_field(),
       field(
+          kParallel, "expert-placement", "PATH",
+          "which EP rank holds which experts, per layer (a file of moe_stats.py placement; "
+          "docs/load-balancing.md); default contiguous blocks. Changes no bit, only the time",
+          [](auto& c) -> auto& { return c.expert_placement; }, OptionRules{OnResume::kOwn}),
+      field(
           kParallel, "threads", "N",
           "threads per rank, at most 1024 (0: usable cores / ranks on the node)",
           // Ranks may differ: threads change no bit of the arithmetic (every threaded loop gives

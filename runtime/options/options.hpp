@@ -49,17 +49,18 @@ struct RunConfig {
   int lr_decay_steps = 0;                      // --lr-decay-steps: cosine horizon, 0 = --steps
   double weight_decay = 0.1;                   // --weight-decay: AdamW's decoupled decay
   double grad_clip = 1.0;                      // --grad-clip: global L2 norm, 0 = off
-  RoutingConfig routing;       // the [routing] options, each field named as its option
-  bool check_bias = false;     // --check-bias: verify bias equal on all ranks
-  bool overwrite = false;      // --overwrite: replace an existing --stats file
-  int trace_every = 0;         // --trace-every: routing traces, 0 = off
-  int checkpoint_every = 0;    // --checkpoint-every: steps, 0 = off
-  std::string checkpoint_dir;  // --checkpoint-dir: "" = beside the stats file
-  int keep_checkpoints = 2;    // --keep-checkpoints: the newest K are kept
-  std::string resume;          // --resume: a checkpoint or its directory
-  int ep = 0;                  // --ep: P, 0 = default_ep_size(W, E)
-  int ranks_per_host = 0;      // --ranks-per-host: N, 0 = auto (the launcher)
-  int threads = 0;             // --threads: per rank, 0 = cores / ranks
+  RoutingConfig routing;         // the [routing] options, each field named as its option
+  bool check_bias = false;       // --check-bias: verify bias equal on all ranks
+  bool overwrite = false;        // --overwrite: replace an existing --stats file
+  int trace_every = 0;           // --trace-every: routing traces, 0 = off
+  int checkpoint_every = 0;      // --checkpoint-every: steps, 0 = off
+  std::string checkpoint_dir;    // --checkpoint-dir: "" = beside the stats file
+  int keep_checkpoints = 2;      // --keep-checkpoints: the newest K are kept
+  std::string resume;            // --resume: a checkpoint or its directory
+  int ep = 0;                    // --ep: P, 0 = default_ep_size(W, E)
+  int ranks_per_host = 0;        // --ranks-per-host: N, 0 = auto (the launcher)
+  std::string expert_placement;  // --expert-placement: a placement file, "" = contiguous
+  int threads = 0;               // --threads: per rank, 0 = cores / ranks
 #ifdef MOE_RT_OPTION_PROBE
   int probe_option = 0;  // --probe-option: the options' test build only (option_table.cpp)
 #endif

@@ -56,7 +56,7 @@ void write_file(const std::string& path, const CheckpointHeader& h, const TrainS
   CheckpointWriter w(path, h);
   write_arena(w, s.layout->dense, {s.dense.data(), s.dense_m.data(), s.dense_v.data()});
   const size_t total = gathered.size() / 3;
-  for (int q = 0; q < s.placement.ep_size; ++q) {
+  for (int q = 0; q < s.placement.front().ep_size; ++q) {
     const ParamLayout experts = model_layout(mc, s.placement, q).experts;
     const float* base = gathered.data() + displs[q];
     write_arena(w, experts, {base, base + total, base + 2 * total});
@@ -179,7 +179,7 @@ bool checkpoint_after(int step, Trainer& trainer, CheckpointPlan& plan, const Ru
 void checkpoint_save(const std::string& path, const CheckpointHeader& h, const TrainState& s,
                      const Comm& world) {
   // EP group 0 (world rank 0 is its EP rank 0): its members own every expert exactly once.
-  const int P = s.placement.ep_size;
+  const int P = s.placement.front().ep_size;
   std::vector<float> gathered;
   std::vector<int> counts, displs;
   if (s.ep_group == 0) {

@@ -24,7 +24,7 @@ namespace moe {
 struct TrainState {
   const ModelConfig* model = nullptr;
   const ModelLayout* layout = nullptr;             // this rank's layout (its own experts)
-  ExpertPlacement placement;                       // E experts over P EP ranks
+  ModelPlacement placement;                        // [L] E experts over P EP ranks
   const Comm* ep = nullptr;                        // this rank's EP group
   int ep_group = 0;                                // its index; group 0 holds world rank 0
   std::span<float> dense, dense_m, dense_v;        // [dense elements]

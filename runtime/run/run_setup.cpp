@@ -29,6 +29,7 @@
 #include "runtime/options/config_agree.hpp"
 #include "runtime/options/config_file.hpp"
 #include "runtime/output/report.hpp"
+#include "runtime/run/placement_file.hpp"
 
 namespace moe {
 namespace {
@@ -160,6 +161,7 @@ struct SetupInputs {
   std::unique_ptr<CheckpointReader> resume;     // the checkpoint resumed from, until it is loaded
   std::unique_ptr<TokenSource> data, val_data;  // val_data: null without --val-data
   RoutingState routing;
+  ModelPlacement placement;  // [L] --expert-placement's, else the contiguous layout
   int64_t data_private_bytes = 0, data_mapped_bytes = 0;  // TokenSource's, both sources
 };
 
@@ -225,6 +227,10 @@ void setup_open(const RunConfig& cfg, int rank, int W, int P, const RunIdentity&
   TrainSummary& summary = run.summary;
   summary.num_hosts = run.hosts.num_hosts();
   summary.top_k = mc.top_k;
+  if (!cfg.expert_placement.empty()) {
+    in.placement = placement_file_read(cfg.expert_placement, mc.experts, mc.layers, P);
+    in.memory = model_memory_estimate(mc, P, W, model_placement_max_local(in.placement));
+  }
   memory_check(in.memory, run.node_ranks);
   if (cfg.resume_point.active()) in.resume = resume_open(cfg);
   data_open(cfg, rank, W, run.node_ranks, in, summary);
@@ -277,6 +283,19 @@ std::string data_checksum_check(const RunConfig& cfg, const Comm& world, const S
          then + "): the file was changed in place; restore it, or start a new run";
 }
 
+// Collective: every rank read --expert-placement for itself (a file on each host's own disk may
+// differ): all must hold the same placement. Returns the problem, "" when there is none.
+std::string placement_check(const RunConfig& cfg, const Comm& world,
+                            const ModelPlacement& placement) {
+  const uint64_t digest = placement_digest(placement);
+  std::vector<uint64_t> range = {digest, ~digest};  // the max and, negated, the min over ranks
+  world.allreduce_max(std::span<uint64_t>(range));
+  if (range[0] == ~range[1]) return "";
+  return "--expert-placement: the ranks read different placements from '" +
+         text_excerpt(cfg.expert_placement, kPathExcerptBytes) +
+         "' (each rank reads the file on its own host): give every host the same file";
+}
+
 // Rank 0: the configuration table and the notes of --resume and of the checkpoint folder.
 void report_setup(const RunConfig& cfg, const RunSetup& run, const SetupInputs& in, int W, int P) {
   const TrainSummary& s = run.summary;
@@ -302,6 +321,7 @@ RunSetup run_setup(const RunConfig& cfg, const Comm& world, bool quiet) {
   run.hosts = host_layout_discover(world);
   run.node_ranks = run.hosts.ranks_on_host[run.hosts.host_of_rank[rank]];
   in.memory = model_memory_estimate(cfg.model, P, W);
+  in.placement = model_placement_contiguous(cfg.model, P);
   const RunIdentity identity = run_identity_make(cfg);
   std::string error;
   try {
@@ -311,6 +331,7 @@ RunSetup run_setup(const RunConfig& cfg, const Comm& world, bool quiet) {
   }
   agree(world, error, run);
   agree(world, data_checksum_check(cfg, world, in, run), run);
+  agree(world, placement_check(cfg, world, in.placement), run);
   run.threads = resolve_threads(cfg, run.node_ranks);
   blas_set_threads(run.threads);
 
@@ -319,9 +340,9 @@ RunSetup run_setup(const RunConfig& cfg, const Comm& world, bool quiet) {
   // reaches the agreement. So can a checkpoint's tensors, which every rank reads for itself.
   error.clear();
   try {
-    run.trainer =
-        std::make_unique<Trainer>(cfg, world, run.hosts, P, std::move(in.data),
-                                  std::move(in.val_data), std::move(in.routing), run.stats.get());
+    run.trainer = std::make_unique<Trainer>(cfg, world, run.hosts, P, std::move(in.placement),
+                                            std::move(in.data), std::move(in.val_data),
+                                            std::move(in.routing), run.stats.get());
     if (in.resume) checkpoint_load(*in.resume, run.trainer->state());
   } catch (const std::bad_alloc&) {
     error = "out of memory allocating the model (estimated " + gib_text(in.memory.total()) +

@@ -73,8 +73,8 @@ void check_bias_consistent(const Comm& world, const std::vector<float>& bias, in
 }  // namespace
 
 Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& hosts, int ep_size,
-                 std::unique_ptr<TokenSource> data, std::unique_ptr<TokenSource> val_data,
-                 RoutingState routing, RunStats* stats)
+                 ModelPlacement placement, std::unique_ptr<TokenSource> data,
+                 std::unique_ptr<TokenSource> val_data, RoutingState routing, RunStats* stats)
     : cfg_(cfg),
       mc_(cfg.model),
       world_(world),
@@ -84,7 +84,8 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
       stats_(stats),
       P_(ep_size),
       groups_(parallel_groups_make(world, P_, hosts)),
-      placement_{mc_.experts, P_},
+      placement_(std::move(placement)),
+      max_local_(model_placement_max_local(placement_)),
       layout_(model_layout(mc_, placement_, groups_.ep.rank())),
       ex_(groups_.ep, EpExchange::counts_for_hosts(groups_.ep_hosts)),
       adam_{0.9f, 0.95f, 1e-8f, static_cast<float>(cfg.weight_decay)} {
@@ -99,7 +100,7 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   adamw_state_init(adam_dense_, dense_.size());
   adamw_state_init(adam_experts_, experts_.size());
   // Activations and step buffers, sized once.
-  model_acts_reserve(acts_, mc_, B, P_, placement_.max_local());
+  model_acts_reserve(acts_, mc_, B, P_, max_local_);
   // Expert gradients by sequence along the global tree (model/expert_grads.hpp): this EP group's
   // sequences start at g·P·B. With replicas, a group sums the nodes of the tree its sequences
   // cover, node n into plane n of d_experts_, and reduce() adds every group's nodes along the
@@ -125,7 +126,7 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   sums_.resize(1 + 2 * static_cast<size_t>(L));
   sums_scratch_.resize(sums_.size());
   dense_scratch_.resize(dense_.size());
-  expert_sq_.resize(static_cast<size_t>(L) * placement_.max_local());
+  expert_sq_.resize(static_cast<size_t>(L) * max_local_);
   expert_sq_all_.resize(expert_sq_.size() * P_);
   recv_local_.resize(L);
   const size_t R = routing_.config.shadows.size();
@@ -316,7 +317,7 @@ void Trainer::reduce_loads(StepRecord& rec) {
       load_sums_[dropped + static_cast<size_t>(l) * E + e] = layer.dropped[e];
     }
     load_sums_[rows + l] = dispatch_plan_cross_host_rows(layer.plan, groups_.ep_hosts);
-    load_sums_[tokens + l] = dispatch_cross_host_tokens(layer.sent_idx(), mc_.top_k, placement_,
+    load_sums_[tokens + l] = dispatch_cross_host_tokens(layer.sent_idx(), mc_.top_k, placement_[l],
                                                         groups_.ep.rank(), groups_.ep_hosts);
     recv_local_[l] = layer.plan.num_recv;
   }
@@ -349,12 +350,10 @@ void Trainer::reduce_loads(StepRecord& rec) {
 // The experts' share of the global norm: dense gradients are identical everywhere (counted once
 // in optimize); each expert once, from one EP group, whose members own disjoint experts: every
 // expert's sum of squares, gathered and added in (layer, global expert) order, so the norm is
-// the same on any EP size. The expert arena holds, per layer, w1 of each local expert, then w3,
-// then w2 (model_layout).
+// the same on any EP size and placement. The expert arena holds, per layer, w1 of each local
+// expert, then w3, then w2 (model_layout).
 double Trainer::expert_grad_norm_sq() {
-  const int L = mc_.layers;
-  const int num_local = placement_.num_local(groups_.ep.rank());
-  const int max_local = placement_.max_local();
+  const int L = mc_.layers, me = groups_.ep.rank();
   const size_t DF = static_cast<size_t>(mc_.d_model) * mc_.ffn_dim;
   const std::span<const float> grads(d_experts_);
   std::fill(expert_sq_.begin(), expert_sq_.end(), 0.0);
@@ -362,22 +361,21 @@ double Trainer::expert_grad_norm_sq() {
   // threads, the same bits.
 #pragma omp parallel for collapse(2) schedule(static)
   for (int l = 0; l < L; ++l) {
-    for (int i = 0; i < num_local; ++i) {
-      const size_t layer = static_cast<size_t>(l) * 3 * num_local * DF;
+    for (int i = 0; i < max_local_; ++i) {
+      if (i >= placement_[l].num_local(me)) continue;
+      const MoeOffsets& o = layout_.layers[l].moe;
       double sq = 0.0;
-      for (int m = 0; m < 3; ++m) {
-        sq += sum_squares(grads.subspan(layer + (static_cast<size_t>(m) * num_local + i) * DF, DF));
-      }
-      expert_sq_[static_cast<size_t>(l) * max_local + i] = sq;
+      for (const size_t w : {o.w1, o.w3, o.w2}) sq += sum_squares(grads.subspan(w + i * DF, DF));
+      expert_sq_[static_cast<size_t>(l) * max_local_ + i] = sq;
     }
   }
   groups_.ep.allgather(std::span<const double>(expert_sq_), std::span<double>(expert_sq_all_));
   double norm_sq = 0.0;
   for (int l = 0; l < L; ++l) {
-    for (int q = 0; q < P_; ++q) {
-      for (int i = 0; i < placement_.num_local(q); ++i) {
-        norm_sq += expert_sq_all_[(static_cast<size_t>(q) * L + l) * max_local + i];
-      }
+    const ExpertPlacement& pl = placement_[l];
+    for (int e = 0; e < mc_.experts; ++e) {
+      const int q = pl.owner(e), i = pl.local_index(e);
+      norm_sq += expert_sq_all_[(static_cast<size_t>(q) * L + l) * max_local_ + i];
     }
   }
   return norm_sq;
@@ -402,31 +400,31 @@ uint64_t fnv1a_word(uint64_t h, uint64_t word) {
 }  // namespace
 
 uint64_t Trainer::param_digest() const {
-  const int L = mc_.layers, max_local = placement_.max_local();
-  const int num_local = placement_.num_local(groups_.ep.rank());
+  const int L = mc_.layers, me = groups_.ep.rank();
   const size_t DF = static_cast<size_t>(mc_.d_model) * mc_.ffn_dim;
-  // Each local expert tensor's digest, [L, max_local, 3], gathered over the EP group (every
+  // Each local expert tensor's digest, [L, max_local_, 3], gathered over the EP group (every
   // group holds the same experts' values, so any one will do: each uses its own).
-  std::vector<uint64_t> local(static_cast<size_t>(L) * max_local * 3, 0);
+  std::vector<uint64_t> local(static_cast<size_t>(L) * max_local_ * 3, 0);
   std::vector<uint64_t> all(local.size() * P_);
   const std::span<const float> experts(experts_);
   for (int l = 0; l < L; ++l) {
-    const size_t layer = static_cast<size_t>(l) * 3 * num_local * DF;
-    for (int i = 0; i < num_local; ++i) {
-      for (int m = 0; m < 3; ++m) {
-        local[(static_cast<size_t>(l) * max_local + i) * 3 + m] = fnv1a(
-            kFnvOffset, experts.subspan(layer + (static_cast<size_t>(m) * num_local + i) * DF, DF));
+    const MoeOffsets& o = layout_.layers[l].moe;
+    for (int i = 0; i < placement_[l].num_local(me); ++i) {
+      int m = 0;
+      for (const size_t w : {o.w1, o.w3, o.w2}) {
+        local[(static_cast<size_t>(l) * max_local_ + i) * 3 + m++] =
+            fnv1a(kFnvOffset, experts.subspan(w + i * DF, DF));
       }
     }
   }
   groups_.ep.allgather(std::span<const uint64_t>(local), std::span<uint64_t>(all));
   uint64_t h = fnv1a(kFnvOffset, std::span<const float>(dense_));
   for (int l = 0; l < L; ++l) {
-    for (int q = 0; q < P_; ++q) {  // EP rank q owns global experts first_expert(q) + i
-      for (int i = 0; i < placement_.num_local(q); ++i) {
-        for (int m = 0; m < 3; ++m) {
-          h = fnv1a_word(h, all[((static_cast<size_t>(q) * L + l) * max_local + i) * 3 + m]);
-        }
+    const ExpertPlacement& pl = placement_[l];
+    for (int e = 0; e < mc_.experts; ++e) {  // global expert order, whoever holds the expert
+      const int q = pl.owner(e), i = pl.local_index(e);
+      for (int m = 0; m < 3; ++m) {
+        h = fnv1a_word(h, all[((static_cast<size_t>(q) * L + l) * max_local_ + i) * 3 + m]);
       }
     }
   }

@@ -30,11 +30,12 @@ namespace moe {
 class Trainer {
  public:
   // `hosts`: where the ranks lie (comm/host_layout.hpp); the EP groups of `ep_size` ranks
-  // (run_ep_size) are cut from its order. `val_data` (may be null): the validation source of
-  // evaluate().
+  // (run_ep_size) are cut from its order, and each holds the experts as `placement` says (one
+  // ExpertPlacement of ep_size ranks per layer). `val_data` (may be null): the validation source
+  // of evaluate().
   Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& hosts, int ep_size,
-          std::unique_ptr<TokenSource> data, std::unique_ptr<TokenSource> val_data,
-          RoutingState routing, RunStats* stats);
+          ModelPlacement placement, std::unique_ptr<TokenSource> data,
+          std::unique_ptr<TokenSource> val_data, RoutingState routing, RunStats* stats);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -94,7 +95,8 @@ class Trainer {
   RunStats* stats_;  // null for --stats none
   int P_;
   ParallelGroups groups_;
-  ExpertPlacement placement_;
+  ModelPlacement placement_;  // [L]
+  int max_local_ = 1;         // the most experts a rank holds in a layer
   ModelLayout layout_;
   EpExchange ex_;  // holds a reference to groups_.ep: a Trainer never moves
   AdamWConfig adam_;
@@ -114,7 +116,7 @@ class Trainer {
   std::vector<int32_t> shadow_idx_;                // [N, K] a shadow balancer's selection
   std::vector<float> dense_scratch_;               // [dense elements] for the tree all-reduce
   std::vector<double> sums_scratch_;               // [1 + 2·L]
-  std::vector<double> expert_sq_, expert_sq_all_;  // [L, max local], [P, L, max local]
+  std::vector<double> expert_sq_, expert_sq_all_;  // [L, max_local_], [P, L, max_local_]
   // Expert gradients by sequence (model/expert_grads.hpp): each EP group's tree nodes (by group),
   // the planes of d_experts_ they need, and with replicas the gathered planes and the scratch of
   // the tree's top.

@@ -2,6 +2,8 @@
 // receive layout, and a simulated all-to-all that moves identity-coded rows there and back.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -18,9 +20,10 @@ TEST(ExpertPlacement, ContiguousBlocksAsEqualAsPossible) {
   EXPECT_EQ(p.num_local(0), 3);
   EXPECT_EQ(p.num_local(1), 3);
   EXPECT_EQ(p.num_local(2), 2);
-  EXPECT_EQ(p.first_expert(0), 0);
-  EXPECT_EQ(p.first_expert(1), 3);
-  EXPECT_EQ(p.first_expert(2), 6);
+  EXPECT_EQ(p.expert(0, 0), 0);
+  EXPECT_EQ(p.expert(1, 0), 3);
+  EXPECT_EQ(p.expert(2, 1), 7);
+  EXPECT_TRUE(p.is_contiguous());
   EXPECT_EQ(p.max_local(), 3);
   const int owners[8] = {0, 0, 0, 1, 1, 1, 2, 2};
   for (int e = 0; e < 8; ++e) EXPECT_EQ(p.owner(e), owners[e]) << "expert " << e;
@@ -30,15 +33,62 @@ TEST(ExpertPlacement, ContiguousBlocksAsEqualAsPossible) {
       const ExpertPlacement pl{E, P};
       int total = 0;
       for (int r = 0; r < P; ++r) {
-        EXPECT_EQ(pl.first_expert(r), total);
+        EXPECT_EQ(pl.expert(r, 0), total);
         EXPECT_GE(pl.num_local(r), E / P);
         EXPECT_LE(pl.num_local(r), E / P + 1);
-        for (int i = 0; i < pl.num_local(r); ++i) EXPECT_EQ(pl.owner(total + i), r);
+        for (int i = 0; i < pl.num_local(r); ++i) {
+          EXPECT_EQ(pl.owner(total + i), r);
+          EXPECT_EQ(pl.local_index(total + i), i);
+          EXPECT_EQ(pl.slot(total + i), total + i);
+        }
         total += pl.num_local(r);
       }
       EXPECT_EQ(total, E);
     }
   }
+}
+
+// Any assignment: each rank's experts in ascending id whatever order the lists give, slots
+// rank-major, uneven counts.
+TEST(ExpertPlacement, AnyAssignment) {
+  const ExpertPlacement p(6, {{5, 0}, {3}, {4, 1, 2}});
+  EXPECT_EQ(p.ep_size, 3);
+  EXPECT_EQ(p.num_local(0), 2);
+  EXPECT_EQ(p.num_local(1), 1);
+  EXPECT_EQ(p.num_local(2), 3);
+  EXPECT_EQ(p.max_local(), 3);
+  EXPECT_FALSE(p.is_contiguous());
+  const int owners[6] = {0, 2, 2, 1, 2, 0}, slots[6] = {0, 3, 4, 2, 5, 1};
+  for (int e = 0; e < 6; ++e) {
+    EXPECT_EQ(p.owner(e), owners[e]) << "expert " << e;
+    EXPECT_EQ(p.slot(e), slots[e]) << "expert " << e;
+    EXPECT_EQ(p.expert_at_slot(slots[e]), e);
+    EXPECT_EQ(p.expert(p.owner(e), p.local_index(e)), e);
+  }
+  EXPECT_EQ(p.expert(0, 0), 0);
+  EXPECT_EQ(p.expert(0, 1), 5);
+  // The contiguous layout written as lists is the contiguous layout.
+  EXPECT_EQ(ExpertPlacement(5, {{0, 1}, {2, 3}, {4}}), ExpertPlacement(5, 3));
+  EXPECT_TRUE(ExpertPlacement(5, {{1, 0}, {3, 2}, {4}}).is_contiguous());
+}
+
+TEST(ExpertPlacement, RefusesBadAssignments) {
+  const auto refused = [](int E, const std::vector<std::vector<int>>& ranks, const char* what) {
+    try {
+      const ExpertPlacement p(E, ranks);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(4, {{0, 1}, {}, {2, 3}}, "rank 1 holds no expert");
+  refused(4, {{0, 1}, {2, 4}}, "expert 4 outside [0, 4)");
+  refused(4, {{0, 1}, {2, -1}}, "expert -1 outside [0, 4)");
+  refused(4, {{0, 1, 1}, {2, 3}}, "rank 0 lists expert 1 twice");
+  refused(4, {{0, 1}, {2}}, "expert 3 is on no rank");
+  refused(4, {{0, 1, 2}, {2, 3}}, "expert 2 is on ranks 0 and 1");
+  EXPECT_THROW(ExpertPlacement(3, 4), std::invalid_argument);
+  EXPECT_THROW(ExpertPlacement(3, 0), std::invalid_argument);
 }
 
 TEST(DispatchPlan, SendSideOnHandExample) {
@@ -55,6 +105,23 @@ TEST(DispatchPlan, SendSideOnHandExample) {
   EXPECT_EQ(plan.send_offsets, (std::vector<int>{0, 3}));
   EXPECT_EQ(plan.expert_counts, (std::vector<int64_t>{2, 1, 1, 2}));
   EXPECT_EQ(plan.count_message, (std::vector<int>{2, 1, 1, 2}));
+}
+
+// The same routing under a permuted, uneven placement: rank 0 holds {3}, rank 1 holds {0, 1, 2}.
+// The send order follows the slots: destination rank, then its local experts by id.
+TEST(DispatchPlan, SendSideFollowsThePlacement) {
+  const std::vector<int32_t> idx = {3, 0, 1, 3, 0, 2};
+  DispatchPlan plan;
+  const ExpertPlacement placement(4, {{3}, {2, 1, 0}});
+  dispatch_plan_build(plan, idx, 3, 2, placement, 0);
+  // e3: a0, a3 (to rank 0); then rank 1's e0: a1, a4; e1: a2; e2: a5.
+  EXPECT_EQ(plan.send_assignment, (std::vector<int32_t>{0, 3, 1, 4, 2, 5}));
+  EXPECT_EQ(plan.send_counts, (std::vector<int>{2, 4}));
+  EXPECT_EQ(plan.send_offsets, (std::vector<int>{0, 2}));
+  EXPECT_EQ(plan.expert_counts, (std::vector<int64_t>{2, 1, 1, 2}));  // by global id
+  // [P, max_local = 3]: rank 0's one expert, then rank 1's three.
+  EXPECT_EQ(plan.count_message, (std::vector<int>{2, 0, 0, 2, 1, 1}));
+  EXPECT_EQ(plan.send_block_offsets, (std::vector<int>{0, 0, 0, 2, 4, 5}));
 }
 
 // A token capacity's drops (−1) are not sent: no send position, not counted, the rest in order.
@@ -90,8 +157,8 @@ TEST(DispatchPlan, RejectsBadRouting) {
 }
 
 // Simulates the whole exchange over P ranks in one process and checks provenance and order.
-void check_simulated_exchange(int E, int P, int K) {
-  const ExpertPlacement pl{E, P};
+void check_simulated_exchange(const ExpertPlacement& pl, int K) {
+  const int E = pl.num_experts, P = pl.ep_size;
   std::vector<std::vector<int32_t>> routing(P);
   std::vector<DispatchPlan> plans(P);
   for (int s = 0; s < P; ++s) {
@@ -138,7 +205,7 @@ void check_simulated_exchange(int E, int P, int K) {
     }
     // Every row is for this rank's expert of its range, ordered by (expert, source, token, slot).
     for (int i = 0; i < pd.num_local_experts(); ++i) {
-      const int e = pl.first_expert(d) + i;
+      const int e = pl.expert(d, i);
       std::tuple<int, int, int> prev{-1, -1, -1};
       for (int r = pd.expert_offsets[i]; r < pd.expert_offsets[i + 1]; ++r) {
         const float* row = &expert_rows[d][r * kCodeWidth];
@@ -174,19 +241,26 @@ void check_simulated_exchange(int E, int P, int K) {
 }
 
 TEST(DispatchPlan, SimulatedExchangeEvenSplit) {
-  check_simulated_exchange(8, 4, 3);
+  check_simulated_exchange(ExpertPlacement(8, 4), 3);
 }
 TEST(DispatchPlan, SimulatedExchangeUnevenSplit) {
-  check_simulated_exchange(8, 3, 3);
+  check_simulated_exchange(ExpertPlacement(8, 3), 3);
 }
 TEST(DispatchPlan, SimulatedExchangeOneRank) {
-  check_simulated_exchange(8, 1, 3);
+  check_simulated_exchange(ExpertPlacement(8, 1), 3);
 }
 TEST(DispatchPlan, SimulatedExchangeOneExpertPerRank) {
-  check_simulated_exchange(8, 8, 2);
+  check_simulated_exchange(ExpertPlacement(8, 8), 2);
 }
 TEST(DispatchPlan, SimulatedExchangeManyExperts) {
-  check_simulated_exchange(13, 5, 4);
+  check_simulated_exchange(ExpertPlacement(13, 5), 4);
+}
+TEST(DispatchPlan, SimulatedExchangePermutedPlacement) {
+  check_simulated_exchange(ExpertPlacement(8, {{6, 1}, {0, 7}, {3, 5}, {2, 4}}), 3);
+}
+TEST(DispatchPlan, SimulatedExchangeUnevenPlacement) {
+  check_simulated_exchange(ExpertPlacement(13, {{12}, {0, 5, 9, 3, 11, 1}, {2, 4}, {6, 7, 8, 10}}),
+                           4);
 }
 
 }  // namespace

@@ -99,7 +99,7 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
 
   // Expected rows for each local expert: (source, token, slot) in exactly this order.
   for (int i = 0; i < plan.num_local_experts(); ++i) {
-    const int e = placement.first_expert(ep_rank) + i;
+    const int e = placement.expert(ep_rank, i);
     std::vector<std::tuple<int, int, int>> expected;
     for (int s = 0; s < P; ++s) {
       for (size_t a = 0; a < routing[s].size(); ++a) {

@@ -50,7 +50,7 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
   const ModelConfig c = micro_config();
   const Comm self = Comm::self();
   EpExchange ex(self);
-  const ExpertPlacement placement{c.experts, 1};
+  const ModelPlacement placement = model_placement_contiguous(c, 1);
   const ModelLayout layout = model_layout(c, placement, 0);
   std::vector<double> dense(layout.dense.num_elements), experts(layout.experts.num_elements);
   param_init(std::span<double>(dense), layout.dense, 3);
@@ -76,7 +76,7 @@ TEST_P(ModelGradient, EveryParameterMatchesFiniteDifferences) {
   const testing_util::RandomBatch data(c, 5);
   const ModelBatch& batch = data.batch;
   ModelActs<double> acts;
-  model_acts_reserve(acts, c, c.batch_per_rank, 1, placement.max_local());
+  model_acts_reserve(acts, c, c.batch_per_rank, 1, model_placement_max_local(placement));
 
   // The trained objective: mean cross-entropy plus every layer's balance loss.
   auto loss = [&]() {
@@ -139,7 +139,7 @@ TEST(ModelMemory, ParameterBytesMatchTheLayout) {
   for (int shared : {0, 2}) {
     c.shared_experts = shared;
     for (int P : {1, 2, 3, 5}) {
-      const ExpertPlacement placement{c.experts, P};
+      const ModelPlacement placement = model_placement_contiguous(c, P);
       const ModelLayout layout = model_layout(c, placement, 0);  // rank 0 owns the most experts
       const double elements = layout.dense.num_elements + layout.experts.num_elements;
       EXPECT_EQ(model_memory_estimate(c, P).param_bytes, 16.0 * elements)
@@ -157,9 +157,9 @@ TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
     c.shared_experts = shared;
     for (int B : {1, 2, 3, 4, 8}) {
       c.batch_per_rank = B;
-      const ExpertPlacement placement{c.experts, 1};
+      const ModelPlacement placement = model_placement_contiguous(c, 1);
       ModelActs<float> acts;
-      model_acts_reserve(acts, c, B, 1, placement.max_local());
+      model_acts_reserve(acts, c, B, 1, model_placement_max_local(placement));
       size_t values = acts.grad_tree.reserved_values();
       for (const AttnSaved<float>& a : acts.attn) {
         values += a.tree_q.reserved_values() + a.tree_k.reserved_values() +

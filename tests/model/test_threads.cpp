@@ -70,7 +70,7 @@ StepResult train_step(int threads, const ModelConfig& c = three_layers(),
   blas_set_threads(threads);
   const Comm self = Comm::self();
   EpExchange ex(self);
-  const ExpertPlacement placement{c.experts, 1};
+  const ModelPlacement placement = model_placement_contiguous(c, 1);
   const ModelLayout layout = model_layout(c, placement, 0);
   std::vector<float> dense(layout.dense.num_elements), experts(layout.experts.num_elements);
   param_init(std::span<float>(dense), layout.dense, 11);
@@ -81,7 +81,7 @@ StepResult train_step(int threads, const ModelConfig& c = three_layers(),
   const testing_util::RandomBatch data(c, 11);
   const ModelBatch& batch = data.batch;
   ModelActs<float> acts;
-  model_acts_reserve(acts, c, c.batch_per_rank, 1, placement.max_local());
+  model_acts_reserve(acts, c, c.batch_per_rank, 1, model_placement_max_local(placement));
 
   StepResult r;
   r.loss =

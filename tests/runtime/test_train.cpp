@@ -2,9 +2,15 @@
 // global batch, bitwise determinism, and learning toward the synthetic data's entropy floor.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +20,7 @@
 #include "mpi_test_ranks.hpp"
 #include "runtime/options/options.hpp"
 #include "runtime/options/presets.hpp"
+#include "runtime/run/placement_file.hpp"
 #include "runtime/run/train.hpp"
 
 namespace moe {
@@ -36,6 +43,7 @@ struct Reference {
   std::vector<double> losses, grad_norms, z_losses;
   std::vector<int64_t> loads;    // [steps, L, E]
   std::vector<int64_t> dropped;  // [steps, L, E] by the token capacity
+  std::vector<float> bias;       // [steps, L, E] the bias each step routed with
   uint64_t param_digest = 0;     // the parameters after the last step's AdamW
 };
 
@@ -49,6 +57,7 @@ Reference reference_run(const RunConfig& cfg, const Comm& world) {
   r.z_losses.assign(cfg.steps, 0.0);
   r.loads.assign(cfg.steps * LE, 0);
   r.dropped.assign(cfg.steps * LE, 0);
+  r.bias.assign(cfg.steps * LE, 0.0f);
   if (world.rank() == 0) {
     const TrainSummary ref = train_run(cfg, Comm::self(), /*quiet=*/true);
     r.param_digest = ref.param_digest;
@@ -60,6 +69,7 @@ Reference reference_run(const RunConfig& cfg, const Comm& world) {
                 r.loads.begin() + s * LE);
       std::copy(ref.steps[s].dropped.begin(), ref.steps[s].dropped.end(),
                 r.dropped.begin() + s * LE);
+      std::copy(ref.steps[s].bias.begin(), ref.steps[s].bias.end(), r.bias.begin() + s * LE);
     }
   }
   world.broadcast(std::span<double>(r.losses), 0);
@@ -67,6 +77,7 @@ Reference reference_run(const RunConfig& cfg, const Comm& world) {
   world.broadcast(std::span<double>(r.z_losses), 0);
   world.broadcast(std::span<int64_t>(r.loads), 0);
   world.broadcast(std::span<int64_t>(r.dropped), 0);
+  world.broadcast(std::span<float>(r.bias), 0);
   world.broadcast(std::span<uint64_t>(&r.param_digest, 1), 0);
   return r;
 }
@@ -80,7 +91,8 @@ int64_t check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
   if (global_batch % W != 0) return 0;
   cfg.model.batch_per_rank = global_batch;
   RunConfig one_rank = cfg;
-  one_rank.ep = 0;  // one rank is one EP group
+  one_rank.ep = 0;  // one rank is one EP group, holding every expert
+  one_rank.expert_placement.clear();
   const Reference ref = reference_run(one_rank, world);
   const int B = global_batch / W;
   cfg.model.batch_per_rank = B;
@@ -112,6 +124,9 @@ int64_t check_rank_invariance(RunConfig cfg, int global_batch, Expect expect) {
       EXPECT_EQ(got.steps[s].dropped.size(), LE) << "step " << s;
       EXPECT_TRUE(std::equal(got.steps[s].dropped.begin(), got.steps[s].dropped.end(),
                              ref.dropped.begin() + s * LE))
+          << "step " << s;
+      EXPECT_TRUE(
+          std::equal(got.steps[s].bias.begin(), got.steps[s].bias.end(), ref.bias.begin() + s * LE))
           << "step " << s;
     } else {
       EXPECT_NEAR(got.steps[s].loss, ref.losses[s], kLossRelTol * ref.losses[s]) << "step " << s;
@@ -261,6 +276,66 @@ TEST(TrainInvariance, MicroReplicasOfThreeRankGroupsOnSixRanks) {
   RunConfig cfg = micro_run(4, 12, 1);
   cfg.ep = 3;
   check_rank_invariance(cfg, 12, Expect::kBitwise);
+}
+
+// A placement of `E` experts on `P` ranks in each of `L` layers, drawn from `seed`: experts
+// shuffled, then cut at P - 1 distinct points, so counts are uneven (a permutation when P == E).
+ModelPlacement drawn_placement(int E, int L, int P, unsigned seed) {
+  std::mt19937 rng(seed);
+  ModelPlacement placement;
+  for (int l = 0; l < L; ++l) {
+    std::vector<int> experts(E), cuts(E - 1);
+    std::iota(experts.begin(), experts.end(), 0);
+    std::shuffle(experts.begin(), experts.end(), rng);
+    std::iota(cuts.begin(), cuts.end(), 1);
+    std::shuffle(cuts.begin(), cuts.end(), rng);
+    cuts.resize(P - 1);
+    cuts.push_back(0);
+    cuts.push_back(E);
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<std::vector<int>> ranks(P);
+    for (int q = 0; q < P; ++q)
+      ranks[q].assign(experts.begin() + cuts[q], experts.begin() + cuts[q + 1]);
+    placement.emplace_back(E, ranks);
+  }
+  return placement;
+}
+
+// Where experts lie changes no bit, only the time: under drawn placements (uneven counts, every
+// layer its own) a run's losses, gradient norms, loads, bias and parameters equal the one-rank
+// run's, with one EP group and with two.
+MOE_TEST_RANKS(TrainPlacement, DeepseekTinySameUnderAnyPlacement,
+               [](int w) { return w == 2 || w == 4 || w == 8; });
+TEST(TrainPlacement, DeepseekTinySameUnderAnyPlacement) {
+  const Comm world = Comm::world();
+  const int W = world.size();
+  RunConfig cfg = micro_run(2, 8, 1);
+  cfg.model_name = "deepseek4-tiny";
+  cfg.model = preset_model("deepseek4-tiny");
+  // Every rank reads the file rank 0 wrote, under rank 0's name for it.
+  int root_pid = static_cast<int>(::getpid());
+  world.broadcast(std::span<int>(&root_pid, 1), 0);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("moe_placement_test_" + std::to_string(root_pid) + ".txt"))
+                               .string();
+  for (const int ep : {0, W / 2}) {
+    if (ep == 1) continue;  // one rank of each group holds every expert: nothing to place
+    cfg.ep = ep;
+    const int P = run_ep_size(cfg, W);
+    for (unsigned seed : {1u, 2u}) {
+      const ModelPlacement drawn = drawn_placement(cfg.model.experts, cfg.model.layers, P, seed);
+      if (world.rank() == 0) {
+        std::ofstream(path) << "# drawn by the test, seed " << seed << "\n"
+                            << placement_text_make(drawn);
+      }
+      world.barrier();
+      cfg.expert_placement = path;
+      SCOPED_TRACE("EP size " + std::to_string(P) + ", placement seed " + std::to_string(seed));
+      check_rank_invariance(cfg, 8, Expect::kBitwise);
+      world.barrier();
+    }
+  }
+  if (world.rank() == 0) std::filesystem::remove(path);
 }
 
 TEST(TrainDeterminism, SameCommandGivesBitwiseIdenticalRun) {
