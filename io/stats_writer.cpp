@@ -92,6 +92,9 @@ void validate_header(const StatsHeader& h) {
   }
   require(h.hash_tables.size() == static_cast<size_t>(h.hash_layers) * h.vocab * h.top_k,
           "hash_tables needs hash_layers * vocab * top_k entries");
+  require(h.placement.empty() ||
+              h.placement.size() == static_cast<size_t>(h.num_layers) * h.ep_size * h.num_experts,
+          "placement needs num_layers * ep_size * num_experts entries (or none)");
   require(h.rank_host.empty() || h.rank_host.size() == static_cast<size_t>(h.world_size),
           "rank_host needs world_size entries (or none)");
   for (const int32_t host : h.rank_host) {
@@ -365,6 +368,11 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
     }
   }
   h5_write_string_dataset(f, "/perf/phases", h.phase_names);
+  if (!h.placement.empty()) {
+    h5_write_fixed_dataset(f, "/layers/placement", H5T_STD_U8LE, H5T_NATIVE_UINT8,
+                           {hsize_t(h.num_layers), hsize_t(h.ep_size), hsize_t(h.num_experts)},
+                           h.placement.data());
+  }
   const std::vector<int32_t> hosts = rank_hosts(h);
   h5_write_fixed_dataset(f, "/hosts/rank_host", H5T_STD_I32LE, H5T_NATIVE_INT32, {m.W},
                          hosts.data());

@@ -32,6 +32,8 @@ struct StatsHeader {
   int world_size = 1;              // W
   int ep_size = 1;                 // P (expert-parallel group size)
   std::vector<int32_t> rank_host;  // [W] host of each rank (/hosts/rank_host); empty: all on 0
+  std::vector<uint8_t> placement;  // [L, P, E] 1 where EP rank q holds expert e in layer l
+                                   // (/layers/placement); empty: not recorded
   int num_layers = 0;              // L
   int num_experts = 0;             // E
   int top_k = 0;                   // K

@@ -77,7 +77,7 @@ StatsPathChoice stats_path_choose(const RunConfig& cfg) {
 // hosts, each layer's routing and the hash tables, what it trains on, and its lineage.
 StatsHeader stats_header(const RunConfig& cfg, const std::string& path, int world_size, int ep_size,
                          const HostLayout& hosts, const RoutingState& routing,
-                         const std::string& data_description,
+                         const ModelPlacement& placement, const std::string& data_description,
                          const std::string& val_data_description, double entropy_floor,
                          const std::string& run_id) {
   const ModelConfig& m = cfg.model;
@@ -95,6 +95,16 @@ StatsHeader stats_header(const RunConfig& cfg, const std::string& path, int worl
   h.world_size = world_size;
   h.ep_size = ep_size;
   h.rank_host.assign(hosts.host_of_rank.begin(), hosts.host_of_rank.end());
+  // [L, P, E]: which EP rank holds which experts (--expert-placement, else contiguous blocks).
+  h.placement.assign(static_cast<size_t>(m.layers) * ep_size * m.experts, 0);
+  for (int l = 0; l < m.layers; ++l) {
+    for (int q = 0; q < ep_size; ++q) {
+      for (int i = 0; i < placement[l].num_local(q); ++i) {
+        h.placement[(static_cast<size_t>(l) * ep_size + q) * m.experts +
+                    placement[l].expert(q, i)] = 1;
+      }
+    }
+  }
   h.num_layers = m.layers;
   h.num_experts = m.experts;
   h.top_k = m.top_k;
@@ -123,8 +133,9 @@ StatsHeader stats_header(const RunConfig& cfg, const std::string& path, int worl
 
 RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
                    const HostLayout& hosts, const RoutingState& routing,
-                   const std::string& data_description, const std::string& val_data_description,
-                   double entropy_floor, const std::string& run_id)
+                   const ModelPlacement& placement, const std::string& data_description,
+                   const std::string& val_data_description, double entropy_floor,
+                   const std::string& run_id)
     : rank_(rank),
       world_size_(world_size),
       layers_(cfg.model.layers),
@@ -140,7 +151,7 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
   try {
     writer_ = std::make_unique<StatsWriter>(
         path_, choice.overwrite,
-        stats_header(cfg, path_, world_size, ep_size, hosts, routing, data_description,
+        stats_header(cfg, path_, world_size, ep_size, hosts, routing, placement, data_description,
                      val_data_description, entropy_floor, run_id));
   } catch (...) {
     if (reserved_) drop_reservation(path_);

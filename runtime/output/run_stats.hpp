@@ -25,9 +25,9 @@ class RunStats {
   // (StatsWriter); throws StatsPathError or Hdf5Error on a bad path. Other ranks only remember
   // the shape. `run_id`: this run's (RunIdentity), recorded with the run it resumed.
   RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size, const HostLayout& hosts,
-           const RoutingState& routing, const std::string& data_description,
-           const std::string& val_data_description, double entropy_floor,
-           const std::string& run_id);
+           const RoutingState& routing, const ModelPlacement& placement,
+           const std::string& data_description, const std::string& val_data_description,
+           double entropy_floor, const std::string& run_id);
   // Without publish(): the staging file is removed and the path left as it was (a name reserved
   // under runs/ is removed too).
   ~RunStats();

@@ -242,7 +242,7 @@ void setup_open(const RunConfig& cfg, int rank, int W, int P, const RunIdentity&
     summary.shadow_names.push_back(shadow_rule_name(rule));
   }
   if (cfg.stats_path != kNoStats) {
-    run.stats = std::make_unique<RunStats>(cfg, rank, W, P, run.hosts, in.routing,
+    run.stats = std::make_unique<RunStats>(cfg, rank, W, P, run.hosts, in.routing, in.placement,
                                            summary.data_description, summary.val_data_description,
                                            summary.entropy_floor, identity.id);
     summary.stats_path = run.stats->path();
