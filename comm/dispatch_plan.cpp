@@ -16,15 +16,15 @@ ExpertPlacement::ExpertPlacement(int num_experts_in, int ep_size_in)
   }
   const int base = num_experts / ep_size, extra = num_experts % ep_size;
   experts_.resize(num_experts);
-  owner_.resize(num_experts);
-  slot_.resize(num_experts);
+  slot_rank_.resize(num_experts);
   rank_first_.assign(ep_size + 1, 0);
   for (int q = 0; q < ep_size; ++q) {
     rank_first_[q + 1] = rank_first_[q] + base + (q < extra ? 1 : 0);
-    for (int e = rank_first_[q]; e < rank_first_[q + 1]; ++e) owner_[e] = q;
+    for (int e = rank_first_[q]; e < rank_first_[q + 1]; ++e) slot_rank_[e] = q;
   }
-  for (int e = 0; e < num_experts; ++e) experts_[e] = slot_[e] = e;
+  for (int e = 0; e < num_experts; ++e) experts_[e] = e;
   max_local_ = base + (extra > 0 ? 1 : 0);
+  index_replicas();
 }
 
 ExpertPlacement::ExpertPlacement(int num_experts_in, const std::vector<std::vector<int>>& ranks)
@@ -32,10 +32,9 @@ ExpertPlacement::ExpertPlacement(int num_experts_in, const std::vector<std::vect
   if (ep_size < 1 || num_experts < 1) {
     throw std::invalid_argument("expert placement: no ranks or no experts");
   }
-  owner_.assign(num_experts, -1);
-  slot_.assign(num_experts, -1);
   rank_first_.assign(ep_size + 1, 0);
   experts_.clear();
+  slot_rank_.clear();
   max_local_ = 0;
   for (int q = 0; q < ep_size; ++q) {
     std::vector<int> held = ranks[q];
@@ -43,30 +42,42 @@ ExpertPlacement::ExpertPlacement(int num_experts_in, const std::vector<std::vect
       throw std::invalid_argument("rank " + std::to_string(q) + " holds no expert");
     }
     std::sort(held.begin(), held.end());
-    for (const int e : held) {
+    for (size_t i = 0; i < held.size(); ++i) {
+      const int e = held[i];
       if (e < 0 || e >= num_experts) {
         throw std::invalid_argument("rank " + std::to_string(q) + ": expert " + std::to_string(e) +
                                     " outside [0, " + std::to_string(num_experts) + ")");
       }
-      if (owner_[e] == q) {
+      if (i > 0 && held[i - 1] == e) {
         throw std::invalid_argument("rank " + std::to_string(q) + " lists expert " +
                                     std::to_string(e) + " twice");
       }
-      if (owner_[e] >= 0) {
-        throw std::invalid_argument("expert " + std::to_string(e) + " is on ranks " +
-                                    std::to_string(owner_[e]) + " and " + std::to_string(q) +
-                                    ": replicated experts are not supported");
-      }
-      owner_[e] = q;
-      slot_[e] = static_cast<int>(experts_.size());
       experts_.push_back(e);
+      slot_rank_.push_back(q);
     }
     rank_first_[q + 1] = static_cast<int>(experts_.size());
     max_local_ = std::max(max_local_, static_cast<int>(held.size()));
   }
+  index_replicas();
   for (int e = 0; e < num_experts; ++e) {
-    if (owner_[e] < 0)
+    if (num_replicas(e) == 0) {
       throw std::invalid_argument("expert " + std::to_string(e) + " is on no rank");
+    }
+  }
+}
+
+void ExpertPlacement::index_replicas() {
+  // A counting sort of the slots by expert, stable in slot order, hence in rank order.
+  replica_first_.assign(num_experts + 1, 0);
+  for (const int e : experts_) ++replica_first_[e + 1];
+  for (int e = 0; e < num_experts; ++e) replica_first_[e + 1] += replica_first_[e];
+  replica_slots_.resize(experts_.size());
+  slot_replica_.resize(experts_.size());
+  std::vector<int> next(replica_first_.begin(), replica_first_.end() - 1);
+  for (int slot = 0; slot < num_instances(); ++slot) {
+    const int e = experts_[slot];
+    slot_replica_[slot] = next[e] - replica_first_[e];
+    replica_slots_[next[e]++] = slot;
   }
 }
 
@@ -75,7 +86,7 @@ bool ExpertPlacement::is_contiguous() const {
 }
 
 void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx, int num_tokens,
-                         int top_k, const ExpertPlacement& placement, int ep_rank) {
+                         int top_k, const ExpertPlacement& placement, int ep_rank, int seq_len) {
   const int E = placement.num_experts, P = placement.ep_size;
   if (ep_rank < 0 || ep_rank >= P) {
     throw std::invalid_argument("dispatch_plan_build: placement of " + std::to_string(E) +
@@ -96,37 +107,54 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
   plan.recv_block_offsets.clear();
   plan.num_recv = 0;
 
-  // Counting sort by the experts' slots (destination rank, then local expert), stable in the
-  // assignment index.
+  // The slot of each assignment: its expert's instance, the replica its sequence goes to (this
+  // rank's sequence b is the EP group's ep_rank·Bs + b). Then a counting sort by slot (destination
+  // rank, then local expert), stable in the assignment index.
+  const int S = seq_len > 0 ? seq_len : std::max(num_tokens, 1);
+  if (num_tokens % S != 0) {
+    throw std::invalid_argument("dispatch_plan_build: " + std::to_string(num_tokens) +
+                                " tokens are not whole sequences of " + std::to_string(S));
+  }
+  const int Bs = num_tokens / S, group_seqs = P * Bs;
   plan.expert_counts.assign(E, 0);
+  plan.slot_counts.assign(placement.num_instances(), 0);
+  plan.send_slot.resize(num_send);
   int sent = 0;
   for (int a = 0; a < num_send; ++a) {
     const int e = expert_idx[a];
-    if (e == -1) continue;  // dropped
+    if (e == -1) {  // dropped
+      plan.send_slot[a] = -1;
+      continue;
+    }
     if (e < 0 || e >= E) {
       throw std::invalid_argument("dispatch_plan_build: token " + std::to_string(a / top_k) +
                                   " is routed to expert " + std::to_string(e) + ", outside [0, " +
                                   std::to_string(E) + ")");
     }
+    const int replica = placement.num_replicas(e) == 1
+                            ? 0
+                            : placement.replica_for(e, ep_rank * Bs + (a / top_k) / S, group_seqs);
+    const int slot = placement.replica_slot(e, replica);
+    plan.send_slot[a] = slot;
     ++plan.expert_counts[e];
+    ++plan.slot_counts[slot];
     ++sent;
   }
   plan.num_sent = sent;
-  // cursor[slot]: next free send position of the expert in that slot.
+  // cursor[slot]: next free send position of the instance in that slot.
   std::vector<int>& cursor = plan.expert_cursor;
-  cursor.assign(E, 0);
-  for (int slot = 1; slot < E; ++slot) {
-    cursor[slot] =
-        cursor[slot - 1] + static_cast<int>(plan.expert_counts[placement.expert_at_slot(slot - 1)]);
+  cursor.assign(placement.num_instances(), 0);
+  for (int slot = 1; slot < placement.num_instances(); ++slot) {
+    cursor[slot] = cursor[slot - 1] + plan.slot_counts[slot - 1];
   }
   plan.send_assignment.resize(sent);
   plan.send_position.resize(num_send);
   for (int a = 0; a < num_send; ++a) {
-    if (expert_idx[a] == -1) {
+    if (plan.send_slot[a] == -1) {
       plan.send_position[a] = -1;
       continue;
     }
-    const int p = cursor[placement.slot(expert_idx[a])]++;
+    const int p = cursor[plan.send_slot[a]]++;
     plan.send_assignment[p] = a;
     plan.send_position[a] = p;
   }
@@ -140,7 +168,7 @@ void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx
   int position = 0;
   for (int d = 0; d < P; ++d) {
     for (int i = 0; i < placement.num_local(d); ++i) {
-      const int c = static_cast<int>(plan.expert_counts[placement.expert(d, i)]);
+      const int c = plan.slot_counts[placement.slot_of(d, i)];
       plan.count_message[static_cast<size_t>(d) * max_local + i] = c;
       plan.send_block_offsets[static_cast<size_t>(d) * max_local + i] = position;
       position += c;
@@ -205,6 +233,28 @@ int64_t dispatch_plan_cross_host_rows(const DispatchPlan& plan, std::span<const 
   return rows;
 }
 
+namespace {
+
+// Per token of `ids` ([T, K], −1 not sent), the hosts other than `own` that its sent assignments
+// reach, `host_of(a)` being assignment a's destination host.
+template <class HostOf>
+int64_t cross_host_tokens(std::span<const int32_t> ids, int top_k, int own, HostOf&& host_of) {
+  int64_t copies = 0;
+  for (size_t t = 0; t < ids.size(); t += top_k) {
+    // Count each other host at the first slot that reaches it (K is small: a quadratic scan).
+    for (int j = 0; j < top_k; ++j) {
+      if (ids[t + j] == -1) continue;  // dropped: not sent
+      const int host = host_of(t + j);
+      bool first = host != own;
+      for (int i = 0; i < j && first; ++i) first = ids[t + i] == -1 || host_of(t + i) != host;
+      copies += first;
+    }
+  }
+  return copies;
+}
+
+}  // namespace
+
 int64_t dispatch_cross_host_tokens(std::span<const int32_t> expert_idx, int top_k,
                                    const ExpertPlacement& placement, int ep_rank,
                                    std::span<const int> ep_hosts) {
@@ -216,21 +266,20 @@ int64_t dispatch_cross_host_tokens(std::span<const int32_t> expert_idx, int top_
                                 std::to_string(ep_hosts.size()) + " hosts for an EP group of " +
                                 std::to_string(P));
   }
-  const int own = ep_hosts[ep_rank];
-  int64_t copies = 0;
-  for (size_t t = 0; t < expert_idx.size(); t += top_k) {
-    // Count each other host at the first slot that reaches it (K is small: a quadratic scan).
-    for (int j = 0; j < top_k; ++j) {
-      if (expert_idx[t + j] == -1) continue;  // dropped: not sent
-      const int host = ep_hosts[placement.owner(expert_idx[t + j])];
-      bool first = host != own;
-      for (int i = 0; i < j && first; ++i) {
-        first = expert_idx[t + i] == -1 || ep_hosts[placement.owner(expert_idx[t + i])] != host;
-      }
-      copies += first;
-    }
+  return cross_host_tokens(expert_idx, top_k, ep_hosts[ep_rank],
+                           [&](size_t a) { return ep_hosts[placement.owner(expert_idx[a])]; });
+}
+
+int64_t dispatch_plan_cross_host_tokens(const DispatchPlan& plan, std::span<const int> ep_hosts) {
+  const ExpertPlacement& pl = plan.placement;
+  if (ep_hosts.size() != static_cast<size_t>(pl.ep_size)) {
+    throw std::invalid_argument(
+        "dispatch_plan_cross_host_tokens: " + std::to_string(ep_hosts.size()) +
+        " hosts for an EP group of " + std::to_string(pl.ep_size));
   }
-  return copies;
+  const std::span<const int32_t> slots(plan.send_slot);
+  return cross_host_tokens(slots, plan.top_k, ep_hosts[plan.ep_rank],
+                           [&](size_t a) { return ep_hosts[pl.rank_of_slot(slots[a])]; });
 }
 
 }  // namespace moe

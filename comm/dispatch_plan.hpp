@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace moe {
@@ -23,32 +24,61 @@ namespace moe {
 // Which EP rank holds which experts. By default experts [0, E) lie in contiguous blocks over P
 // ranks, as equal as possible: the first E mod P ranks own one expert more than the others. Any
 // other assignment (--expert-placement) may be given as each rank's list of experts: counts may be
-// uneven, every rank holds at least one expert and every expert exactly one rank. A rank's local
-// experts are in ascending global id, so "local expert i of rank q" names one expert however the
-// placement was written.
+// uneven, every rank holds at least one expert, every expert is on at least one rank. An expert on
+// several ranks is replicated (the redundant experts of DeepSeek's EPLB): each replica holds its
+// own copy of the weights and optimizer state, and a source sends the expert's rows of each of its
+// sequences to one replica, chosen by the sequence (replica_for), so the weight gradients still
+// add along the one tree over the sequences (model/expert_grads.hpp).
+//
+// An "instance" is one (rank, expert) pair. A rank's instances are in ascending global id, so
+// "local expert i of rank q" names one expert however the placement was written; slots number the
+// instances rank-major, and the dispatch sends in slot order.
 class ExpertPlacement {
  public:
   ExpertPlacement() : ExpertPlacement(1, 1) {}
   // The contiguous layout. Throws std::invalid_argument unless 1 <= P <= E.
   ExpertPlacement(int num_experts, int ep_size);
   // Rank q holds the experts of ranks[q]. Throws std::invalid_argument naming the problem: a rank
-  // with no expert, an id outside [0, E), an expert on no rank or on several.
+  // with no expert, an id outside [0, E), an expert twice on one rank, an expert on no rank.
   ExpertPlacement(int num_experts, const std::vector<std::vector<int>>& ranks);
 
   int num_experts = 1;  // E
   int ep_size = 1;      // P
 
+  int num_instances() const { return static_cast<int>(experts_.size()); }
   int num_local(int ep_rank) const { return rank_first_[ep_rank + 1] - rank_first_[ep_rank]; }
   int max_local() const { return max_local_; }
-  // Global id of rank q's local expert i.
+  // Global id of rank q's local expert i; the slot of that instance.
   int expert(int ep_rank, int i) const { return experts_[rank_first_[ep_rank] + i]; }
-  int owner(int expert) const { return owner_[expert]; }
-  // The expert's position in rank-major order: its owner's first slot plus its local index. The
-  // send order of the dispatch sorts by it.
-  int slot(int expert) const { return slot_[expert]; }
+  int slot_of(int ep_rank, int i) const { return rank_first_[ep_rank] + i; }
   int expert_at_slot(int slot) const { return experts_[slot]; }
-  // The expert's index among its owner's local experts.
-  int local_index(int expert) const { return slot_[expert] - rank_first_[owner_[expert]]; }
+  int rank_of_slot(int slot) const { return slot_rank_[slot]; }
+  int local_of_slot(int slot) const { return slot - rank_first_[slot_rank_[slot]]; }
+
+  // The ranks holding expert e, in rank order: replica j is at slot replica_slot(e, j).
+  int num_replicas(int expert) const { return replica_first_[expert + 1] - replica_first_[expert]; }
+  int replica_slot(int expert, int j) const { return replica_slots_[replica_first_[expert] + j]; }
+  // Which replica of its expert the instance in `slot` is (0 for an expert on one rank).
+  int replica_of_slot(int slot) const { return slot_replica_[slot]; }
+  bool has_replicas() const { return num_instances() > num_experts; }
+  // The first holder of an expert, and the expert's index among that rank's local experts: where
+  // the expert is counted once (the gradient norm, the parameter digest, a checkpoint's tensor).
+  int owner(int expert) const { return rank_of_slot(replica_slot(expert, 0)); }
+  int local_index(int expert) const { return local_of_slot(replica_slot(expert, 0)); }
+
+  // Which replica of `expert` takes the rows of sequence `seq` of the EP group's `num_seqs`: the
+  // sequences in contiguous chunks, replica j taking replica_chunk(j, k, num_seqs).
+  int replica_for(int expert, int seq, int num_seqs) const {
+    return static_cast<int>(static_cast<int64_t>(seq) * num_replicas(expert) / num_seqs);
+  }
+  // The sequences [first, end) of the EP group's n that replica j of k takes: [⌈j·n/k⌉,
+  // ⌈(j+1)·n/k⌉).
+  static std::pair<int, int> replica_chunk(int j, int k, int n) {
+    const auto bound = [&](int i) {
+      return static_cast<int>((static_cast<int64_t>(i) * n + k - 1) / k);
+    };
+    return {bound(j), bound(j + 1)};
+  }
   bool is_contiguous() const;
 
   friend bool operator==(const ExpertPlacement& a, const ExpertPlacement& b) {
@@ -57,10 +87,14 @@ class ExpertPlacement {
   }
 
  private:
-  std::vector<int> experts_;     // [E] global ids, rank-major, ascending within a rank
-  std::vector<int> rank_first_;  // [P + 1] rank q's experts: experts_[rank_first_[q] ..)
-  std::vector<int> owner_;       // [E] the rank of each expert
-  std::vector<int> slot_;        // [E] the index of each expert in experts_
+  void index_replicas();  // replica_first_ and replica_slots_ from experts_ and slot_rank_
+
+  std::vector<int> experts_;        // [I] global id of each instance, rank-major, ascending
+  std::vector<int> rank_first_;     // [P + 1] rank q's instances: slots [rank_first_[q], ..)
+  std::vector<int> slot_rank_;      // [I] the rank of each instance
+  std::vector<int> replica_first_;  // [E + 1] expert e's replicas: replica_slots_[first ..)
+  std::vector<int> replica_slots_;  // [I] the slots of each expert's replicas, in rank order
+  std::vector<int> slot_replica_;   // [I] the inverse: which replica each instance is
   int max_local_ = 1;
 };
 
@@ -78,8 +112,10 @@ struct DispatchPlan {
   std::vector<int> send_counts;          // [P] rows to each EP rank
   std::vector<int> send_offsets;         // [P] first send position for each EP rank
   std::vector<int64_t> expert_counts;    // [E] local assignments per global expert (local load)
-  std::vector<int> count_message;        // [P, max_local] per-(destination, its local expert)
-  std::vector<int> send_block_offsets;   // [P, max_local] first send position of each such block
+  std::vector<int> slot_counts;          // [I] local assignments per instance (replica)
+  std::vector<int32_t> send_slot;  // [T·K] the instance each assignment goes to (−1: dropped)
+  std::vector<int> count_message;  // [P, max_local] per-(destination, its local expert)
+  std::vector<int> send_block_offsets;  // [P, max_local] first send position of each such block
 
   // ---- receive side: this rank as the owner of experts; set by dispatch_plan_set_recv ----
   std::vector<int> recv_counts_by_source;  // [P, max_local] rows from each source for each expert
@@ -96,11 +132,14 @@ struct DispatchPlan {
 };
 
 // Fills the send side of `plan` from `expert_idx` ([T, K], every id in [0, E), or −1 for an
-// assignment a token capacity dropped: it is not sent, model/capacity.hpp). Reuses the plan's
-// vectors, so a plan built once at full size never allocates again. Throws std::invalid_argument
-// on an out-of-range expert id or a bad placement.
+// assignment a token capacity dropped: it is not sent, model/capacity.hpp). The T tokens are
+// sequences of `seq_len` (0: one sequence), every rank of the EP group holding as many: a
+// replicated expert's rows go to the replica of their sequence (ExpertPlacement::replica_for).
+// Reuses the plan's vectors, so a plan built once at full size never allocates again. Throws
+// std::invalid_argument on an out-of-range expert id, tokens that are not whole sequences, or a
+// bad placement.
 void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx, int num_tokens,
-                         int top_k, const ExpertPlacement& placement, int ep_rank);
+                         int top_k, const ExpertPlacement& placement, int ep_rank, int seq_len = 0);
 
 // Fills the receive side from the count messages this rank received: `counts_from_sources` is
 // [P, max_local], row s being source s's count_message block addressed to this rank.
@@ -120,5 +159,9 @@ int64_t dispatch_plan_cross_host_rows(const DispatchPlan& plan, std::span<const 
 int64_t dispatch_cross_host_tokens(std::span<const int32_t> expert_idx, int top_k,
                                    const ExpertPlacement& placement, int ep_rank,
                                    std::span<const int> ep_hosts);
+// The same for the plan's routing, each assignment counted at the rank it is sent to: with
+// replicas, the replica its sequence goes to (dispatch_cross_host_tokens takes each expert's
+// first holder).
+int64_t dispatch_plan_cross_host_tokens(const DispatchPlan& plan, std::span<const int> ep_hosts);
 
 }  // namespace moe

@@ -34,6 +34,14 @@ std::vector<std::vector<TreeNode>> expert_grad_group_nodes(int world_size, int e
   return groups;
 }
 
+std::pair<int, int> expert_instance_range(const ExpertPlacement& placement, int slot,
+                                          int group_first, int per_source) {
+  const int n = placement.ep_size * per_source;
+  const int k = placement.num_replicas(placement.expert_at_slot(slot));
+  const auto [lo, hi] = ExpertPlacement::replica_chunk(placement.replica_of_slot(slot), k, n);
+  return {group_first + lo, group_first + hi};
+}
+
 void expert_seq_rows_exchange(ExpertSeqRows& rows, const DispatchPlan& plan, int N, int S,
                               const ExpertGradLayout& layout, const Comm& ep) {
   const int P = plan.placement.ep_size, max_local = plan.placement.max_local();
@@ -58,11 +66,25 @@ void expert_seq_rows_exchange(ExpertSeqRows& rows, const DispatchPlan& plan, int
     ep.alltoall(std::span<const int>(rows.send), std::span<int>(rows.recv));
   }
   if (rows.nodes_first != layout.group_first || rows.nodes_total != layout.total ||
-      rows.nodes_per_source != Bs) {
-    rows.nodes = expert_grad_nodes(layout, P, Bs);
+      rows.nodes_per_source != Bs || rows.nodes_rank != plan.ep_rank ||
+      !(rows.nodes_placement == plan.placement)) {
+    const ExpertPlacement& pl = plan.placement;
+    const int span = P * Bs, total = layout.total > 0 ? layout.total : span;
+    if (layout.group_first < 0 || layout.group_first + span > total) {
+      throw std::invalid_argument("expert_seq_rows_exchange: the EP group's sequences lie " +
+                                  std::string("outside the tree"));
+    }
+    rows.nodes.resize(plan.num_local_experts());
+    for (int i = 0; i < plan.num_local_experts(); ++i) {
+      const auto [lo, hi] =
+          expert_instance_range(pl, pl.slot_of(plan.ep_rank, i), layout.group_first, Bs);
+      rows.nodes[i] = tree_nodes_within(lo, hi, total);
+    }
     rows.nodes_first = layout.group_first;
     rows.nodes_total = layout.total;
     rows.nodes_per_source = Bs;
+    rows.nodes_rank = plan.ep_rank;
+    rows.nodes_placement = pl;
   }
 }
 
@@ -72,8 +94,9 @@ void expert_weight_grad(T* d_weight, TreeSum<T>& tree, const T* in, const T* d_o
                         const ExpertGradLayout& layout) {
   const int max_local = plan.placement.max_local(), Bs = rows.per_source;
   const size_t IO = static_cast<size_t>(I) * O;
-  for (size_t n = 0; n < rows.nodes.size(); ++n) {
-    const TreeNode node = rows.nodes[n];
+  const std::vector<TreeNode>& nodes = rows.nodes[i];
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const TreeNode node = nodes[n];
     T* out = d_weight + static_cast<int64_t>(n) * layout.plane_stride;
     tree.begin_into(IO, node.count, out);  // one sequence: straight into the gradient
     for (int q = node.first; q < node.first + node.count; ++q) {

@@ -33,16 +33,27 @@ struct ExpertGradLayout {
 };
 
 // The rows behind the leaves, per backward: recv[(s·max_local + i)·Bs + b] rows of source s's
-// sequence b for local expert i; and the tree nodes this EP group sums (node n into plane n),
-// worked out again only when the layout or Bs changes, not every step.
+// sequence b for local expert i; and the tree nodes each local expert sums (node n into plane
+// n): those of the EP group's range, or for a replica those of its chunk of it
+// (expert_instance_range), worked out again only when the layout, Bs or the placement changes,
+// not every step.
 struct ExpertSeqRows {
-  int per_source = 1;           // Bs
-  std::vector<int> send, recv;  // [P, max_local, Bs]
-  std::vector<TreeNode> nodes;  // tree_nodes_within(the group's range)
+  int per_source = 1;                        // Bs
+  std::vector<int> send, recv;               // [P, max_local, Bs]
+  std::vector<std::vector<TreeNode>> nodes;  // [E_loc] tree_nodes_within(each one's range)
   int nodes_first = -1, nodes_total = -1, nodes_per_source = -1;  // what `nodes` were made for
+  int nodes_rank = -1;
+  ExpertPlacement nodes_placement;
 };
 
-// The nodes an EP group of `ep_size` ranks of `per_source` sequences each sums, under `layout`.
+// The global sequences [first, end) whose rows the instance in `slot` of `placement` takes, in an
+// EP group whose sequences start at `group_first`, `per_source` on each of its ranks: the group's
+// whole range, or for a replica its chunk of it (ExpertPlacement::replica_chunk).
+std::pair<int, int> expert_instance_range(const ExpertPlacement& placement, int slot,
+                                          int group_first, int per_source);
+
+// The nodes an EP group of `ep_size` ranks of `per_source` sequences each sums, under `layout`
+// (without replicas: every local expert's).
 std::vector<TreeNode> expert_grad_nodes(const ExpertGradLayout& layout, int ep_size,
                                         int per_source);
 

@@ -433,7 +433,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
                        routing.seq_len > 0 && !routing.capacity_per_rank ? routing.seq_len : N, d.K,
                        d.E, routing.capacity, routing.drop_policy, s.capacity_scratch);
     }
-    dispatch_plan_build(s.plan, s.sent_idx(), N, d.K, placement, ex.comm().rank());
+    dispatch_plan_build(s.plan, s.sent_idx(), N, d.K, placement, ex.comm().rank(), routing.seq_len);
   }
   const int NK = s.plan.num_send();
   {

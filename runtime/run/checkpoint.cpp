@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -29,12 +30,17 @@ namespace {
 
 constexpr std::array<const char*, 3> kArrays = {"param/", "adam_m/", "adam_v/"};
 
-// Writes the tensors of `layout` from the three arrays at `base` (parameters, m, v).
+// Writes the tensors of `layout` from the three arrays at `base` (parameters, m, v), but not
+// those in `written` (a replicated expert's, written from its first holder), which it extends.
 void write_arena(CheckpointWriter& w, const ParamLayout& layout,
-                 const std::array<const float*, 3>& base) {
+                 const std::array<const float*, 3>& base, std::set<std::string>& written) {
+  std::vector<const ParamEntry*> fresh;
+  for (const ParamEntry& e : layout.entries) {
+    if (written.insert(e.name).second) fresh.push_back(&e);
+  }
   for (int a = 0; a < 3; ++a) {
-    for (const ParamEntry& e : layout.entries) {
-      w.write_floats(kArrays[a] + e.name, std::span<const float>(base[a] + e.offset, e.count));
+    for (const ParamEntry* e : fresh) {
+      w.write_floats(kArrays[a] + e->name, std::span<const float>(base[a] + e->offset, e->count));
     }
   }
 }
@@ -54,12 +60,13 @@ void write_file(const std::string& path, const CheckpointHeader& h, const TrainS
                 const std::vector<float>& gathered, const std::vector<int>& displs) {
   const ModelConfig& mc = *s.model;
   CheckpointWriter w(path, h);
-  write_arena(w, s.layout->dense, {s.dense.data(), s.dense_m.data(), s.dense_v.data()});
+  std::set<std::string> written;
+  write_arena(w, s.layout->dense, {s.dense.data(), s.dense_m.data(), s.dense_v.data()}, written);
   const size_t total = gathered.size() / 3;
   for (int q = 0; q < s.placement.front().ep_size; ++q) {
     const ParamLayout experts = model_layout(mc, s.placement, q).experts;
     const float* base = gathered.data() + displs[q];
-    write_arena(w, experts, {base, base + total, base + 2 * total});
+    write_arena(w, experts, {base, base + total, base + 2 * total}, written);
   }
   const RoutingState& rs = *s.routing;
   w.write_floats("routing/bias", rs.bias);

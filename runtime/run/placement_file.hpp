@@ -13,8 +13,9 @@
 // The header line comes first; `experts`, `layers` and `ranks` once each, before the first
 // `layer` line; then one `layer l:` line per layer, each with `ranks` groups separated by '|':
 // group q lists the global expert ids EP rank q holds, in any order. Every rank holds at least one
-// expert and every expert is on a rank. An expert listed on several ranks would be a replica; this
-// version refuses replicas. Errors are DataError naming the file, the line and the problem.
+// expert and every expert is on a rank; an expert listed on several ranks is replicated (each
+// replica takes the rows of a contiguous chunk of the EP group's sequences). Errors are DataError
+// naming the file, the line and the problem.
 #pragma once
 
 #include <string>

@@ -102,18 +102,27 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   // Activations and step buffers, sized once.
   model_acts_reserve(acts_, mc_, B, P_, max_local_);
   // Expert gradients by sequence along the global tree (model/expert_grads.hpp): this EP group's
-  // sequences start at g·P·B. With replicas, a group sums the nodes of the tree its sequences
-  // cover, node n into plane n of d_experts_, and reduce() adds every group's nodes along the
-  // rest of the tree.
+  // sequences start at g·P·B. With several EP groups, a group sums the nodes of the tree its
+  // sequences cover, node n into plane n of d_experts_, and reduce() adds every group's nodes
+  // along the rest of the tree; so does each replica of a replicated expert with the nodes of
+  // its chunk of the sequences (ExpertInstanceReduce).
   const ExpertGradLayout expert_layout{groups_.ep_group * P_ * B, W * B,
                                        static_cast<int64_t>(experts_.size())};
+  const bool replicated =
+      std::any_of(placement_.begin(), placement_.end(),
+                  [](const ExpertPlacement& layer) { return layer.has_replicas(); });
   expert_nodes_ = expert_grad_group_nodes(W, P_, B);
   for (const std::vector<TreeNode>& nodes : expert_nodes_) {
     expert_planes_ = std::max(expert_planes_, nodes.size());
   }
+  if (replicated) expert_planes_ = ExpertInstanceReduce::planes_needed(placement_, W, B);
   for (MoeSaved<float>& layer : acts_.moe) layer.expert_layout = expert_layout;
   d_experts_.resize(experts_.size() * expert_planes_);
-  if (groups_.num_replicas > 1 && expert_planes_ == 1) {
+  if (replicated) {
+    instance_reduce_ = std::make_unique<ExpertInstanceReduce>(
+        world, groups_, placement_, layout_, B, static_cast<size_t>(mc_.d_model) * mc_.ffn_dim,
+        d_experts_.data(), experts_.size());
+  } else if (groups_.num_replicas > 1 && expert_planes_ == 1) {
     expert_scratch_.resize(experts_.size());  // allreduce_sum_tree's
   } else if (groups_.num_replicas > 1) {
     expert_gathered_.resize(d_experts_.size() * groups_.num_replicas);
@@ -271,7 +280,11 @@ void Trainer::reduce(StepRecord& rec) {
   // Dense gradients and the losses along the fixed tree over ranks (model/tree_sum.hpp): with
   // power-of-two sequences per rank, the same bits on any rank count.
   world_.allreduce_sum_tree(std::span<float>(d_dense_), std::span<float>(dense_scratch_));
-  if (groups_.num_replicas > 1) reduce_expert_replicas();
+  if (instance_reduce_) {
+    instance_reduce_->reduce();
+  } else if (groups_.num_replicas > 1) {
+    reduce_expert_replicas();
+  }
   world_.allreduce_sum_tree(std::span<double>(sums_), std::span<double>(sums_scratch_));
   rec.loss = sums_[0] / static_cast<double>(T_);
   rec.layer_balance_loss.assign(sums_.begin() + 1, sums_.begin() + 1 + L);
@@ -317,8 +330,7 @@ void Trainer::reduce_loads(StepRecord& rec) {
       load_sums_[dropped + static_cast<size_t>(l) * E + e] = layer.dropped[e];
     }
     load_sums_[rows + l] = dispatch_plan_cross_host_rows(layer.plan, groups_.ep_hosts);
-    load_sums_[tokens + l] = dispatch_cross_host_tokens(layer.sent_idx(), mc_.top_k, placement_[l],
-                                                        groups_.ep.rank(), groups_.ep_hosts);
+    load_sums_[tokens + l] = dispatch_plan_cross_host_tokens(layer.plan, groups_.ep_hosts);
     recv_local_[l] = layer.plan.num_recv;
   }
   shadow_local_loads(load_sums_.data() + shadows);

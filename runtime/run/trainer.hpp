@@ -22,6 +22,7 @@
 #include "runtime/output/records.hpp"
 #include "runtime/output/run_stats.hpp"
 #include "runtime/run/checkpoint.hpp"
+#include "runtime/run/expert_instances.hpp"
 
 namespace moe {
 
@@ -124,8 +125,9 @@ class Trainer {
   size_t expert_planes_ = 1;
   std::vector<float> expert_scratch_;   // one plane a group: allreduce_sum_tree's scratch
   std::vector<float> expert_gathered_;  // several: [replicas, planes, experts_.size()]
-  std::vector<std::vector<float>> expert_tree_scratch_;  // [tree depth][experts_.size()]
-  double expert_norm_sq_ = 0.0;                          // Σ over every expert, in a fixed order
+  std::vector<std::vector<float>> expert_tree_scratch_;    // [tree depth][experts_.size()]
+  std::unique_ptr<ExpertInstanceReduce> instance_reduce_;  // with replicated experts only
+  double expert_norm_sq_ = 0.0;                            // Σ over every expert, in a fixed order
   // [step seconds, stop signal, a statistics row failed on rank 0], max over ranks
   std::vector<double> slowest_ = {0.0, 0.0, 0.0};
   double stats_seconds_ = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"

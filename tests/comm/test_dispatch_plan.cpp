@@ -39,7 +39,8 @@ TEST(ExpertPlacement, ContiguousBlocksAsEqualAsPossible) {
         for (int i = 0; i < pl.num_local(r); ++i) {
           EXPECT_EQ(pl.owner(total + i), r);
           EXPECT_EQ(pl.local_index(total + i), i);
-          EXPECT_EQ(pl.slot(total + i), total + i);
+          EXPECT_EQ(pl.replica_slot(total + i, 0), total + i);
+          EXPECT_EQ(pl.num_replicas(total + i), 1);
         }
         total += pl.num_local(r);
       }
@@ -61,7 +62,7 @@ TEST(ExpertPlacement, AnyAssignment) {
   const int owners[6] = {0, 2, 2, 1, 2, 0}, slots[6] = {0, 3, 4, 2, 5, 1};
   for (int e = 0; e < 6; ++e) {
     EXPECT_EQ(p.owner(e), owners[e]) << "expert " << e;
-    EXPECT_EQ(p.slot(e), slots[e]) << "expert " << e;
+    EXPECT_EQ(p.replica_slot(e, 0), slots[e]) << "expert " << e;
     EXPECT_EQ(p.expert_at_slot(slots[e]), e);
     EXPECT_EQ(p.expert(p.owner(e), p.local_index(e)), e);
   }
@@ -70,6 +71,49 @@ TEST(ExpertPlacement, AnyAssignment) {
   // The contiguous layout written as lists is the contiguous layout.
   EXPECT_EQ(ExpertPlacement(5, {{0, 1}, {2, 3}, {4}}), ExpertPlacement(5, 3));
   EXPECT_TRUE(ExpertPlacement(5, {{1, 0}, {3, 2}, {4}}).is_contiguous());
+}
+
+// Replicas: an expert on several ranks, its instances numbered in rank order, each taking a
+// contiguous chunk of the EP group's sequences.
+TEST(ExpertPlacement, Replicas) {
+  const ExpertPlacement p(4, {{0, 1, 3}, {1, 2}, {3, 1}});
+  EXPECT_TRUE(p.has_replicas());
+  EXPECT_EQ(p.num_instances(), 7);
+  EXPECT_EQ(p.max_local(), 3);
+  EXPECT_EQ(p.num_replicas(0), 1);
+  EXPECT_EQ(p.num_replicas(1), 3);
+  EXPECT_EQ(p.num_replicas(3), 2);
+  // Slots: rank 0 {0, 1, 3} = 0..2, rank 1 {1, 2} = 3..4, rank 2 {1, 3} = 5..6.
+  EXPECT_EQ(p.replica_slot(1, 0), 1);
+  EXPECT_EQ(p.replica_slot(1, 1), 3);
+  EXPECT_EQ(p.replica_slot(1, 2), 5);
+  EXPECT_EQ(p.replica_slot(3, 1), 6);
+  for (int slot = 0; slot < p.num_instances(); ++slot) {
+    const int e = p.expert_at_slot(slot);
+    EXPECT_EQ(p.replica_slot(e, p.replica_of_slot(slot)), slot);
+    EXPECT_EQ(p.expert(p.rank_of_slot(slot), p.local_of_slot(slot)), e);
+  }
+  EXPECT_EQ(p.owner(3), 0);  // the first holder
+  EXPECT_EQ(p.local_index(3), 2);
+  // The chunks tile the sequences in order, and replica_for agrees with them.
+  for (int k = 1; k <= 9; ++k) {
+    for (int n = 1; n <= 12; ++n) {
+      int next = 0;
+      for (int j = 0; j < k; ++j) {
+        const auto [lo, hi] = ExpertPlacement::replica_chunk(j, k, n);
+        EXPECT_EQ(lo, next) << j << " of " << k << " over " << n;
+        for (int seq = lo; seq < hi; ++seq) {
+          EXPECT_EQ(static_cast<int>(static_cast<int64_t>(seq) * k / n), j);
+        }
+        next = hi;
+      }
+      EXPECT_EQ(next, n);
+    }
+  }
+  // 3 replicas over 8 sequences: [0, 3), [3, 6), [6, 8).
+  EXPECT_EQ(p.replica_for(1, 2, 8), 0);
+  EXPECT_EQ(p.replica_for(1, 3, 8), 1);
+  EXPECT_EQ(p.replica_for(1, 7, 8), 2);
 }
 
 TEST(ExpertPlacement, RefusesBadAssignments) {
@@ -86,7 +130,6 @@ TEST(ExpertPlacement, RefusesBadAssignments) {
   refused(4, {{0, 1}, {2, -1}}, "expert -1 outside [0, 4)");
   refused(4, {{0, 1, 1}, {2, 3}}, "rank 0 lists expert 1 twice");
   refused(4, {{0, 1}, {2}}, "expert 3 is on no rank");
-  refused(4, {{0, 1, 2}, {2, 3}}, "expert 2 is on ranks 0 and 1");
   EXPECT_THROW(ExpertPlacement(3, 4), std::invalid_argument);
   EXPECT_THROW(ExpertPlacement(3, 0), std::invalid_argument);
 }
@@ -122,6 +165,32 @@ TEST(DispatchPlan, SendSideFollowsThePlacement) {
   // [P, max_local = 3]: rank 0's one expert, then rank 1's three.
   EXPECT_EQ(plan.count_message, (std::vector<int>{2, 0, 0, 2, 1, 1}));
   EXPECT_EQ(plan.send_block_offsets, (std::vector<int>{0, 0, 0, 2, 4, 5}));
+}
+
+// Replicas by sequence: T = 4 tokens in 2 sequences of 2 on EP rank 1 of 3 (the group's
+// sequences 2 and 3 of 6). Expert 0 on ranks 0 and 1: replica 1 takes sequences [3, 6), so
+// sequence 2 goes to rank 0 and sequence 3 to rank 1. Expert 1 on all three ranks: [0, 2),
+// [2, 4), [4, 6), both sequences to rank 1. Expert 2 only on rank 1.
+TEST(DispatchPlan, ReplicasTakeTheRowsOfTheirSequences) {
+  const ExpertPlacement placement(3, {{0, 1}, {0, 1, 2}, {1}});
+  const std::vector<int32_t> idx = {0, 1,   // token 0 (sequence 2)
+                                    1, 2,   // token 1 (sequence 2)
+                                    1, 0,   // token 2 (sequence 3)
+                                    2, 1};  // token 3 (sequence 3)
+  DispatchPlan plan;
+  dispatch_plan_build(plan, idx, 4, 2, placement, /*ep_rank=*/1, /*seq_len=*/2);
+  // Slots: rank 0 {0, 1} = 0, 1; rank 1 {0, 1, 2} = 2, 3, 4; rank 2 {1} = 5.
+  EXPECT_EQ(plan.send_slot, (std::vector<int32_t>{0, 3, 3, 4, 3, 2, 4, 3}));
+  // Rank 0: e0 a0; rank 1: e0 a5; e1 a1, a2, a4, a7; e2 a3, a6.
+  EXPECT_EQ(plan.send_assignment, (std::vector<int32_t>{0, 5, 1, 2, 4, 7, 3, 6}));
+  EXPECT_EQ(plan.send_counts, (std::vector<int>{1, 7, 0}));
+  EXPECT_EQ(plan.expert_counts, (std::vector<int64_t>{2, 4, 2}));  // the loads, by expert
+  EXPECT_EQ(plan.count_message, (std::vector<int>{1, 0, 0, 1, 4, 2, 0, 0, 0}));
+  // Host traffic counts each assignment at the replica it goes to: rank 0 on another host
+  // receives token 0 only.
+  EXPECT_EQ(dispatch_plan_cross_host_tokens(plan, std::vector<int>{1, 0, 0}), 1);
+  EXPECT_THROW(dispatch_plan_build(plan, idx, 4, 2, placement, 1, /*seq_len=*/3),
+               std::invalid_argument);
 }
 
 // A token capacity's drops (−1) are not sent: no send position, not counted, the rest in order.
@@ -217,9 +286,15 @@ void check_simulated_exchange(const ExpertPlacement& pl, int K) {
         const int s = std::get<0>(key), t = std::get<1>(key), j = std::get<2>(key);
         EXPECT_EQ(routing[s][t * K + j], e);
       }
-      // Exactly the global count of expert e arrived.
+      // Exactly the rows of expert e for this replica arrived: all of them without replicas, and
+      // with replicas those of the sources whose sequence (one a rank) is in its chunk.
+      const int slot = pl.slot_of(d, i);
       int64_t expected = 0;
-      for (int s = 0; s < P; ++s) expected += plans[s].expert_counts[e];
+      for (int s = 0; s < P; ++s) {
+        if (pl.replica_for(e, s, P) == pl.replica_of_slot(slot)) {
+          expected += plans[s].expert_counts[e];
+        }
+      }
       EXPECT_EQ(pd.expert_offsets[i + 1] - pd.expert_offsets[i], expected);
     }
   }
@@ -257,6 +332,9 @@ TEST(DispatchPlan, SimulatedExchangeManyExperts) {
 }
 TEST(DispatchPlan, SimulatedExchangePermutedPlacement) {
   check_simulated_exchange(ExpertPlacement(8, {{6, 1}, {0, 7}, {3, 5}, {2, 4}}), 3);
+}
+TEST(DispatchPlan, SimulatedExchangeReplicatedPlacement) {
+  check_simulated_exchange(ExpertPlacement(6, {{0, 5, 1}, {1, 2}, {3, 1, 0}, {4, 1}}), 3);
 }
 TEST(DispatchPlan, SimulatedExchangeUnevenPlacement) {
   check_simulated_exchange(ExpertPlacement(13, {{12}, {0, 5, 9, 3, 11, 1}, {2, 4}, {6, 7, 8, 10}}),

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -279,8 +280,9 @@ TEST(TrainInvariance, MicroReplicasOfThreeRankGroupsOnSixRanks) {
 }
 
 // A placement of `E` experts on `P` ranks in each of `L` layers, drawn from `seed`: experts
-// shuffled, then cut at P - 1 distinct points, so counts are uneven (a permutation when P == E).
-ModelPlacement drawn_placement(int E, int L, int P, unsigned seed) {
+// shuffled, then cut at P - 1 distinct points, so counts are uneven (a permutation when P == E);
+// then `replicas` more instances, each of a drawn expert on a drawn rank that does not hold it yet.
+ModelPlacement drawn_placement(int E, int L, int P, unsigned seed, int replicas = 0) {
   std::mt19937 rng(seed);
   ModelPlacement placement;
   for (int l = 0; l < L; ++l) {
@@ -294,16 +296,24 @@ ModelPlacement drawn_placement(int E, int L, int P, unsigned seed) {
     cuts.push_back(E);
     std::sort(cuts.begin(), cuts.end());
     std::vector<std::vector<int>> ranks(P);
-    for (int q = 0; q < P; ++q)
+    for (int q = 0; q < P; ++q) {
       ranks[q].assign(experts.begin() + cuts[q], experts.begin() + cuts[q + 1]);
+    }
+    for (int added = 0; added < replicas && P > 1;) {
+      const int e = static_cast<int>(rng() % E), q = static_cast<int>(rng() % P);
+      if (std::find(ranks[q].begin(), ranks[q].end(), e) != ranks[q].end()) continue;
+      ranks[q].push_back(e);
+      ++added;
+    }
     placement.emplace_back(E, ranks);
   }
   return placement;
 }
 
 // Where experts lie changes no bit, only the time: under drawn placements (uneven counts, every
-// layer its own) a run's losses, gradient norms, loads, bias and parameters equal the one-rank
-// run's, with one EP group and with two.
+// layer its own, and with replicated experts: 3 more instances a layer, each replica taking a
+// chunk of the sequences) a run's losses, gradient norms, loads, bias and parameters equal the
+// one-rank run's, with one EP group and with two.
 MOE_TEST_RANKS(TrainPlacement, DeepseekTinySameUnderAnyPlacement,
                [](int w) { return w == 2 || w == 4 || w == 8; });
 TEST(TrainPlacement, DeepseekTinySameUnderAnyPlacement) {
@@ -322,15 +332,18 @@ TEST(TrainPlacement, DeepseekTinySameUnderAnyPlacement) {
     if (ep == 1) continue;  // one rank of each group holds every expert: nothing to place
     cfg.ep = ep;
     const int P = run_ep_size(cfg, W);
-    for (unsigned seed : {1u, 2u}) {
-      const ModelPlacement drawn = drawn_placement(cfg.model.experts, cfg.model.layers, P, seed);
+    for (const auto& [seed, replicas] : {std::pair{1u, 0}, std::pair{2u, 3}}) {
+      const ModelPlacement drawn =
+          drawn_placement(cfg.model.experts, cfg.model.layers, P, seed, replicas);
       if (world.rank() == 0) {
-        std::ofstream(path) << "# drawn by the test, seed " << seed << "\n"
+        std::ofstream(path) << "# drawn by the test, seed " << seed << ", " << replicas
+                            << " replicas a layer\n"
                             << placement_text_make(drawn);
       }
       world.barrier();
       cfg.expert_placement = path;
-      SCOPED_TRACE("EP size " + std::to_string(P) + ", placement seed " + std::to_string(seed));
+      SCOPED_TRACE("EP size " + std::to_string(P) + ", placement seed " + std::to_string(seed) +
+                   ", " + std::to_string(replicas) + " replicas a layer");
       check_rank_invariance(cfg, 8, Expect::kBitwise);
       world.barrier();
     }
