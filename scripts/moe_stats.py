@@ -30,6 +30,15 @@
     moe_stats.py shadows RUN.h5 [--no-chain]
         the shadow balancers of a run with --shadow against the run's own policy, per top-k
         layer: the worst max violation, its mean over the last quarter of the steps, the final.
+    moe_stats.py placement RUN.h5 --ranks P [--hosts H | --ranks-per-host N] [--redundant R]
+                      [--every N] [--window W] [--policies contiguous,greedy,hierarchical]
+                      [--markdown | --csv] [--out DIR] [--write POLICY:FILE]... [--no-chain]
+        replays expert placement policies on the run's recorded loads (expert_load - dropped):
+        per policy (and the placement the run ran under, where its file records it), the rank
+        overload max/mean over the steps scored (each placement computed from earlier steps
+        only), the rows crossing hosts, the experts a re-placement moves and their bytes; --out
+        draws placement.png; --write saves the placement a policy gives from the run's last W
+        steps, the file moe_rt --expert-placement reads.
 
     A resumed run's file names its predecessor (root attributes resumed_from, resumed_from_step):
     the whole chain of files is read as one run, unless --no-chain reads the named file alone
@@ -87,6 +96,10 @@ from moe_stats_lib.summary import (SUMMARY_CONFIG_KEYS, render_summary,
 from moe_stats_lib.shadows import (policy_violations, render_shadows, shadow_table,
                                    worst_over_layers)
 from moe_stats_lib.traces import load_traces, render_traces
+from moe_stats_lib import placement as _placement
+from moe_stats_lib.placement_file import (Placement, check_placement_fits, make_placement,
+                                          placement_text, read_placement, write_placement)
+from moe_stats_lib.placement_policies import POLICIES, HostLayout, ModelShape
 from moe_stats_lib.variance import (VARIANCE_REL_TOL, VarianceRow, VarianceTable,
                                     default_steps, format_percent, improvement, layer_variances,
                                     markdown_line, pad_rows, parse_steps, relative_change,
@@ -237,7 +250,45 @@ def build_parser():
     p = sub.add_parser("shadows", help="shadow balancers (--shadow) against the run's own policy")
     p.add_argument("run", help="statistics file (HDF5) of a run with --shadow")
     add_no_chain(p)
+    add_placement_parser(sub)
     return parser
+
+
+def add_placement_parser(sub):
+    # Counts are plain int here and checked by the command, so that a bad value is one line on
+    # stderr naming the option, as a bad file is.
+    p = sub.add_parser("placement", help="replay expert placement policies on the recorded loads")
+    p.add_argument("run", help="statistics file (HDF5)")
+    p.add_argument("--ranks", type=int, required=True, metavar="P",
+                   help="EP ranks to place the experts on (1 to E)")
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("--hosts", type=int, metavar="H",
+                       help="the P ranks on H hosts of P/H consecutive ranks (default 1)")
+    hosts.add_argument("--ranks-per-host", type=int, metavar="N",
+                       help="hosts of N consecutive ranks (N divides P, or is a multiple of it)")
+    p.add_argument("--redundant", type=int, default=0, metavar="R",
+                   help="replicas to place beyond the E experts (default 0; contiguous ignores "
+                        "them)")
+    p.add_argument("--every", type=int, default=0, metavar="N",
+                   help="re-place every N steps from the W steps before (default 0: one "
+                        "placement from the first W steps, scored on the rest)")
+    p.add_argument("--window", type=int, metavar="W",
+                   help="steps of loads a placement is computed from (default: N with --every "
+                        "N, else the first quarter of the steps)")
+    p.add_argument("--policies", metavar="LIST",
+                   help=f"comma-separated, of {', '.join(POLICIES)}, and {_placement.RECORDED} "
+                        f"(the placement the run ran under, /layers/placement) (default: all, "
+                        f"{_placement.RECORDED} where the file has it on P ranks)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--markdown", action="store_true", help="markdown tables")
+    fmt.add_argument("--csv", action="store_true",
+                     help="CSV, one row per policy and layer or kind of layer, full precision")
+    p.add_argument("--out", metavar="DIR",
+                   help="folder for the figure placement.png (created if missing)")
+    p.add_argument("--write", action="append", default=[], metavar="POLICY:FILE",
+                   help="write the placement POLICY gives from the run's last W steps to FILE "
+                        "(moe_rt --expert-placement FILE); again for more")
+    add_no_chain(p)
 
 
 def warn(messages, stream):
@@ -310,6 +361,48 @@ def command_shadows(args, out, err):
     out.write(render_shadows(run))
 
 
+def parse_writes(texts):
+    """[(policy, path)] of the --write options; StatsError for a bad one."""
+    writes = []
+    for text in texts:
+        policy, colon, path = text.partition(":")
+        if not colon or not path:
+            raise StatsError(f"--write {text!r}: expected POLICY:FILE, e.g. greedy:placement.txt")
+        if policy not in POLICIES:
+            raise StatsError(f"--write {text!r}: unknown policy '{policy}' (known: "
+                             f"{', '.join(POLICIES)})")
+        writes.append((policy, path))
+    return writes
+
+
+def command_placement(args, out, err):
+    writes = parse_writes(args.write)
+    run = load_run(args.run, chain=not args.no_chain)
+    if args.ranks < 1:     # before the hosts, whose message would otherwise name P
+        raise StatsError(f"--ranks {args.ranks}: expected 1 to {run.num_experts} EP ranks")
+    hosts = _placement.host_layout(args.ranks, args.hosts, args.ranks_per_host)
+    if args.policies is None:
+        policies = _placement.default_policies(run, args.ranks, args.every, args.window)
+    else:
+        policies = tuple(dict.fromkeys(p.strip() for p in args.policies.split(",")
+                                       if p.strip()))
+    replay = _placement.replay(run, args.ranks, hosts, args.redundant, args.every, args.window,
+                               policies)
+    render = (_placement.render_csv if args.csv else
+              _placement.render_markdown if args.markdown else _placement.render_text)
+    text = render(replay)
+    if args.out:
+        path = _placement.plot_replay(replay, args.out)
+        if not args.csv:
+            text += f"\nfigure: {path}\n"
+    for policy, path in writes:
+        _placement.write_next_placement(path, run, policy, args.ranks, hosts, args.redundant,
+                                        replay.window)
+        if not args.csv:
+            text += f"placement ({policy}, from the last {replay.window} steps): {path}\n"
+    out.write(text)
+
+
 def main(argv=None, out=None, err=None):
     out = out or sys.stdout
     err = err or sys.stderr
@@ -317,7 +410,7 @@ def main(argv=None, out=None, err=None):
     commands = {"summary": command_summary, "variance": command_variance, "plot": command_plot,
                 "export": command_export, "tensorboard": command_tensorboard,
                 "watch": command_watch, "traces": command_traces,
-                "shadows": command_shadows}
+                "shadows": command_shadows, "placement": command_placement}
     try:
         code = commands[args.command](args, out, err)
     except StatsError as error:

@@ -14,9 +14,13 @@ docs/analysis.md).
     watch       following a file while it is written
     traces      what the per-token routing traces say
     shadows     the shadow balancers (--shadow) against the run's own policy
+    placement_file      expert placement files (moe_rt --expert-placement): read, check, write
+    placement_policies  placement policies: contiguous, greedy, EPLB's hierarchical
+    placement   the placement replay: policies scored on the recorded loads, tables, figure
 
 Dependencies point one way: everything -> stats_file; summary, plot, export, tensorboard_events,
 watch -> metrics; export -> traces; summary, plot, export, tensorboard_events -> shadows (summary
-and shadows also use variance's column padding). The command line lives in scripts/moe_stats.py,
-which re-exports these names.
+and shadows also use variance's column padding); placement -> placement_policies ->
+placement_file, and placement uses variance's column padding and plot's figure helpers. The
+command line lives in scripts/moe_stats.py, which re-exports these names.
 """

@@ -38,7 +38,7 @@ import numpy as np
 from .stats_file import Run, StatsError, empty_file_error, read_file
 
 # Per-step datasets with a rank axis, and that axis.
-RANK_AXIS = {"routing/rank_load": 2, "perf/phase_time": 1}
+RANK_AXIS = {"routing/rank_load": 2, "perf/phase_time": 1, "routing/source_expert_load": 2}
 
 
 def load_run(path, chain=True):

@@ -6,6 +6,9 @@ A file that is still being written, or whose writer was killed, is opened for SW
 rows present in every per-step dataset count as complete. Every problem with the input raises
 StatsError naming the file.
 
+The expert placement a file records (/layers/placement [L, P, E], files written since moe_rt
+took --expert-placement) is read into its Segment, as the [L][P] expert ids each EP rank holds.
+
 The shadow balancers of a run with --shadow (/shadow/RULE/..., one subgroup per rule, named by
 the rule's text) are per-step datasets like the others: read into Run.data as
 "shadow/RULE/max_violation" and so on, cut to the same complete rows, joined the same way in a
@@ -42,7 +45,10 @@ OPTIONAL_PER_STEP = (
     "steps/step_time_s", "routing/load_cv", "routing/rank_overload", "routing/balance_loss",
     "perf/phase_time", "routing/dispatch_rows", "routing/cross_host_rows",
     "routing/cross_host_tokens", "steps/z_loss", "routing/z_loss", "routing/dropped",
+    "routing/source_expert_load",
 )
+# /routing/source_expert_load [N, L, W, E] (rows rank w's tokens sent to expert e) is not written
+# by moe_rt yet; `placement` takes the sources' shares from it when a file has it.
 # Dimensions of every per-step dataset, rows first: [N], [N, L], [N, L, E], [N, L, W], ...
 PER_STEP_NDIM = {name: 1 for name in REQUIRED_PER_STEP + OPTIONAL_PER_STEP
                  if name.startswith("steps/")}
@@ -52,7 +58,7 @@ PER_STEP_NDIM.update({"routing/expert_load": 3, "routing/rank_load": 3, "routing
                       "routing/balance_loss": 2, "perf/phase_time": 3,
                       "routing/dispatch_rows": 2, "routing/cross_host_rows": 2,
                       "routing/cross_host_tokens": 2, "routing/z_loss": 2,
-                      "routing/dropped": 3})
+                      "routing/dropped": 3, "routing/source_expert_load": 4})
 assert set(PER_STEP_NDIM) == set(REQUIRED_PER_STEP + OPTIONAL_PER_STEP)
 
 # The datasets of each shadow balancer, /shadow/RULE/NAME (runs with --shadow; every rule has all
@@ -90,6 +96,9 @@ class Segment:
     resumed_from: str | None = None       # its root attribute resumed_from, as written
     resumed_from_step: int | None = None  # its root attribute resumed_from_step
     rows_dropped: int = 0         # complete rows after the successor's checkpoint, left out
+    # The expert placement the file records (/layers/placement): [L][P] tuples of the expert ids
+    # EP rank q holds in layer l; None for files written before moe_rt recorded it.
+    placement: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -272,7 +281,8 @@ def check_per_step_shapes(path, f, names):
             raise StatsError(f"{path}: /{name} holds {obj.dtype}, expected numbers")
     layers, experts = f["routing/expert_load"].shape[1:]
     want = {"routing/bias": (layers, experts), "routing/rank_load": (layers, None),
-            "routing/dropped": (layers, experts)}
+            "routing/dropped": (layers, experts),
+            "routing/source_expert_load": (layers, None, experts)}
     want.update({name: (layers,) for name in names if PER_STEP_NDIM[name] == 2})
     for name, dims in want.items():
         if name in names and any(d is not None and d != got
@@ -359,6 +369,28 @@ def read_eval(path, f):
     return {name: f[name][:n] for name in ndims}
 
 
+def read_placement_dataset(path, f):
+    """/layers/placement [L, P, E] (1 where EP rank q holds expert e in layer l) as [L][P] tuples
+    of expert ids, or None when the file has none; StatsError when it is no placement of the
+    file's L layers and E experts (a rank holding nothing, an expert on no rank)."""
+    if "layers/placement" not in f:
+        return None
+    layers, experts = f["routing/expert_load"].shape[1:]
+    obj = f["layers/placement"]
+    if (not isinstance(obj, h5py.Dataset) or obj.ndim != 3 or obj.shape[0] != layers
+            or obj.shape[2] != experts or obj.shape[1] < 1
+            or not np.issubdtype(obj.dtype, np.number)):
+        raise StatsError(f"{path}: /layers/placement has shape {getattr(obj, 'shape', None)}, "
+                         f"expected [{layers} layers, EP ranks, {experts} experts] of 0 and 1")
+    held = obj[()]
+    if not np.isin(held, (0, 1)).all() or not held.any(axis=2).all() \
+            or not held.any(axis=1).all():
+        raise StatsError(f"{path}: /layers/placement is no placement: it must hold 0 and 1, "
+                         f"every rank at least one expert, every expert on a rank")
+    return tuple(tuple(tuple(int(e) for e in np.nonzero(row)[0]) for row in layer)
+                 for layer in held)
+
+
 def read_strings(f, name):
     if name not in f or f[name].size == 0:
         return ()
@@ -394,6 +426,7 @@ def read_file(path):
                 raise StatsError(f"{path}: missing dataset /layers/routing")
             routing = read_strings(f, "layers/routing")
             data = read_per_step(path, f)
+            placement = read_placement_dataset(path, f)
             evals = read_eval(path, f)
             phases = read_strings(f, "perf/phases")
         except (OSError, RuntimeError, KeyError) as err:  # HDF5 could not read what the file holds
@@ -408,7 +441,8 @@ def read_file(path):
     segment = Segment(path=path, first_step=int(steps[0]) if len(steps) else None,
                       last_step=int(steps[-1]) if len(steps) else None, rows=len(steps),
                       world_size=int(data["routing/rank_load"].shape[2]),
-                      resumed_from=resumed_from, resumed_from_step=resumed_from_step)
+                      resumed_from=resumed_from, resumed_from_step=resumed_from_step,
+                      placement=placement)
     run = Run(path=path, attrs=attrs, routing=routing, data=data, phases=phases,
               segments=(segment,), eval=evals)
     if len(routing) != run.num_layers:

@@ -18,6 +18,11 @@ Token capacity (moe_rt --capacity-factor C): with_capacity(run, C) adds /routing
 assignments over capacity_drops' per-step capacity, and the option's lines to the configuration
 text; with_eval(run, ...) adds validation rows (/eval), with /eval/dropped unless told not to.
 
+Runs of any shape (placement replay): build_loads_run(load, world) wraps expert loads [N, L, E] in
+a complete run on W ranks holding the experts as moe_rt does by default (contiguous blocks, the
+first E mod W ranks one more), so its /routing/rank_load and /routing/rank_overload agree with the
+loads (or with the placement it is given, recorded in /layers/placement).
+
 Resumed runs: rows_of cuts a run to some of its steps, with_world gives it another number of
 ranks, write_segment writes such a cut as one file of a resumed run (root attributes
 resumed_from, resumed_from_step).
@@ -306,6 +311,65 @@ def with_world(run, world):
     return {**run, "attrs": attrs, "datasets": datasets}
 
 
+def contiguous_rank_load(load, world):
+    """[N, L, W] int64: loads [N, L, E] summed over each rank's experts under moe_rt's default
+    layout: rank q owns E//W experts from q·(E//W) + min(q, E mod W), the first E mod W ranks
+    one more."""
+    experts = load.shape[2]
+    base, extra = divmod(experts, world)
+    bounds = [q * base + min(q, extra) for q in range(world + 1)]
+    return np.stack([load[:, :, bounds[q]:bounds[q + 1]].sum(axis=2) for q in range(world)],
+                    axis=2).astype(np.int64)
+
+
+def build_loads_run(load, world, hash_layers=0, config=None, model="custom", placement=None):
+    """A run (as build_run gives) of expert loads `load` [N, L, E] int64 at steps 0..N-1, on
+    `world` ranks forming one EP group with the default contiguous layout (so rank_load and
+    rank_overload follow from the loads), its first `hash_layers` layers hash-routed and the rest
+    top-k, and the configuration lines `config` ({key: value}) added to its text. placement:
+    [L][world] lists of expert ids (no replicas) the run used instead, recorded in
+    /layers/placement as moe_rt does, rank_load following it."""
+    load = np.asarray(load, dtype=np.int64)
+    steps, layers, experts = load.shape
+    s = np.arange(steps, dtype=np.float64)
+    lf = load.astype(np.float64)
+    mean = np.maximum(lf.mean(axis=2), 1e-12)
+    fixed = {}
+    if placement is None:
+        rank_load = contiguous_rank_load(load, world)
+    else:
+        held = np.zeros((layers, world, experts), dtype=np.uint8)           # [L, P, E]
+        for l, ranks in enumerate(placement):
+            for q, ids in enumerate(ranks):
+                held[l, q, ids] = 1
+        rank_load = np.einsum("lqe,nle->nlq", held.astype(np.int64), load)
+        fixed["layers/placement"] = held
+    rank_mean = rank_load.mean(axis=2)
+    lines = [f"model = {model}", f"layers = {layers}", f"hash-layers = {hash_layers}",
+             f"experts = {experts}", f"top-k = {TOP_K}"]
+    lines += [f"{key} = {value}" for key, value in (config or {}).items()]
+    datasets = {
+        "steps/step": np.arange(steps, dtype=np.int64), "steps/loss": 4.0 - 0.01 * s,
+        "steps/balance_loss": np.zeros(steps), "steps/grad_norm": np.ones(steps),
+        "steps/lr": np.full(steps, 0.003), "steps/tokens_per_s": np.full(steps, 1e5),
+        "routing/expert_load": load, "routing/rank_load": rank_load,
+        "routing/bias": np.zeros(load.shape, dtype=np.float32),
+        "routing/load_variance": lf.var(axis=2),
+        "routing/max_violation": (lf.max(axis=2) - mean) / mean,
+        "routing/rank_overload": np.divide(rank_load.max(axis=2), rank_mean,
+                                           out=np.ones(rank_mean.shape), where=rank_mean > 0)}
+    attrs = {"format": "moe_rt.stats", "format_version": 1, "program_version": "moe_rt 0.1.0",
+             "model": model, "world_size": world, "ep_size": world, "seed": 1,
+             "config": "\n".join(lines) + "\n", "created": "2026-01-01T00:00:00Z",
+             "data": "synthetic", "entropy_floor": float("nan"), "num_layers": layers,
+             "num_experts": experts, "top_k": TOP_K, "vocab": VOCAB,
+             "hash_layers": hash_layers, "seq_len": SEQ_LEN, "batch_per_rank": BATCH_PER_RANK}
+    routing = ["hash"] * hash_layers + ["topk"] * (layers - hash_layers)
+    hash_table = np.zeros((hash_layers, VOCAB, TOP_K), dtype=np.int32)
+    return {"attrs": attrs, "strings": {"layers/routing": routing}, "datasets": datasets,
+            "hash_table": hash_table, "fixed": fixed}
+
+
 def resume_attrs(predecessor, step):
     """Root attributes of a file resumed from `predecessor` at the checkpoint of step `step`."""
     return {"resumed_from": os.path.abspath(predecessor), "resumed_from_step": np.int64(step)}
@@ -354,6 +418,9 @@ def write_stats(path, run, *, libver=LIBVER, bytes_strings=False, rows=None, len
         for name, values in run["strings"].items():
             write_string_dataset(f, name, values, bytes_strings)
         f.create_dataset("layers/hash_table", data=run["hash_table"])
+        for name, data in run.get("fixed", {}).items():    # fixed-size datasets, e.g. placement
+            if name not in drop:
+                f.create_dataset(name, data=data)
         for name, data in run["datasets"].items():
             if name not in drop:
                 write_row_dataset(f, name, data, lengths.get(name, rows))

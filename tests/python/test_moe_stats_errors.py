@@ -124,11 +124,12 @@ def command_lines(bad, good, tmp_path):
         "plot": ["plot", bad, "--out", str(tmp_path / "figures")],
         "plot_b": ["plot", good, bad, "--out", str(tmp_path / "figures")],
         "shadows": ["shadows", bad],
+        "placement": ["placement", bad, "--ranks", "2", "--out", str(tmp_path / "figures")],
     }
 
 
 @pytest.mark.parametrize("command", ["summary", "variance", "variance_b", "plot", "plot_b",
-                                     "shadows"])
+                                     "shadows", "placement"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_file_is_one_clear_line_and_exit_2(cli, run_a, tmp_path, case, command):
     make, words = CASES[case]
