@@ -3,6 +3,7 @@
 
     python3 bench/cost_model.py check CALIBRATION.log RUN.log [RUN.log ...]
     python3 bench/cost_model.py predict CALIBRATION_TINY.log CALIBRATION_FINE.log
+    python3 bench/cost_model.py placement CALIBRATION.log RUN.h5 [--window N] [--gbit G]
 
 CALIBRATION.log is the output of a one-rank, one-thread moe_rt run (bench/cost_model.sh writes
 them): its phase table gives each phase's time per token on one core, its header the parameter
@@ -28,10 +29,19 @@ The model (docs/performance.md, "A cost model for scale", states every assumptio
              R ranks of a host share
   allreduce  the dense gradients' tree reduction and broadcast: 2·⌈log2 W⌉ hops of the
              replicated parameters (4 bytes each), the hops between hosts at the link's rate, plus
-             the expert gradients' reduction over the W/P replicas when W > P
+             the expert gradients' reduction over the W/P replicas when W > P, plus with R
+             redundant experts their gradients' exchange between the copies (each copy's
+             3·D·F·L values to the other, about 2·R/W expert gradients a rank, across the link)
+
+`placement` carries a placement's predicted imbalance to scale: for each W of 8–64 ranks (8 a
+host), `moe_stats.py placement` replays the policies on RUN.h5's recorded loads at P = W, and the
+max/mean rank load it predicts is the model's load factor f.
 """
+import csv
 import math
+import os
 import re
+import subprocess
 import sys
 from dataclasses import dataclass, field
 
@@ -127,6 +137,7 @@ class Layout:
     threads: int = 1    # t
     tokens_per_rank: int = 256
     load_factor: float = 1.0  # the busiest rank's expert rows over the mean
+    redundant: int = 0        # R replicated expert instances beyond the E experts
 
     @property
     def hosts(self):
@@ -205,7 +216,8 @@ def predict(cal, model, lay, link, hierarchical=False):
         if p in ROUTER_PHASES:
             scale = model.experts / cal.experts
         compute += t * n * scale
-    local_experts = model.expert_params * max(1, model.experts // lay.ep) / model.experts
+    local_experts = (model.expert_params * max(1, (model.experts + lay.redundant) // lay.ep) /
+                     model.experts)
     compute += cal.optimizer_per_param * (model.replicated + local_experts)
     copies = cal.exchange_copy_per_token * n
     allreduce_local = cal.allreduce_local * model.replicated
@@ -252,6 +264,12 @@ def predict(cal, model, lay, link, hierarchical=False):
         # Replicas of one shard lie P ranks apart: on other hosts once P >= R.
         for _ in range(rep_depth):
             allreduce += 2 * hop_time(rep_bytes, P >= R, link)
+    if lay.redundant > 0:
+        # Each copy of a replicated expert sends its gradient to the other (runtime/run/
+        # expert_instances.cpp): about 2·R/W expert gradients leave each rank, over the link.
+        per_expert_bytes = 4 * model.expert_params / model.experts
+        allreduce += hop_time(2 * lay.redundant / lay.ranks * per_expert_bytes, lay.hosts > 1,
+                              link)
     return {"compute": compute, "copies": copies, "waiting": waiting, "exchange": exchange,
             "allreduce": allreduce + allreduce_local}
 
@@ -332,10 +350,60 @@ def cmd_predict(args):
                       f"{parts['exchange'] / step:.0%} | {two_level * 1e3:.1f}")
 
 
+def replay_load_factor(stats, ranks, hosts, redundant, policy, window):
+    """The replay's mean max/mean rank load of `policy` over the scored steps, all layers."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd = [sys.executable, os.path.join(here, "..", "scripts", "moe_stats.py"), "placement", stats,
+           "--ranks", str(ranks), "--hosts", str(hosts), "--redundant", str(redundant),
+           "--window", str(window), "--policies", policy, "--csv"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"cost_model.py: {' '.join(cmd)}: {proc.stderr.strip()}")
+    rows = [r for r in csv.DictReader(proc.stdout.splitlines())
+            if r["policy"] == policy and r["layers"].isdigit()]  # per layer, not the summaries
+    return sum(float(r["mean_overload"]) for r in rows) / len(rows)
+
+
+def cmd_placement(args):
+    usage = "usage: cost_model.py placement CALIBRATION.log RUN.h5 [--window N] [--gbit G]"
+    if len(args) < 2:
+        sys.exit(usage)
+    window, gbit = 20, 100
+    rest = args[2:]
+    while rest:
+        if len(rest) < 2 or rest[0] not in ("--window", "--gbit"):
+            sys.exit(usage)
+        window, gbit = (int(rest[1]), gbit) if rest[0] == "--window" else (window, float(rest[1]))
+        rest = rest[2:]
+    run = read_run(args[0])
+    cal, model = calibrate(run), model_of(run)
+    link = Link(gbit * 1e9 / 8, PREDICT_LATENCY_S, PREDICT_PER_MESSAGE_S)
+    print(f"# {run.config['model']}: E = {model.experts}, one rank per core, 8 ranks per host, "
+          f"256 tokens per rank, {gbit:g} Gbit/s; the load factor f is the replay's max/mean rank")
+    print(f"# load on {args[1]}'s loads (placed from {window} steps, scored on the rest), mean "
+          f"over layers")
+    print("# W=P | policy | R | f | step ms | expert phases ms | speed-up over contiguous")
+    for W in (8, 16, 32, 64):
+        if W > model.experts:
+            continue
+        base_ms = None
+        for policy, R in (("contiguous", 0), ("greedy", 0), ("hierarchical", 0),
+                          ("greedy", W // 4), ("hierarchical", W // 4)):
+            f = replay_load_factor(args[1], W, max(1, W // 8), R, policy, window)
+            lay = Layout(ranks=W, ep=W, ranks_per_host=8, cores_per_host=8, tokens_per_rank=256,
+                         load_factor=f, redundant=R)
+            step = sum(predict(cal, model, lay, link).values()) * 1e3
+            experts = sum(cal.per_token[p] for p in EXPERT_PHASES) * 256 * f * 1e3
+            base_ms = step if base_ms is None else base_ms
+            print(f"{W} | {policy} | {R} | {f:.3f} | {step:.1f} | {experts:.1f} | "
+                  f"{base_ms / step:.3f}")
+
+
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("check", "predict"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("check", "predict", "placement"):
         sys.exit(__doc__)
-    (cmd_check if sys.argv[1] == "check" else cmd_predict)(sys.argv[2:])
+    {"check": cmd_check, "predict": cmd_predict,
+     "placement": cmd_placement}[sys.argv[1]](sys.argv[2:])
 
 
 if __name__ == "__main__":

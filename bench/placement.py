@@ -71,7 +71,8 @@ def replay(path, window, extra):
 def predicted_overload(path, window):
     """The replay's mean overload of the placement the run ran under (its 'recorded' rows)."""
     rows = csv.DictReader(replay(path, window, ["--policies", "recorded", "--csv"]).splitlines())
-    values = [float(r["mean_overload"]) for r in rows if r["policy"] == "recorded"]
+    values = [float(r["mean_overload"]) for r in rows
+              if r["policy"] == "recorded" and r["layers"].isdigit()]  # per layer
     return statistics.fmean(values)
 
 

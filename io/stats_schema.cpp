@@ -66,6 +66,11 @@ constexpr DatasetInfo kDatasets[] = {
      "(token, slot) assignments to each expert dropped by the token capacity (counted in "
      "expert_load; 0 without --capacity-factor)",
      {"step", "layer", "expert"}},
+    {"/routing/source_expert_load",
+     "assignments",
+     "(token, slot) assignments each rank's tokens sent to each expert (dispatched: not those "
+     "the token capacity dropped)",
+     {"step", "layer", "rank", "expert"}},
     {"/routing/dispatch_rows",
      "assignments",
      "(token, slot) assignments dispatched to the experts' owners, over all ranks",

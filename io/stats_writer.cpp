@@ -403,6 +403,7 @@ void StatsWriter::Impl::create_objects(const StatsHeader& h, const StatsStorage&
   add(m.steps, "/steps/z_loss", f64, n_f64, {});
   add(m.steps, "/routing/z_loss", f64, n_f64, {m.L});
   add(m.steps, "/routing/dropped", i64, n_i64, {m.L, m.E});
+  add(m.steps, "/routing/source_expert_load", i32, n_i32, {m.L, m.W, m.E});
   for (const std::string& rule : h.shadow_rules) {
     const std::string group = "/shadow/" + rule;
     add(m.steps, (group + "/expert_load").c_str(), i64, n_i64, {m.L, m.E});
@@ -467,6 +468,7 @@ void StatsWriter::append(const StepRow& r) {
   require_size(call, "cross_host_rows", r.cross_host_rows, m.L, "L");
   require_size(call, "cross_host_tokens", r.cross_host_tokens, m.L, "L");
   require_size(call, "dropped", r.dropped, m.L * m.E, "L*E");
+  require_size(call, "source_expert_load", r.source_expert_load, m.L * m.W * m.E, "L*W*E");
   require_size(call, "shadow_load", r.shadow_load, m.R * m.L * m.E, "R*L*E");
   require_size(call, "shadow_bias", r.shadow_bias, m.R * m.L * m.E, "R*L*E");
   require_size(call, "shadow_max_violation", r.shadow_max_violation, m.R * m.L, "R*L");
@@ -490,7 +492,8 @@ void StatsWriter::append(const StepRow& r) {
                                      r.cross_host_tokens.data(),
                                      &r.z_loss,
                                      r.layer_z_loss.data(),
-                                     r.dropped.data()};
+                                     r.dropped.data(),
+                                     r.source_expert_load.data()};
   for (size_t q = 0; q < m.R; ++q) {
     values.push_back(r.shadow_load.data() + q * m.L * m.E);
     values.push_back(r.shadow_max_violation.data() + q * m.L);

@@ -89,6 +89,8 @@ struct StepRow {
   std::span<const double> shadow_max_violation;  // [R, L]
   std::span<const int64_t>
       dropped;  // [L, E] assignments the token capacity dropped (in expert_load)
+  std::span<const int32_t> source_expert_load;  // [L, W, E] assignments each rank's tokens sent to
+                                                // each expert (dispatched: drops not counted)
 };
 
 // The routing of T traced tokens at one step.

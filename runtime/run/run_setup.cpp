@@ -227,7 +227,9 @@ void setup_open(const RunConfig& cfg, int rank, int W, int P, const RunIdentity&
   TrainSummary& summary = run.summary;
   summary.num_hosts = run.hosts.num_hosts();
   summary.top_k = mc.top_k;
-  if (!cfg.expert_placement.empty()) {
+  if (cfg.expert_placement.empty()) {
+    in.placement = model_placement_contiguous(mc, P);  // P <= E: parallel_config_validate
+  } else {
     in.placement = placement_file_read(cfg.expert_placement, mc.experts, mc.layers, P);
     in.memory = model_memory_estimate(mc, P, W, model_placement_max_local(in.placement));
   }
@@ -321,7 +323,6 @@ RunSetup run_setup(const RunConfig& cfg, const Comm& world, bool quiet) {
   run.hosts = host_layout_discover(world);
   run.node_ranks = run.hosts.ranks_on_host[run.hosts.host_of_rank[rank]];
   in.memory = model_memory_estimate(cfg.model, P, W);
-  in.placement = model_placement_contiguous(cfg.model, P);
   const RunIdentity identity = run_identity_make(cfg);
   std::string error;
   try {

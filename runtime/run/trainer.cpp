@@ -333,6 +333,13 @@ void Trainer::reduce_loads(StepRecord& rec) {
     load_sums_[tokens + l] = dispatch_plan_cross_host_tokens(layer.plan, groups_.ep_hosts);
     recv_local_[l] = layer.plan.num_recv;
   }
+  rec.source_load.resize(static_cast<size_t>(L) * E);
+  for (int l = 0; l < L; ++l) {
+    for (int e = 0; e < E; ++e) {  // T·K of one rank fits an int (dispatch_plan_build's counts)
+      rec.source_load[static_cast<size_t>(l) * E + e] =
+          static_cast<int32_t>(acts_.moe[l].plan.expert_counts[e]);
+    }
+  }
   shadow_local_loads(load_sums_.data() + shadows);
   world_.allreduce_sum(std::span<int64_t>(load_sums_));
   const auto at = [&](size_t offset) { return load_sums_.begin() + offset; };

@@ -1,6 +1,12 @@
 """--expert-placement: any placement changes no bit (losses, loads, bias, parameters, checkpoints),
 a run resumes under another placement bitwise, the statistics file records the placement and the
 rank loads it gave, and bad placement files end with one clear line and exit 2 on every rank."""
+import csv
+import io
+import os
+import subprocess
+import sys
+
 import h5py
 import numpy as np
 import pytest
@@ -157,3 +163,50 @@ def test_comments_blank_lines_and_any_order_are_read(run_moe, tmp_path):
     proc = run_moe(MICRO + ["--steps", "2", "--stats", "none", "--expert-placement",
                             str(write(tmp_path, text))])
     assert proc.returncode == 0, proc.stderr
+
+
+# ---- the replay against real runs -----------------------------------------------------------
+
+
+def moe_stats(*args):
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "moe_stats.py")
+    proc = subprocess.run([sys.executable, script] + [str(a) for a in args], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def replayed_overload(path, policy, window=2):
+    rows = csv.DictReader(io.StringIO(moe_stats("placement", path, "--ranks", 2, "--window",
+                                                window, "--policies", policy, "--csv")))
+    return {int(r["layers"]): float(r["mean_overload"]) for r in rows
+            if r["policy"] == policy and r["layers"].isdigit()}  # per layer, not the summaries
+
+
+def test_replayed_placements_run_and_predict_the_rank_loads(moe_rt_bin, tmp_path):
+    # A run that balances badly; the replay's contiguous layout is its own rank overload; the
+    # placements the replay writes run (the same bits), and the replay of each run's recorded
+    # placement is that run's rank overload.
+    base = MICRO + ["--steps", 8, "--force-balance", "zipf:1.2", "--batch-per-rank", 4]
+    a = ok(moe_rt_bin, base + ["--stats", tmp_path / "a.h5"], 2)
+    with h5py.File(tmp_path / "a.h5", "r") as f:
+        own = f["routing/rank_overload"][...][2:].mean(axis=0)
+        source = f["routing/source_expert_load"][...]
+        load, dropped = f["routing/expert_load"][...], f["routing/dropped"][...]
+        assert source.shape == (8, 3, 2, 4)
+        assert (source.sum(axis=2) == load - dropped).all()
+    assert np.allclose(list(replayed_overload(tmp_path / "a.h5", "contiguous").values()), own,
+                       rtol=1e-12)
+    moe_stats("placement", tmp_path / "a.h5", "--ranks", 2, "--window", 4,
+              "--write", f"greedy:{tmp_path / 'greedy.txt'}")
+    moe_stats("placement", tmp_path / "a.h5", "--ranks", 2, "--window", 4, "--redundant", 2,
+              "--write", f"hierarchical:{tmp_path / 'replicated.txt'}")
+    for name in ("greedy", "replicated"):
+        b = ok(moe_rt_bin, base + ["--stats", tmp_path / f"{name}.h5", "--expert-placement",
+                                   tmp_path / f"{name}.txt"], 2)
+        assert digest(b) == digest(a), name
+    with h5py.File(tmp_path / "greedy.h5", "r") as f:
+        placed = f["routing/rank_overload"][...][2:].mean(axis=0)
+    assert np.allclose(list(replayed_overload(tmp_path / "greedy.h5", "recorded").values()),
+                       placed, rtol=1e-12)
+    assert placed.mean() < own.mean()

@@ -48,6 +48,7 @@ struct RowData {
   std::vector<double> phase_times;  // [W, num_phases]
   std::vector<int64_t> dispatch_rows, cross_host_rows, cross_host_tokens;  // [L] each
   std::vector<int64_t> dropped;                                            // [L, E]
+  std::vector<int32_t> source_expert_load;                                 // [L, W, E]
   explicit RowData(int64_t step) : s(step) {
     for (int i = 0; i < kL * kE; ++i) expert_load.push_back(s * 100 + i);
     for (int i = 0; i < kL * kW; ++i) rank_load.push_back(s * 10 + i + 7);
@@ -58,6 +59,9 @@ struct RowData {
     for (int i = 0; i < kL; ++i) cross_host_rows.push_back(s * 3 + i);
     for (int i = 0; i < kL; ++i) cross_host_tokens.push_back(s * 2 + i);
     for (int i = 0; i < kL * kE; ++i) dropped.push_back(s * 7 + i % 3);
+    for (int i = 0; i < kL * kW * kE; ++i) {
+      source_expert_load.push_back(static_cast<int32_t>(s * 11 + i));
+    }
   }
   std::span<const double> layer_field(int f) const {
     return std::span<const double>(per_layer).subspan(f * kL, kL);
@@ -87,7 +91,8 @@ struct RowData {
                    {},
                    {},
                    {},
-                   dropped};
+                   dropped,
+                   source_expert_load};
   }
 };
 

@@ -163,6 +163,8 @@ inline void expect_step_rows(hid_t f, size_t n, bool exact = false) {
                          [](R r) { return r.rank_load; });
   expect_column<float>(f, "/routing/bias", n, {kL, kE}, exact, [](R r) { return r.bias; });
   expect_column<int64_t>(f, "/routing/dropped", n, {kL, kE}, exact, [](R r) { return r.dropped; });
+  expect_column<int32_t>(f, "/routing/source_expert_load", n, {kL, kW, kE}, exact,
+                         [](R r) { return r.source_expert_load; });
   const std::pair<const char*, std::span<const double> StepRow::*> per_layer[] = {
       {"load_variance", &StepRow::load_variance},
       {"max_violation", &StepRow::max_violation},

@@ -31,6 +31,8 @@ const Attachment kAttachments[] = {
     {"/routing/expert_load", 1, "/dims/layer"},
     {"/routing/expert_load", 2, "/dims/expert"},
     {"/routing/rank_load", 2, "/dims/rank"},
+    {"/routing/source_expert_load", 2, "/dims/rank"},
+    {"/routing/source_expert_load", 3, "/dims/expert"},
     {"/routing/bias", 2, "/dims/expert"},
     {"/routing/load_cv", 1, "/dims/layer"},
     {"/perf/phase_time", 1, "/dims/rank"},
@@ -85,7 +87,7 @@ void expect_described(const std::string& path, bool live) {
   std::vector<std::string> datasets;
   MOE_H5_CHECK(
       H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &datasets, H5O_INFO_BASIC));
-  EXPECT_EQ(datasets.size(), 46u);  // 22 per-step, 4 fixed, 5 axes, 7 trace, 8 eval
+  EXPECT_EQ(datasets.size(), 47u);  // 23 per-step, 4 fixed, 5 axes, 7 trace, 8 eval
   for (const std::string& name : datasets) {
     const H5Id d = open_dset(f, name.c_str());
     EXPECT_FALSE(read_string_attr(d.get(), "units").empty()) << name;
