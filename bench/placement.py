@@ -21,6 +21,9 @@ run's file gives, over the steps after the window:
     time        max/mean over the ranks of the expert phases' time (experts + experts_bwd),
                 median over steps
     step ms     the median step time, and the speed-up over the contiguous layout
+    modelled    the step the cost model (bench/cost_model.py, docs/performance.md) gives with the
+                predicted max/mean as its load factor, from a calibration run of 1 rank and
+                1 thread that the script makes first; and measured ÷ modelled
 
 Every run of a workload must give the same parameters (the digest), which the script checks.
 Medians over --rounds runs. Writes OUT/placement.md (the table), OUT/placement.csv and
@@ -76,6 +79,17 @@ def predicted_overload(path, window):
     return statistics.fmean(values)
 
 
+def modelled_step_ms(calibration, load_factor, redundant, tokens_per_rank):
+    """The cost model's step at RANKS ranks on this host's cores, with `load_factor`."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import cost_model as cm
+    run = cm.read_run(calibration)
+    lay = cm.Layout(ranks=RANKS, ep=RANKS, ranks_per_host=RANKS, cores_per_host=os.cpu_count(),
+                    tokens_per_rank=tokens_per_rank, load_factor=load_factor, redundant=redundant)
+    link = cm.Link(1e9, 0.0, 0.0)  # one host: no link
+    return sum(cm.predict(cm.calibrate(run), cm.model_of(run), lay, link).values()) * 1e3
+
+
 def measured(path, window):
     with h5py.File(path, "r") as f:
         steps = f["steps/step"][...]
@@ -98,9 +112,23 @@ def main(argv=None):
     ap.add_argument("--window", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "runs", "placement"))
+    ap.add_argument("--replot", action="store_true",
+                    help="only draw OUT/placement.png again from OUT/placement.csv")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
+    if a.replot:
+        with open(os.path.join(a.out, "placement.csv")) as f:
+            rows = [{k: (v if k in ("workload", "placement") else float(v)) for k, v in r.items()}
+                    for r in csv.DictReader(f)]
+        plot(rows, os.path.join(a.out, "placement.png"))
+        return
     base = ["--model", "deepseek4-tiny", "--steps", str(a.steps), "--overwrite"]
+    calibration = os.path.join(a.out, "tiny-calibration.log")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    with open(calibration, "w") as log:
+        subprocess.run(["mpirun", "-np", "1", a.binary, "--model", "deepseek4-tiny", "--threads",
+                        "1", "--steps", "20", "--stats", "none"], env=env, stdout=log,
+                       stderr=subprocess.STDOUT, check=True)
     results = []
     for workload, options in WORKLOADS.items():
         record = os.path.join(a.out, f"{workload}-record.h5")
@@ -131,23 +159,28 @@ def main(argv=None):
             for key in ("rows", "time", "step_ms", "experts_ms"):
                 row[key] = statistics.median(m[key] for m in ms)
             row["speedup"] = contiguous_ms / row["step_ms"]
+            redundant = 2 if label.endswith("R=2") else 0
+            row["modelled_ms"] = modelled_step_ms(calibration, row["predicted"], redundant, 256)
+            row["ratio"] = row["step_ms"] / row["modelled_ms"]
             results.append(row)
             print(f"{workload:8} {label:18} predicted {row['predicted']:.3f} rows {row['rows']:.3f}"
                   f" time {row['time']:.3f} step {row['step_ms']:.1f} ms x{row['speedup']:.3f}",
                   flush=True)
     keys = ["workload", "placement", "predicted", "rows", "time", "experts_ms", "step_ms",
-            "speedup"]
+            "speedup", "modelled_ms", "ratio"]
     with open(os.path.join(a.out, "placement.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows({k: r[k] for k in keys} for r in results)
     lines = ["| workload | placement | predicted max/mean | rows max/mean | expert time max/mean "
-             "| expert phases ms (slowest rank) | step ms | speed-up |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| expert phases ms (slowest rank) | step ms | speed-up | modelled step ms | "
+             "measured ÷ modelled |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r['workload']} | {r['placement']} | {r['predicted']:.3f} | "
                      f"{r['rows']:.3f} | {r['time']:.3f} | {r['experts_ms']:.1f} | "
-                     f"{r['step_ms']:.1f} | {r['speedup']:.3f} |")
+                     f"{r['step_ms']:.1f} | {r['speedup']:.3f} | {r['modelled_ms']:.1f} | "
+                     f"{r['ratio']:.2f} |")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "placement.md"), "w") as f:
         f.write(table)
@@ -178,6 +211,7 @@ def plot(results, path):
     bx.barh(range(len(results)), [r["speedup"] for r in results], color="tab:green")
     bx.set_yticks(range(len(results)), labels, fontsize=7)
     bx.axvline(1.0, color="0.4", linewidth=0.8)
+    bx.set_xlim(0.9, max(r["speedup"] for r in results) * 1.03)
     bx.invert_yaxis()
     bx.set_xlabel("step speed-up over the contiguous layout")
     bx.set_title("step time (median)")

@@ -28,8 +28,8 @@ struct StepRecord {
   std::vector<int64_t> expert_load;    // [L, E] global counts of the step (selected, before drops)
   std::vector<int64_t> dropped;        // [L, E] of them dropped by the token capacity
   std::vector<int64_t> rank_load;      // [L, W] assignments received by each rank
-  std::vector<int32_t> source_load;    // [L, E] this rank's assignments sent to each expert (its
-                                       // own, not reduced: RunStats gathers them)
+  std::vector<int32_t> source_load;    // [L, W, E] assignments each rank's tokens sent to each
+                                       // expert (dispatched: drops not counted)
   std::vector<int64_t> dispatch_rows;  // [L] assignments dispatched, all ranks (T·K − dropped)
   std::vector<int64_t> cross_host_rows;    // [L] of them sent to an expert owner on another host
   std::vector<int64_t> cross_host_tokens;  // [L] (token, other host holding one of its experts)

@@ -158,8 +158,6 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
     throw;
   }
   phase_all_.resize(static_cast<size_t>(world_size) * kNumPhases);
-  source_all_.resize(static_cast<size_t>(world_size) * layers_ * experts_);
-  source_by_layer_.resize(source_all_.size());
 }
 
 RunStats::~RunStats() {
@@ -195,15 +193,7 @@ template <class F> void RunStats::append_row(const std::string& row, F&& append)
 
 void RunStats::record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times) {
   world.gather(std::span<const double>(times.seconds), std::span<double>(phase_all_), 0);
-  world.gather(std::span<const int32_t>(rec.source_load), std::span<int32_t>(source_all_), 0);
   if (rank_ != 0 || !failure_.empty()) return;
-  // [W, L, E] as gathered, to the file's [L, W, E].
-  const size_t W = world_size_, L = layers_, E = experts_;
-  for (size_t r = 0; r < W; ++r) {
-    for (size_t l = 0; l < L; ++l) {
-      std::copy_n(&source_all_[(r * L + l) * E], E, &source_by_layer_[(l * W + r) * E]);
-    }
-  }
   StepRow row;
   row.step = rec.step;
   row.loss = rec.loss;
@@ -229,7 +219,7 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
   row.shadow_bias = rec.shadow_bias;
   row.shadow_max_violation = rec.shadow_max_violation;
   row.dropped = rec.dropped;
-  row.source_expert_load = source_by_layer_;
+  row.source_expert_load = rec.source_load;
   row.phase_times = phase_all_;
   append_row("the row of step " + std::to_string(rec.step), [&] { writer_->append(row); });
 }

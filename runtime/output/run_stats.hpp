@@ -80,8 +80,6 @@ class RunStats {
   std::string failure_;                           // rank 0: see failure()
   std::unique_ptr<StatsWriter> writer_;           // rank 0 only
   std::vector<double> phase_all_;                 // [W, phases] on rank 0
-  std::vector<int32_t> source_all_;               // [W, L, E] on rank 0, as gathered
-  std::vector<int32_t> source_by_layer_;          // [L, W, E] on rank 0, as the file holds it
   std::vector<int32_t> trace_local_, trace_all_;  // [2·N + 2·L·N·K] per rank, gathered [W, ...]
   std::vector<float> weights_local_, weights_all_;
   std::vector<int32_t> t_ids_, t_pos_, t_rank_, t_experts_;  // rank 0: [T], [T], [T], [L, T, K]

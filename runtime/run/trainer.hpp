@@ -111,7 +111,8 @@ class Trainer {
   int64_t T_ = 0;                                   // tokens per step, all ranks
   std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
   std::vector<double> sums_;  // [CE sum, balance loss of each layer, z-loss of each layer]
-  std::vector<int64_t> recv_local_, recv_all_;  // [L], [W, L]
+  // [L rows received, L·E rows sent to each expert], [W, L + L·E]
+  std::vector<int64_t> recv_local_, recv_all_;
   // [L·E expert loads, L cross-host rows, L cross-host tokens, L·E dropped, R·L·E shadow loads]
   std::vector<int64_t> load_sums_;
   std::vector<int32_t> shadow_idx_;                // [N, K] a shadow balancer's selection
