@@ -82,7 +82,8 @@ void ExpertPlacement::index_replicas() {
 }
 
 bool ExpertPlacement::is_contiguous() const {
-  return *this == ExpertPlacement(num_experts, ep_size);
+  return !has_replicas() && ep_size <= num_experts &&
+         *this == ExpertPlacement(num_experts, ep_size);
 }
 
 void dispatch_plan_build(DispatchPlan& plan, std::span<const int32_t> expert_idx, int num_tokens,

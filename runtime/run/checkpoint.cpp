@@ -185,7 +185,8 @@ bool checkpoint_after(int step, Trainer& trainer, CheckpointPlan& plan, const Ru
 
 void checkpoint_save(const std::string& path, const CheckpointHeader& h, const TrainState& s,
                      const Comm& world) {
-  // EP group 0 (world rank 0 is its EP rank 0): its members own every expert exactly once.
+  // EP group 0 (world rank 0 is its EP rank 0): its members hold every expert, a replicated one
+  // on several of them (write_file writes it once, from its first holder).
   const int P = s.placement.front().ep_size;
   std::vector<float> gathered;
   std::vector<int> counts, displs;

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
+#include <string>
 
 #include "model/expert_grads.hpp"
 
@@ -43,7 +46,37 @@ size_t ExpertInstanceReduce::planes_needed(const ModelPlacement& placement, int 
   return planes;
 }
 
-ExpertInstanceReduce::ExpertInstanceReduce(const Comm& world, const ParallelGroups& groups,
+double ExpertInstanceReduce::buffer_bytes(const ModelPlacement& placement, int world_size,
+                                          int per_rank, double matrix_elements) {
+  // Rank (g, q) sends each of its instances' nodes to every other holder of the expert in every
+  // group, and receives theirs: per layer and instance, (holders − 1)·own + Σ others' nodes.
+  const int total = world_size * per_rank;
+  double most = 0.0;
+  for (int position = 0; position < world_size; ++position) {
+    double nodes = 0.0;
+    for (const ExpertPlacement& pl : placement) {
+      const int P = pl.ep_size, g = position / P, q = position % P, G = world_size / P;
+      for (int i = 0; i < pl.num_local(q); ++i) {
+        const int e = pl.expert(q, i);
+        const double own =
+            static_cast<double>(instance_nodes(pl, pl.slot_of(q, i), g, per_rank, total).size());
+        for (int gb = 0; gb < G; ++gb) {
+          for (int j = 0; j < pl.num_replicas(e); ++j) {
+            const int slot = pl.replica_slot(e, j);
+            if (gb == g && pl.rank_of_slot(slot) == q) continue;
+            nodes +=
+                own + static_cast<double>(instance_nodes(pl, slot, gb, per_rank, total).size());
+          }
+        }
+      }
+    }
+    most = std::max(most, nodes);
+  }
+  return most * 3.0 * matrix_elements * sizeof(float);
+}
+
+ExpertInstanceReduce::ExpertInstanceReduce(const Comm& world, const HostLayout& hosts,
+                                           const ParallelGroups& groups,
                                            const ModelPlacement& placement,
                                            const ModelLayout& layout, int per_rank,
                                            size_t matrix_elements, float* d_experts,
@@ -51,10 +84,18 @@ ExpertInstanceReduce::ExpertInstanceReduce(const Comm& world, const ParallelGrou
     : world_(world), total_sequences_(world.size() * per_rank), DF_(matrix_elements) {
   const int W = world.size(), me = world.rank(), q = groups.ep.rank(), g = groups.ep_group;
   const int L = static_cast<int>(placement.size());
-  // Every rank's EP group and EP rank: whom it holds experts with.
-  const std::vector<int> mine = {g, q};
+  // Every rank's EP group and EP rank, whom it holds experts with: positions [g·P, g·P + P) of
+  // the hosts' order are EP group g (parallel_groups_make).
   std::vector<int> where(2 * static_cast<size_t>(W));
-  world.allgather(std::span<const int>(mine), std::span<int>(where));
+  for (int b = 0; b < W; ++b) {
+    where[2 * static_cast<size_t>(b)] = hosts.position[b] / groups.ep_size;
+    where[2 * static_cast<size_t>(b) + 1] = hosts.position[b] % groups.ep_size;
+  }
+  if (where[2 * static_cast<size_t>(me)] != g || where[2 * static_cast<size_t>(me) + 1] != q) {
+    throw std::logic_error(
+        "ExpertInstanceReduce: the host layout does not give this rank's EP "
+        "group and rank");
+  }
   // The three matrices of local expert i of layer l in plane n of the arena.
   auto matrices = [&](int l, int i, size_t n) {
     const MoeOffsets& o = layout.layers[l].moe;
@@ -82,8 +123,7 @@ ExpertInstanceReduce::ExpertInstanceReduce(const Comm& world, const ParallelGrou
   // What each peer is sent: this rank's nodes of every instance whose expert the peer holds; and
   // received: the peer's nodes of every instance whose expert this rank holds. Both in (layer,
   // the sender's local expert) order.
-  send_counts_.assign(W, 0);
-  recv_counts_.assign(W, 0);
+  std::vector<int64_t> send_counts(W, 0), recv_counts(W, 0);
   struct Received {
     int instance, peer;
     std::vector<TreeNode> nodes;
@@ -102,7 +142,7 @@ ExpertInstanceReduce::ExpertInstanceReduce(const Comm& world, const ParallelGrou
           const std::array<float*, 3> m = matrices(l, i, n);
           sent_.push_back({{m[0], m[1], m[2]}});
         }
-        send_counts_[b] += static_cast<int>(nodes.size() * per_node);
+        send_counts[b] += static_cast<int64_t>(nodes.size() * per_node);
       }
       for (int ib = 0; ib < pl.num_local(qb); ++ib) {
         const int i = local_on_rank(pl, pl.expert(qb, ib), q);
@@ -110,10 +150,24 @@ ExpertInstanceReduce::ExpertInstanceReduce(const Comm& world, const ParallelGrou
         received.push_back(
             {first_instance[l] + i, b,
              instance_nodes(pl, pl.slot_of(qb, ib), gb, per_rank, total_sequences_)});
-        recv_counts_[b] += static_cast<int>(received.back().nodes.size() * per_node);
+        recv_counts[b] += static_cast<int64_t>(received.back().nodes.size() * per_node);
       }
     }
   }
+  // MPI counts and displacements are ints: a larger exchange is refused, not wrapped.
+  int64_t sent = 0, got = 0;
+  for (int b = 0; b < W; ++b) {
+    sent += send_counts[b];
+    got += recv_counts[b];
+  }
+  if (std::max(sent, got) > std::numeric_limits<int>::max()) {
+    throw std::length_error("the replicated experts' gradients would send " +
+                            std::to_string(std::max(sent, got)) + " floats a step from one rank, " +
+                            "more than MPI's int count: fewer replicas, or a smaller --d-model or "
+                            "--ffn-dim");
+  }
+  send_counts_.assign(send_counts.begin(), send_counts.end());
+  recv_counts_.assign(recv_counts.begin(), recv_counts.end());
   send_displs_.assign(W, 0);
   recv_displs_.assign(W, 0);
   for (int b = 1; b < W; ++b) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/host_layout.hpp"
 #include "model/model.hpp"
 #include "model/tree_sum.hpp"
 
@@ -25,11 +26,17 @@ class ExpertInstanceReduce {
   // ranks in EP groups of P, B sequences each: the most tree nodes any instance sums.
   static size_t planes_needed(const ModelPlacement& placement, int world_size, int per_rank);
 
-  // Collective over `world` (every rank's EP group and rank are gathered). `d_experts`: the
-  // gradient arena, [planes, A], laid out by `layout`; it must not move while this object lives.
-  ExpertInstanceReduce(const Comm& world, const ParallelGroups& groups,
+  // Not collective: every rank's EP group and rank follow from `hosts` (EP group g is positions
+  // [g·P, g·P + P) of its order). `d_experts`: the gradient arena, [planes, A], laid out by
+  // `layout`; it must not move while this object lives. Throws std::length_error when a
+  // message to one peer would exceed MPI's int count.
+  ExpertInstanceReduce(const Comm& world, const HostLayout& hosts, const ParallelGroups& groups,
                        const ModelPlacement& placement, const ModelLayout& layout, int per_rank,
                        size_t matrix_elements, float* d_experts, size_t arena_elements);
+
+  // The most bytes any rank's exchange buffers take (send and receive), for the memory estimate.
+  static double buffer_bytes(const ModelPlacement& placement, int world_size, int per_rank,
+                             double matrix_elements);
 
   // Collective over the world: plane 0 of every local instance becomes its expert's whole
   // gradient.

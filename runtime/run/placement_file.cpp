@@ -42,8 +42,9 @@ std::vector<std::string_view> words(std::string_view s) {
   }
 }
 
-// A decimal count in [0, 2^31): no sign, no exponent, no other base.
+// A decimal count in [0, 2^31): no sign (from_chars would take "-0"), no exponent, no other base.
 std::optional<int> count_of(std::string_view word) {
+  if (word.empty() || word[0] < '0' || word[0] > '9') return std::nullopt;
   int value = 0;
   const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
   if (ec != std::errc() || end != word.data() + word.size() || value < 0) return std::nullopt;

@@ -23,12 +23,14 @@
 #include "io/synthetic_data.hpp"
 #include "io/token_source.hpp"
 #include "model/blas.hpp"
+#include "model/expert_grads.hpp"
 #include "model/gemm/gemm.hpp"
 #include "model/router.hpp"
 #include "model/simd.hpp"
 #include "runtime/options/config_agree.hpp"
 #include "runtime/options/config_file.hpp"
 #include "runtime/output/report.hpp"
+#include "runtime/run/expert_instances.hpp"
 #include "runtime/run/placement_file.hpp"
 
 namespace moe {
@@ -80,6 +82,32 @@ void memory_check(const ModelMemory& m, int node_ranks, double data_bytes = 0) {
                       ", raise --ep (fewer experts per rank), or spread the ranks over more "
                       "nodes");
   }
+}
+
+// What a placement with replicated experts adds to model_memory_estimate: the expert gradients'
+// further planes (each replica sums the tree nodes of its chunk of the sequences) and the
+// buffers and scratch of their exchange (runtime/run/expert_instances.hpp).
+void add_replica_memory(ModelMemory& m, const ModelConfig& mc, const ModelPlacement& placement,
+                        int W, int P) {
+  if (std::none_of(placement.begin(), placement.end(),
+                   [](const ExpertPlacement& layer) { return layer.has_replicas(); })) {
+    return;
+  }
+  const int B = std::max(mc.batch_per_rank, 1);
+  const double DF = static_cast<double>(mc.d_model) * mc.ffn_dim;
+  const double arena =
+      static_cast<double>(mc.layers) * model_placement_max_local(placement) * 3 * DF;
+  size_t group_planes = 1;  // what the estimate counted already
+  if (W > P) {
+    for (const std::vector<TreeNode>& nodes : expert_grad_group_nodes(W, P, B)) {
+      group_planes = std::max(group_planes, nodes.size());
+    }
+  }
+  const size_t planes = ExpertInstanceReduce::planes_needed(placement, W, B);
+  m.param_bytes +=
+      4.0 * arena * static_cast<double>(planes > group_planes ? planes - group_planes : 0);
+  m.param_bytes += ExpertInstanceReduce::buffer_bytes(placement, W, B, DF) +
+                   4.0 * DF * (1 + tree_sum_depth(W * B));
 }
 
 // The --val-data source. A file must hold every sequence of an evaluation without wrapping
@@ -232,6 +260,7 @@ void setup_open(const RunConfig& cfg, int rank, int W, int P, const RunIdentity&
   } else {
     in.placement = placement_file_read(cfg.expert_placement, mc.experts, mc.layers, P);
     in.memory = model_memory_estimate(mc, P, W, model_placement_max_local(in.placement));
+    add_replica_memory(in.memory, mc, in.placement, W, P);
   }
   memory_check(in.memory, run.node_ranks);
   if (cfg.resume_point.active()) in.resume = resume_open(cfg);

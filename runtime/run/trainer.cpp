@@ -120,8 +120,8 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   d_experts_.resize(experts_.size() * expert_planes_);
   if (replicated) {
     instance_reduce_ = std::make_unique<ExpertInstanceReduce>(
-        world, groups_, placement_, layout_, B, static_cast<size_t>(mc_.d_model) * mc_.ffn_dim,
-        d_experts_.data(), experts_.size());
+        world, hosts, groups_, placement_, layout_, B,
+        static_cast<size_t>(mc_.d_model) * mc_.ffn_dim, d_experts_.data(), experts_.size());
   } else if (groups_.num_replicas > 1 && expert_planes_ == 1) {
     expert_scratch_.resize(experts_.size());  // allreduce_sum_tree's
   } else if (groups_.num_replicas > 1) {
@@ -137,7 +137,8 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   dense_scratch_.resize(dense_.size());
   expert_sq_.resize(static_cast<size_t>(L) * max_local_);
   expert_sq_all_.resize(expert_sq_.size() * P_);
-  recv_local_.resize(static_cast<size_t>(L) * (1 + mc_.experts));
+  // With a statistics file, the rows each rank sent to each expert ride along (reduce_loads).
+  recv_local_.resize(static_cast<size_t>(L) * (stats_ != nullptr ? 1 + mc_.experts : 1));
   const size_t R = routing_.config.shadows.size();
   load_sums_.resize(static_cast<size_t>(L) * (2 * mc_.experts + 2) + R * L * mc_.experts);
   if (R > 0) shadow_idx_.resize(static_cast<size_t>(N) * mc_.top_k);
@@ -332,8 +333,10 @@ void Trainer::reduce_loads(StepRecord& rec) {
     load_sums_[rows + l] = dispatch_plan_cross_host_rows(layer.plan, groups_.ep_hosts);
     load_sums_[tokens + l] = dispatch_plan_cross_host_tokens(layer.plan, groups_.ep_hosts);
     recv_local_[l] = layer.plan.num_recv;
-    std::copy(layer.plan.expert_counts.begin(), layer.plan.expert_counts.end(),
-              recv_local_.begin() + L + static_cast<size_t>(l) * E);
+    if (stats_ != nullptr) {
+      std::copy(layer.plan.expert_counts.begin(), layer.plan.expert_counts.end(),
+                recv_local_.begin() + L + static_cast<size_t>(l) * E);
+    }
   }
   shadow_local_loads(load_sums_.data() + shadows);
   world_.allreduce_sum(std::span<int64_t>(load_sums_));
@@ -352,18 +355,20 @@ void Trainer::reduce_loads(StepRecord& rec) {
       rec.dispatch_rows[l] += rec.expert_load[at] - rec.dropped[at];
     }
   }
-  // The rows each rank received and sent to each expert, [W, L + L·E]: one all-gather, which
-  // the step had anyway (a collective of its own, with the ranks sharing cores, cost 0.3% of the
-  // 8-rank default step).
+  // The rows each rank received and, for the statistics file, sent to each expert, [W, L] or
+  // [W, L + L·E]: one all-gather, which the step had anyway (a collective of its own, with the
+  // ranks sharing cores, cost 0.3% of the 8-rank default step). W·L·E values a rank: a cost that
+  // grows with the rank count, paid only where a file records them.
   world_.allgather(std::span<const int64_t>(recv_local_), std::span<int64_t>(recv_all_));
   const size_t per_rank = recv_local_.size();
+  const bool sources = stats_ != nullptr;
   rec.rank_load.resize(static_cast<size_t>(L) * W);
-  rec.source_load.resize(static_cast<size_t>(L) * W * E);
+  rec.source_load.resize(sources ? static_cast<size_t>(L) * W * E : 0);
   for (int r = 0; r < W; ++r) {
     const int64_t* from = &recv_all_[r * per_rank];
     for (int l = 0; l < L; ++l) {
       rec.rank_load[static_cast<size_t>(l) * W + r] = from[l];
-      for (int e = 0; e < E; ++e) {  // one rank's T·K fits an int32
+      for (int e = 0; sources && e < E; ++e) {  // one rank's T·K fits an int32
         rec.source_load[(static_cast<size_t>(l) * W + r) * E + e] =
             static_cast<int32_t>(from[L + static_cast<size_t>(l) * E + e]);
       }

@@ -215,10 +215,16 @@ def source_host_shares(run, rows, num_ranks, hosts):
 
 
 def uses_source_shares(run, num_ranks):
-    """Whether the file gives the sources' shares: it has /routing/source_expert_load, and its
-    world ranks are whole EP groups of P (world rank w is EP rank w mod P)."""
+    """Whether the file gives the sources' shares: it has /routing/source_expert_load, its world
+    ranks are whole EP groups of P, and world rank w is EP rank w mod P: moe_rt cuts the EP groups
+    from the ranks listed host by host, which is the world order when every file's
+    /hosts/rank_host is non-decreasing (Open MPI's default numbering, --ranks-per-host blocks);
+    a launcher that deals ranks round-robin over the hosts is not, and the equal share is used."""
     source = run.data.get("routing/source_expert_load")
-    return source is not None and source.shape[2] % num_ranks == 0
+    if source is None or source.shape[2] % num_ranks != 0:
+        return False
+    return all(seg.rank_host is None or list(seg.rank_host) == sorted(seg.rank_host)
+               for seg in run.segments)
 
 
 def cross_host_rows(placement, loads, from_host, hosts):

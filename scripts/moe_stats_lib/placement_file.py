@@ -173,7 +173,8 @@ class _Reader:
 
     def count(self, word):
         """The value of a decimal count, or None where `word` is not one."""
-        if not COUNT.fullmatch(word) or int(word) >= COUNT_LIMIT:
+        # The length first: int() refuses a string of more than 4300 digits with a ValueError.
+        if len(word) > 12 or not COUNT.fullmatch(word) or int(word) >= COUNT_LIMIT:
             return None
         return int(word)
 

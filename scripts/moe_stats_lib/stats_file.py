@@ -47,8 +47,8 @@ OPTIONAL_PER_STEP = (
     "routing/cross_host_tokens", "steps/z_loss", "routing/z_loss", "routing/dropped",
     "routing/source_expert_load",
 )
-# /routing/source_expert_load [N, L, W, E] (rows rank w's tokens sent to expert e) is not written
-# by moe_rt yet; `placement` takes the sources' shares from it when a file has it.
+# /routing/source_expert_load [N, L, W, E] (rows rank w's tokens sent to expert e), absent from
+# files written before moe_rt recorded it; `placement` takes the sources' shares from it.
 # Dimensions of every per-step dataset, rows first: [N], [N, L], [N, L, E], [N, L, W], ...
 PER_STEP_NDIM = {name: 1 for name in REQUIRED_PER_STEP + OPTIONAL_PER_STEP
                  if name.startswith("steps/")}
@@ -99,6 +99,8 @@ class Segment:
     # The expert placement the file records (/layers/placement): [L][P] tuples of the expert ids
     # EP rank q holds in layer l; None for files written before moe_rt recorded it.
     placement: tuple | None = None
+    # /hosts/rank_host: the host of each world rank; None for files written before it existed.
+    rank_host: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -427,6 +429,8 @@ def read_file(path):
             routing = read_strings(f, "layers/routing")
             data = read_per_step(path, f)
             placement = read_placement_dataset(path, f)
+            rank_host = (tuple(int(h) for h in f["hosts/rank_host"][...])
+                         if "hosts/rank_host" in f else None)
             evals = read_eval(path, f)
             phases = read_strings(f, "perf/phases")
         except (OSError, RuntimeError, KeyError) as err:  # HDF5 could not read what the file holds
@@ -442,7 +446,7 @@ def read_file(path):
                       last_step=int(steps[-1]) if len(steps) else None, rows=len(steps),
                       world_size=int(data["routing/rank_load"].shape[2]),
                       resumed_from=resumed_from, resumed_from_step=resumed_from_step,
-                      placement=placement)
+                      placement=placement, rank_host=rank_host)
     run = Run(path=path, attrs=attrs, routing=routing, data=data, phases=phases,
               segments=(segment,), eval=evals)
     if len(routing) != run.num_layers:

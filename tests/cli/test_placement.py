@@ -135,6 +135,8 @@ GOOD = ["layer 0: 0 1 | 2 3", "layer 1: 0 1 | 2 3", "layer 2: 0 1 | 2 3"]
     (layers(GOOD[0], "layer 1: 0 1 | 2", GOOD[2]), ["layer 1: expert 3 is on no rank"]),
     (layers(GOOD[0], "layer 1: 0 x | 2 3", GOOD[2]), ["'x' is not an expert id"]),
     (layers(GOOD[0], "layer 1: 0 +1 | 2 3", GOOD[2]), ["'+1' is not an expert id"]),
+    (layers(GOOD[0], "layer 1: -0 1 | 2 3", GOOD[2]), ["'-0' is not an expert id"]),
+    (layers(GOOD[0], "layer 1: 0 1 | 2 3" + " 9" * 4000, GOOD[2]), ["expert 9 outside [0, 4)"]),
     (layers(GOOD[0], "layer 1 0 1 | 2 3", GOOD[2]), ["expected 'layer N:"]),
     (layers(*GOOD, "ranks 2"), ["'ranks' after the first layer line"]),
     (layers(*GOOD, "shuffle experts"), ["unknown line 'shuffle experts'"]),
