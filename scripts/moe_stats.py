@@ -9,7 +9,7 @@
         the per-layer load-variance table of MaxText pull request #4190: variance at step S0
         (run A), at step S1 in A and in B, improvement (A - B)/A, and a TOTAL row over the top-k
         layers (the sums, then the improvement of the sums).
-    moe_stats.py plot RUN_A.h5 [RUN_B.h5] --out DIR [--format png,pdf,svg] [--dpi N]
+    moe_stats.py plot RUN_A.h5 [RUN_B.h5] [--out DIR] [--format png,pdf,svg] [--dpi N]
                       [--label NAME]... [--layers L,...] [--steps S0:S1] [--no-chain]
         figures: expert-load heatmaps, variance and max violation, load-distribution metrics,
         the drop rate of a run with a token capacity, bias trajectories, per-rank load and
@@ -207,7 +207,8 @@ def build_parser():
     p = sub.add_parser("plot", help="figures (PNG, PDF, SVG)")
     p.add_argument("run_a", help="run A (solid lines)")
     p.add_argument("run_b", nargs="?", help="run B (dashed lines)")
-    p.add_argument("--out", required=True, help="output folder (created if missing)")
+    p.add_argument("--out", help="output folder (created if missing); default: beside run A, "
+                                 "named after it (RUN_A-plots)")
     p.add_argument("--format", default="png", type=formats,
                    help="png, pdf, svg, or several comma-separated (default png)")
     p.add_argument("--dpi", type=dpi_value, default=80,
@@ -325,7 +326,8 @@ def command_plot(args, out, err):
     runs = load_runs(args)
     options = PlotOptions(formats=args.format, dpi=args.dpi, labels=tuple(args.label),
                           layers=args.layers or (), steps=args.steps or ())
-    for path in write_plots(runs, args.out, args.dpi, options=options):
+    out_dir = args.out or os.path.splitext(args.run_a)[0] + "-plots"
+    for path in write_plots(runs, out_dir, args.dpi, options=options):
         out.write(path + "\n")
 
 

@@ -2,6 +2,7 @@
 #include "runtime/output/report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -15,6 +16,31 @@
 
 namespace moe {
 
+std::string bytes_text(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024.0) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, bytes < 10.0 && u > 0 ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+  return text;
+}
+
+std::string seconds_text(double seconds) {
+  char text[32];
+  if (seconds < 1.0) {
+    std::snprintf(text, sizeof text, seconds < 0.01 ? "%.2f ms" : "%.0f ms", seconds * 1e3);
+  } else if (seconds < 600.0) {
+    std::snprintf(text, sizeof text, "%.1f s", seconds);
+  } else {
+    std::snprintf(text, sizeof text, "%.0f min %02.0f s", std::floor(seconds / 60.0),
+                  std::fmod(seconds, 60.0));
+  }
+  return text;
+}
+
 void report_config(const RunConfig& cfg, const RunShape& s) {
   std::printf("moe_rt: %s on %d ranks (EP group %d, %d replicas), %d thread(s) per rank\n",
               cfg.model_name.c_str(), s.world_size, s.ep_size, s.world_size / s.ep_size, s.threads);
@@ -22,11 +48,11 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
   std::printf("  %s; elementwise %s\n", blas_info().c_str(), simd_level_name(simd_level()));
   std::printf("  parameters: %zu replicated + %zu in experts\n", s.dense_params, s.expert_params);
   std::printf(
-      "  memory per rank: about %.0f MiB (parameters, gradients, AdamW %.0f; activations "
-      "%.0f; data %.1f)\n",
-      (s.memory.total() + static_cast<double>(s.data_private_bytes)) / 1048576.0,
-      s.memory.param_bytes / 1048576.0, s.memory.act_bytes / 1048576.0,
-      static_cast<double>(s.data_private_bytes) / 1048576.0);
+      "  memory per rank: about %s (parameters, gradients, AdamW %s; activations %s; "
+      "data %s)\n",
+      bytes_text(s.memory.total() + static_cast<double>(s.data_private_bytes)).c_str(),
+      bytes_text(s.memory.param_bytes).c_str(), bytes_text(s.memory.act_bytes).c_str(),
+      bytes_text(static_cast<double>(s.data_private_bytes)).c_str());
   if (s.data_mapped_bytes > 0) {
     // Page cache: one copy per node, filled as the ranks read, and reclaimable (see README, Data).
     std::printf("  data file: %.0f MiB mapped read-only, shared page cache (not per rank)\n",
@@ -205,6 +231,16 @@ void report_drops(const TrainSummary& s) {
 
 }  // namespace
 
+std::string shell_quoted(const std::string& text) {
+  const bool plain = !text.empty() && text.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_-./+:@%=,") == std::string::npos;
+  if (plain) return text;
+  std::string quoted = "'";
+  for (const char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
 void report_summary(const TrainSummary& s, const std::string& stats_path) {
   if (s.steps.empty()) return;
   const StepRecord& first = s.steps.front();
@@ -217,8 +253,8 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
   std::sort(tps.begin(), tps.end());
   double seconds = 0;
   for (const StepRecord& r : s.steps) seconds += r.step_time_s;
-  std::printf("\nsummary: %zu steps in %.1f s, median %.0f tokens/s\n", s.steps.size(), seconds,
-              tps[tps.size() / 2]);
+  std::printf("\nsummary: %zu steps in %s, median %.0f tokens/s\n", s.steps.size(),
+              seconds_text(seconds).c_str(), tps[tps.size() / 2]);
   if (s.peak_gflops > 0) {
     std::printf(
         "  model %.1f GFLOP/s = %.1f%% MFU of the measured sgemm peak (%.1f GFLOP/s on %d "
@@ -235,8 +271,9 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
     std::printf(" (data floor %.4f nats: %.4f above it)", s.entropy_floor,
                 last.loss - s.entropy_floor);
   }
-  std::printf("\n  worst load violation: %.3f at step 0, %.3f at the last step\n",
-              first.worst_violation, last.worst_violation);
+  // The run's own first step: a resumed run starts after its checkpoint's.
+  std::printf("\n  worst load violation: %.3f at step %lld, %.3f at the last step\n",
+              first.worst_violation, static_cast<long long>(first.step), last.worst_violation);
   // One number for the parameters' bits: two runs of one configuration print the same on any
   // rank count and machine (docs/architecture.md, "Determinism").
   std::printf("  parameters after step %lld: digest %016llx\n", static_cast<long long>(s.last_step),
@@ -252,6 +289,16 @@ void report_summary(const TrainSummary& s, const std::string& stats_path) {
         stats_path.c_str());
   } else if (!stats_path.empty()) {
     std::printf("  statistics written to %s\n", stats_path.c_str());
+    // What to do with it next (docs/analysis.md): the figures go to a folder beside the file.
+    const std::string quoted = shell_quoted(stats_path);
+    std::string plots = stats_path;
+    if (const size_t dot = plots.rfind('.');
+        dot != std::string::npos && plots.find('/', dot) == std::string::npos) {
+      plots.erase(dot);
+    }
+    std::printf("  next: python3 scripts/moe_stats.py summary %s\n", quoted.c_str());
+    std::printf("        python3 scripts/moe_stats.py plot %s --out %s\n", quoted.c_str(),
+                shell_quoted(plots + "-plots").c_str());
   }
   report_phases(s.phases);
   std::fflush(stdout);

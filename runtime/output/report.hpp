@@ -28,4 +28,11 @@ void report_config(const RunConfig& cfg, const RunShape& shape);
 void report_step(const StepRecord& rec, bool val_column = false, const EvalRecord* eval = nullptr);
 void report_summary(const TrainSummary& summary, const std::string& stats_path);
 
+// Sizes and times in the unit that fits: "512 B", "3.4 KiB", "130 MiB"; "0.42 ms", "38 ms",
+// "74.8 s", "12 min 05 s".
+std::string bytes_text(double bytes);
+std::string seconds_text(double seconds);
+// `text` as one POSIX shell word: as it is when it needs no quoting, else in single quotes.
+std::string shell_quoted(const std::string& text);
+
 }  // namespace moe

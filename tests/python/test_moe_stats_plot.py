@@ -2,6 +2,7 @@
 titled, with axis labels and a legend outside the panels (a colour bar for the heatmaps, up to the
 collapse ceiling E/K); --label, --layers and --steps."""
 import os
+import shutil
 import re
 
 import pytest
@@ -36,6 +37,16 @@ def test_plot_one_run(cli, run_a, tmp_path):
     assert {os.path.basename(p) for p in out.split()} == TWO_RUN_FILES - {"expert_load_B.png"}
     for path in out.split():
         assert_png(path)
+
+
+def test_plot_without_out_writes_beside_the_file(cli, run_a, tmp_path):
+    # moe_rt's summary suggests `plot RUN.h5 --out RUN-plots`; without --out, the same folder.
+    local = tmp_path / "run.h5"
+    shutil.copy(run_a, local)
+    code, out, err = cli("plot", local)
+    assert code == 0, err
+    assert {os.path.dirname(p) for p in out.split()} == {str(tmp_path / "run-plots")}
+    assert_png(out.split()[0])
 
 
 def test_every_figure_has_title_labels_and_legend(run_a, run_b, tmp_path, monkeypatch):
