@@ -282,6 +282,13 @@ const std::vector<OptionField>& option_fields() {
           kOutput, "overwrite", "BOOL", "replace an existing --stats file instead of failing",
           [](auto& c) -> auto& { return c.overwrite; }, OptionRules{OnResume::kOwn}),
       field(
+          kOutput, "log-every", "N",
+          "print every N-th step's line (the first, the last, evaluated and stopping steps "
+          "always); "
+          "the statistics file still gets every step",
+          [](auto& c) -> auto& { return c.log_every; },
+          OptionRules{OnResume::kContinued, at_least(1)}),
+      field(
           kOutput, "trace-every", "N",
           "write every N-th step's per-token routing to the file (0 = off)",
           [](auto& c) -> auto& { return c.trace_every; },

@@ -53,6 +53,7 @@ struct RunConfig {
   bool check_bias = false;       // --check-bias: verify bias equal on all ranks
   bool overwrite = false;        // --overwrite: replace an existing --stats file
   int trace_every = 0;           // --trace-every: routing traces, 0 = off
+  int log_every = 1;             // --log-every: print every N-th step line
   int checkpoint_every = 0;      // --checkpoint-every: steps, 0 = off
   std::string checkpoint_dir;    // --checkpoint-dir: "" = beside the stats file
   int keep_checkpoints = 2;      // --keep-checkpoints: the newest K are kept

@@ -67,20 +67,43 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
                 when.c_str());
   }
   std::printf("  statistics: %s\n", s.stats_path.empty() ? "(none)" : s.stats_path.c_str());
+  if (cfg.resume_point.active()) {
+    const ResumePoint& p = cfg.resume_point;
+    std::printf("  resumed from: %s, after step %lld%s; steps %lld to %d\n",
+                text_excerpt(p.checkpoint, kPathExcerptBytes).c_str(),
+                static_cast<long long>(p.step),
+                p.run_id.empty() ? "" : (" of run " + p.run_id).c_str(),
+                static_cast<long long>(p.step + 1), cfg.steps - 1);
+  }
   std::printf("  ------------------------------------------------------------\n");
   for (const RunConfigValue& v : run_config_values(cfg)) {
     std::printf("  %-22s %s\n", v.name.c_str(), text_excerpt(v.text, kPathExcerptBytes).c_str());
   }
   std::printf("  ------------------------------------------------------------\n");
-  std::printf("%6s %9s %10s %9s %9s %8s %9s %8s%s\n", "step", "loss", "bal_loss", "grad_norm", "lr",
-              "ms", "tok/s", "max_viol", s.val_data.empty() ? "" : "  val_loss val_viol");
+  std::printf("%6s %9s %10s %9s %9s %8s %9s %8s %8s%s\n", "step", "loss", "bal_loss", "grad_norm",
+              "lr", "ms", "tok/s", "max_viol", "eta",
+              s.val_data.empty() ? "" : "  val_loss val_viol");
   std::fflush(stdout);
 }
 
-void report_step(const StepRecord& r, bool val_column, const EvalRecord* eval) {
-  std::printf("%6lld %9.4f %10.3e %9.4f %9.2e %8.1f %9.0f %8.3f", static_cast<long long>(r.step),
-              r.loss, r.balance_loss, r.grad_norm, r.lr, r.step_time_s * 1e3, r.tokens_per_s,
-              r.worst_violation);
+std::string eta_text(double seconds) {
+  char text[32];
+  const long long s = std::llround(std::max(seconds, 0.0));
+  if (s < 60) {
+    std::snprintf(text, sizeof text, "%llds", s);
+  } else if (s < 3600) {
+    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, (s % 3600) / 60);
+  }
+  return text;
+}
+
+void report_step(const StepRecord& r, double eta_seconds, bool val_column, const EvalRecord* eval) {
+  std::printf("%6lld %9.4f %10.3e %9.4f %9.2e %8.1f %9.0f %8.3f %8s",
+              static_cast<long long>(r.step), r.loss, r.balance_loss, r.grad_norm, r.lr,
+              r.step_time_s * 1e3, r.tokens_per_s, r.worst_violation,
+              eta_text(eta_seconds).c_str());
   if (eval != nullptr) {
     std::printf("  %8.4f %8.3f", eval->loss, eval->worst_violation);
   } else if (val_column) {

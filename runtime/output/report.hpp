@@ -25,7 +25,11 @@ struct RunShape {
 void report_config(const RunConfig& cfg, const RunShape& shape);
 // `val_column`: the table has the val_loss column; `eval` (may be null): the validation loss
 // measured after this step.
-void report_step(const StepRecord& rec, bool val_column = false, const EvalRecord* eval = nullptr);
+// One line of the step table; `eta_seconds`: the time the run's remaining steps should take.
+void report_step(const StepRecord& rec, double eta_seconds, bool val_column = false,
+                 const EvalRecord* eval = nullptr);
+// A step table's remaining time: "42s", "3m05s", "2h10m" (one word, so the table splits).
+std::string eta_text(double seconds);
 void report_summary(const TrainSummary& summary, const std::string& stats_path);
 
 // Sizes and times in the unit that fits: "512 B", "3.4 KiB", "130 MiB"; "0.42 ms", "38 ms",

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <filesystem>
 #include <span>
 #include <string>
 #include <thread>
@@ -19,6 +21,16 @@
 
 namespace moe {
 namespace {
+
+// Rank 0: one line for a checkpoint written: its path, size and the time it took.
+void report_checkpoint(const std::string& path, double seconds) {
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  std::printf("  checkpoint: %s (%s, %s)\n", path.c_str(),
+              ec ? "size unknown" : bytes_text(static_cast<double>(bytes)).c_str(),
+              seconds_text(seconds).c_str());
+  std::fflush(stdout);
+}
 
 // Collective: whether rank 0 failed to write a statistics row (RunStats::failure). When it did,
 // the run ends here: true, with the summary saying why (on rank 0).
@@ -107,6 +119,9 @@ std::vector<double> train_steps(const RunConfig& cfg, const Comm& world, RunSetu
   const int first_step = static_cast<int>(cfg.resume_point.step + 1);
   summary.steps.reserve(cfg.steps - first_step);
   std::vector<double> phase_sum(kNumPhases, 0.0);
+  // The remaining time: the mean wall time of the steps after the first (which warms up), their
+  // evaluations and checkpoints included, times the steps left.
+  double since_first = 0.0, first_done = 0.0;
   for (int step = first_step; step < cfg.steps; ++step) {
     StepRecord rec = trainer.step(step);
     const EvalRecord* eval = nullptr;  // the validation loss of the model this step left
@@ -114,7 +129,17 @@ std::vector<double> train_steps(const RunConfig& cfg, const Comm& world, RunSetu
       summary.evals.push_back(trainer.evaluate(step));
       eval = &summary.evals.back();
     }
-    if (world.rank() == 0 && !quiet) report_step(rec, has_val_data(cfg), eval);
+    const double now = MPI_Wtime();
+    if (step == first_step) first_done = now;
+    since_first = now - first_done;
+    const int done_after_first = step - first_step, left = cfg.steps - 1 - step;
+    const double per_step = done_after_first > 0 ? since_first / done_after_first : rec.step_time_s;
+    const bool logged = cfg.log_every <= 1 || step == first_step || left == 0 || eval != nullptr ||
+                        (step + 1) % cfg.log_every == 0 || trainer.stop_signal() != 0 ||
+                        trainer.nonfinite();
+    if (world.rank() == 0 && !quiet && logged) {
+      report_step(rec, per_step * left, has_val_data(cfg), eval);
+    }
     if (step > first_step || cfg.steps - first_step == 1) {
       for (int p = 0; p < kNumPhases; ++p) phase_sum[p] += trainer.times().seconds[p];
     }
@@ -133,10 +158,13 @@ std::vector<double> train_steps(const RunConfig& cfg, const Comm& world, RunSetu
     // No checkpoint after a statistics row rank 0 could not write: it would resume into a chain
     // of files with rows missing.
     const bool stop = trainer.stop_signal() != 0;
-    if (checkpoint_due(cfg, step, stop) &&
-        (stats_failed_agree(run.stats.get(), world, summary) ||
-         !checkpoint_after(step, trainer, run.checkpoints, cfg, world, summary))) {
-      break;
+    if (checkpoint_due(cfg, step, stop)) {
+      const double t0 = MPI_Wtime();
+      if (stats_failed_agree(run.stats.get(), world, summary) ||
+          !checkpoint_after(step, trainer, run.checkpoints, cfg, world, summary)) {
+        break;
+      }
+      if (world.rank() == 0 && !quiet) report_checkpoint(summary.last_checkpoint, MPI_Wtime() - t0);
     }
     if (stop) {
       summary.end = RunEnd::kSignal;

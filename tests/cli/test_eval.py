@@ -67,11 +67,11 @@ def test_evaluations_follow_eval_every_and_the_last_step(moe_rt_bin, tmp_path):
     header = next(line for line in lines if line.split()[:2] == ["step", "loss"])
     assert header.split()[-2:] == ["val_loss", "val_viol"]
     rows = {int(line.split()[0]): line.split() for line in lines
-            if line.split() and line.split()[0].isdigit() and len(line.split()) >= 8}
+            if line.split() and line.split()[0].isdigit() and len(line.split()) >= 9}
     assert sorted(rows) == list(range(12))
-    for step, fields in rows.items():
-        assert len(fields) == (10 if step in (4, 9, 11) else 8), fields
-    assert float(rows[11][8]) == pytest.approx(loss[-1], abs=1e-4)
+    for step, fields in rows.items():  # ... max_viol eta [val_loss val_viol]
+        assert len(fields) == (11 if step in (4, 9, 11) else 9), fields
+    assert float(rows[11][9]) == pytest.approx(loss[-1], abs=1e-4)
     assert f"validation loss {loss[-1]:.4f} after step 11" in proc.stdout
 
 
