@@ -41,6 +41,6 @@ def step_lines(text):
     rows = []
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 8 and parts[0].isdigit():
+        if len(parts) == 9 and parts[0].isdigit():  # ... max_viol eta
             rows.append((int(parts[0]), float(parts[1])))
     return rows

@@ -186,7 +186,8 @@ def test_moe_rt_trains_on_the_shard(prepared):
     steps = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
     assert [int(s[0]) for s in steps[:3]] == [0, 1, 2]
     assert all(np.isfinite(float(s[1])) for s in steps[:3])
-    assert len(steps[2]) == 10 and np.isfinite(float(steps[2][8]))  # validation after the last
+    # ... max_viol eta val_loss val_viol: the validation after the last step
+    assert len(steps[2]) == 11 and np.isfinite(float(steps[2][9]))
     assert "validation loss" in proc.stdout
 
 
