@@ -33,8 +33,8 @@ The model (docs/performance.md, "A cost model for scale", states every assumptio
              redundant experts their gradients' exchange between the copies (each copy's
              3·D·F·L values to the other, about 2·R/W expert gradients a rank, across the link)
 
-`placement` carries a placement's predicted imbalance to scale: for each W of 8–64 ranks (8 a
-host), `moe_stats.py placement` replays the policies on RUN.h5's recorded loads at P = W, and the
+`placement` carries a placement's predicted imbalance to scale: for each W of 8–256 ranks up to
+E (8 a host), `moe_stats.py placement` replays the policies on RUN.h5's recorded loads at P = W, and the
 max/mean rank load it predicts is the model's load factor f.
 """
 import csv
@@ -383,7 +383,7 @@ def cmd_placement(args):
     print(f"# load on {args[1]}'s loads (placed from {window} steps, scored on the rest), mean "
           f"over layers")
     print("# W=P | policy | R | f | step ms | expert phases ms | speed-up over contiguous")
-    for W in (8, 16, 32, 64):
+    for W in (8, 16, 32, 64, 128, 256):
         if W > model.experts:
             continue
         base_ms = None
