@@ -172,8 +172,10 @@ std::vector<ConfigEntry> legacy_parse(std::string_view text, const std::string& 
     if (content.empty() || content.front() == '#') continue;
     auto [key, value] = parse_line(content, where);
     if (option_find(key) == nullptr) {
-      throw ConfigError(where + "unknown key '" + text_excerpt(key) +
-                        "' (keys are the long option names of moe_rt --help)");
+      const std::string near = nearest_name(key, option_names_for_suggestions());
+      throw ConfigError(where + "unknown key '" + text_excerpt(key) + "'" +
+                        (near.empty() ? "" : " (did you mean '" + near + "'?)") +
+                        " (keys are the long option names of moe_rt --help)");
     }
     if (const auto it = seen.find(key); it != seen.end()) {
       throw ConfigError(where + "key '" + key + "' given twice (first on line " +
@@ -245,8 +247,10 @@ void toml_entry(std::string_view key, const toml::node& node, std::string_view t
   const std::string where = source + " line " + std::to_string(line) + ": ";
   const OptionField* f = option_find(key);
   if (f == nullptr) {
+    const std::string near = nearest_name(key, option_names_for_suggestions());
     throw ConfigError(where + "unknown key '" + text_excerpt(key) + "'" +
                       (table.empty() ? "" : " in [" + std::string(table) + "]") +
+                      (near.empty() ? "" : " (did you mean '" + near + "'?)") +
                       " (keys are the long option names of moe_rt --help)");
   }
   if (!table.empty() && table != f->section) {
@@ -467,6 +471,47 @@ bool utf8_valid(std::string_view text) {
     i += length;
   }
   return true;
+}
+
+std::string nearest_name(std::string_view given, const std::vector<std::string>& names) {
+  // Optimal string alignment distance, row by row.
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        }
+      }
+    }
+    return d[a.size()][b.size()];
+  };
+  if (given.size() > 256) return "";  // not a slip of a name
+  std::string best;
+  size_t best_distance = 0;
+  bool tie = false;
+  for (const std::string& name : names) {
+    const size_t n = distance(given, name);
+    if (n > std::max<size_t>(2, name.size() / 3)) continue;
+    if (best.empty() || n < best_distance) {
+      best = name;
+      best_distance = n;
+      tie = false;
+    } else if (n == best_distance) {
+      tie = true;
+    }
+  }
+  return tie ? "" : best;
+}
+
+std::vector<std::string> option_names_for_suggestions() {
+  std::vector<std::string> names = {"config", "print-config", "help"};
+  for (const OptionField& f : option_fields()) names.emplace_back(f.name);
+  return names;
 }
 
 std::string text_excerpt(std::string_view text, size_t max_bytes) {

@@ -61,6 +61,13 @@ inline constexpr size_t kPathExcerptBytes = 1024;  // a file name, which is of l
 // "…(N bytes)" with the length of the whole text when it was cut.
 std::string text_excerpt(std::string_view text, size_t max_bytes = kExcerptBytes);
 
+// The one name of `names` nearest to `given` (edits: insert, delete, replace, swap two
+// neighbours), when it is near enough to be a slip: at most 2 edits, or a third of its length;
+// "" when none is, or two are equally near.
+std::string nearest_name(std::string_view given, const std::vector<std::string>& names);
+// The option names (long, without "--") a suggestion may name: the table's and the actions'.
+std::vector<std::string> option_names_for_suggestions();
+
 // Returns check(text) for a user's value. Model and data code echo a bad value whole in their
 // errors; where the value is not fit to print whole (long, control characters), the error is
 // rethrown as a ConfigError whose message holds the value's excerpt instead.

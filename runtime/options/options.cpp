@@ -55,6 +55,44 @@ po::options_description config_options(bool show_defaults) {
   return desc;
 }
 
+// The same for --help, by topic: one group per table of the config file, in the table's order.
+std::string grouped_config_help() {
+  const RunConfig defaults = default_run_config();
+  const std::pair<const char*, const char*> titles[] = {
+      {"", "Run"},
+      {"architecture", "Model [architecture]"},
+      {"routing", "Routing and balancing [routing]"},
+      {"data", "Data [data]"},
+      {"output", "Statistics and output [output]"},
+      {"checkpoint", "Checkpoints [checkpoint]"},
+      {"optimizer", "Optimizer [optimizer]"},
+      {"parallel", "Parallelism [parallel]"}};
+  std::ostringstream out;
+  out << "Configuration, by topic (also the keys of a --config file, in the [table] shown):\n\n";
+  std::vector<bool> shown(option_fields().size(), false);
+  auto group = [&](std::string_view section, const std::string& title) {
+    po::options_description desc(title, 100, 50);
+    for (size_t i = 0; i < option_fields().size(); ++i) {
+      const OptionField& f = option_fields()[i];
+      if (f.section != section) continue;
+      shown[i] = true;
+      auto* value = po::value<std::string>()->value_name(f.value_name);
+      if (f.is_flag) value->implicit_value("true");
+      const std::string default_text = f.get(defaults);
+      if (!default_text.empty()) value->default_value(default_text);
+      desc.add_options()(f.name, value, f.help);
+    }
+    if (!desc.options().empty()) out << desc << "\n";
+  };
+  for (const auto& [section, title] : titles) group(section, title);
+  // A table no title names (a new one) still shows, under its own name.
+  for (size_t i = 0; i < option_fields().size(); ++i) {
+    if (!shown[i])
+      group(option_fields()[i].section, std::string("[") + option_fields()[i].section + "]");
+  }
+  return out.str();
+}
+
 po::options_description action_options() {
   po::options_description desc("Actions", 100, 50);
   desc.add_options()("config", po::value<std::string>()->value_name("FILE"),
@@ -86,8 +124,13 @@ po::variables_map parse_command_line(int argc, const char* const* argv) {
                   .run(),
               values);
   } catch (const po::unknown_option& e) {
-    throw ConfigError("unknown option '" + text_excerpt(e.get_option_name()) +
-                      "' (see moe_rt --help)");
+    const std::string given = e.get_option_name();
+    const std::string near =
+        nearest_name(given.substr(std::min(given.find_first_not_of('-'), given.size())),
+                     option_names_for_suggestions());
+    throw ConfigError("unknown option '" + text_excerpt(given) + "'" +
+                      (near.empty() ? "" : " (did you mean --" + near + "?)") +
+                      " (see moe_rt --help)");
   } catch (const po::error& e) {
     throw ConfigError(std::string("command line: ") + e.what());
   }
@@ -320,8 +363,7 @@ std::string options_help_text() {
       << "Model options (and a preset's --routing-groups, --group-topk) default to the chosen\n"
       << "preset; the defaults shown are deepseek4-tiny's.\n"
       << "Every rank must be given the same configuration (--threads may differ).\n\n"
-      << config_options(true) << "\n"
-      << action_options() << "\n"
+      << grouped_config_help() << action_options() << "\n"
       << config_file_syntax_help()
       << "\nOn --resume (docs/checkpoints.md), an option not listed here is the checkpoint's, and\n"
          "a different value is refused:\n"

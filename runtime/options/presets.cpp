@@ -2,6 +2,9 @@
 // defaults cannot move a preset.
 #include "runtime/options/presets.hpp"
 
+#include <string>
+#include <vector>
+
 #include "model/config.hpp"
 #include "runtime/options/config_file.hpp"
 
@@ -99,11 +102,16 @@ namespace {
 
 const ModelPreset& preset_find(std::string_view name) {
   std::string valid;
+  std::vector<std::string> names;
   for (const ModelPreset& p : preset_table()) {
     if (name == p.name) return p;
     valid += (valid.empty() ? "" : ", ") + std::string(p.name);
+    names.emplace_back(p.name);
   }
-  throw ConfigError("--model: unknown preset '" + text_excerpt(name) + "' (valid: " + valid + ")");
+  const std::string near = nearest_name(name, names);
+  throw ConfigError("--model: unknown preset '" + text_excerpt(name) + "'" +
+                    (near.empty() ? "" : " (did you mean " + near + "?)") + " (valid: " + valid +
+                    ")");
 }
 
 }  // namespace

@@ -66,6 +66,29 @@ def test_unknown_preset_lists_the_valid_ones(run_moe):
     assert_one_clear_error(run_moe(["--model", "nope"]), "--model", "deepseek4-tiny", "micro")
 
 
+@pytest.mark.parametrize("args,words", [
+    (["--expert-placment", "x"], ["'--expert-placment'", "did you mean --expert-placement?"]),
+    (["--setps", "2"], ["did you mean --steps?"]),
+    (["--model", "deepseek4-tinny"], ["'deepseek4-tinny'", "did you mean deepseek4-tiny?"]),
+    (["--model", "deepseek4-fin"], ["did you mean deepseek4-fine?"]),
+])
+def test_a_slip_gets_the_nearest_name(run_moe, args, words):
+    assert_one_clear_error(run_moe(args), *words)
+
+
+def test_nothing_near_suggests_nothing(run_moe):
+    proc = run_moe(["--frobnicate-everything", "1"])
+    assert_one_clear_error(proc, "'--frobnicate-everything'")
+    assert "did you mean" not in proc.stdout + proc.stderr
+
+
+def test_a_config_key_slip_gets_the_nearest_key(run_moe, tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("steps = 2\n[routing]\nbias-update-rat = 0.01\n")
+    assert_one_clear_error(run_moe(["--model", "micro", "--config", str(cfg)]),
+                           "unknown key 'bias-update-rat'", "did you mean 'bias-update-rate'?")
+
+
 def test_ep_larger_than_experts(run_moe):
     assert_one_clear_error(run_moe(MICRO + ["--experts", "2", "--top-k", "2", "--ep", "4"], np_=4),
                            "--ep")

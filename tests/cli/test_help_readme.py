@@ -102,3 +102,22 @@ def test_the_resume_rules_of_help_are_those_of_the_docs(help_text):
     assert "--steps" in rules["continued unless given again"] and "--stats" in rules["this run's own"]
     # Every other option is the checkpoint's: neither list names --seed or --lr.
     assert not {"--seed", "--lr"} & (rules["continued unless given again"] | rules["this run's own"])
+
+
+def test_help_is_grouped_by_topic_and_names_every_option_once(help_text):
+    # One group per table of the config file, as Boost.Program_options' option groups print.
+    config = help_text.split("\nActions:", 1)[0]
+    titles = ["Run:", "Model [architecture]:", "Routing and balancing [routing]:", "Data [data]:",
+              "Statistics and output [output]:", "Checkpoints [checkpoint]:",
+              "Optimizer [optimizer]:", "Parallelism [parallel]:"]
+    starts = [config.index("\n" + t + "\n") for t in titles]
+    assert starts == sorted(starts)
+    listed = re.findall(r"^  (--[a-z0-9-]+)", config, re.M)
+    assert len(listed) == len(set(listed)) > 40
+    # Each option sits in the group of its config-file table (a few checks).
+    def group_of(option):
+        at = config.index("\n  " + option + " ")
+        return max((s, t) for s, t in zip(starts, titles) if s < at)[1]
+    assert group_of("--expert-placement") == "Parallelism [parallel]:"
+    assert group_of("--bias-update-rate") == "Routing and balancing [routing]:"
+    assert group_of("--log-every") == "Statistics and output [output]:"
