@@ -29,6 +29,11 @@ int model_placement_max_local(const ModelPlacement& placement) {
   return most;
 }
 
+bool model_placement_has_replicas(const ModelPlacement& placement) {
+  return std::any_of(placement.begin(), placement.end(),
+                     [](const ExpertPlacement& layer) { return layer.has_replicas(); });
+}
+
 ModelLayout model_layout(const ModelConfig& c, const ModelPlacement& placement, int ep_rank) {
   if (placement.size() != static_cast<size_t>(c.layers)) {
     throw std::invalid_argument("model_layout: a placement of " + std::to_string(placement.size()) +

@@ -45,6 +45,8 @@ using ModelPlacement = std::vector<ExpertPlacement>;
 ModelPlacement model_placement_contiguous(const ModelConfig& cfg, int ep_size);
 // The most experts any rank holds in any layer: what the per-layer buffers are sized for.
 int model_placement_max_local(const ModelPlacement& placement);
+// Whether some layer holds an expert on several ranks.
+bool model_placement_has_replicas(const ModelPlacement& placement);
 
 ModelLayout model_layout(const ModelConfig& cfg, const ModelPlacement& placement, int ep_rank);
 

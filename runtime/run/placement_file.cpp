@@ -14,6 +14,7 @@
 
 #include "io/input_file.hpp"
 #include "io/token_data.hpp"
+#include "runtime/options/config_agree.hpp"
 #include "runtime/options/config_file.hpp"
 
 namespace moe {
@@ -230,11 +231,7 @@ std::string placement_text_make(const ModelPlacement& placement) {
 }
 
 uint64_t placement_digest(const ModelPlacement& placement) {
-  uint64_t h = 1469598103934665603ull;
-  for (const char c : placement_text_make(placement)) {
-    h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  }
-  return h;
+  return config_value_digest(placement_text_make(placement));
 }
 
 }  // namespace moe

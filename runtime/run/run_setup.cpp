@@ -89,8 +89,7 @@ void memory_check(const ModelMemory& m, int node_ranks, double data_bytes = 0) {
 // buffers and scratch of their exchange (runtime/run/expert_instances.hpp).
 void add_replica_memory(ModelMemory& m, const ModelConfig& mc, const ModelPlacement& placement,
                         int W, int P) {
-  if (std::none_of(placement.begin(), placement.end(),
-                   [](const ExpertPlacement& layer) { return layer.has_replicas(); })) {
+  if (!model_placement_has_replicas(placement)) {
     return;
   }
   const int B = std::max(mc.batch_per_rank, 1);

@@ -108,9 +108,7 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   // its chunk of the sequences (ExpertInstanceReduce).
   const ExpertGradLayout expert_layout{groups_.ep_group * P_ * B, W * B,
                                        static_cast<int64_t>(experts_.size())};
-  const bool replicated =
-      std::any_of(placement_.begin(), placement_.end(),
-                  [](const ExpertPlacement& layer) { return layer.has_replicas(); });
+  const bool replicated = model_placement_has_replicas(placement_);
   expert_nodes_ = expert_grad_group_nodes(W, P_, B);
   for (const std::vector<TreeNode>& nodes : expert_nodes_) {
     expert_planes_ = std::max(expert_planes_, nodes.size());
