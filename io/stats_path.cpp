@@ -233,6 +233,34 @@ std::string stats_default_path(const std::string& runs_dir, const std::string& m
   }
 }
 
+std::string stats_link_latest(const std::string& path) {
+  const fs::path file(path);
+  const fs::path link = file.parent_path() / kLatestStatsName;
+  // Appended piece by piece: GCC 12 warns wrongly (-Wrestrict) on a chain of "'" + string.
+  std::string problem = "'";
+  problem.append(link.string()).append("' ");
+  std::error_code ec;
+  const fs::file_status status = fs::symlink_status(link, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return problem.append("cannot be inspected: ").append(ec.message());
+  }
+  if (fs::exists(status) && !fs::is_symlink(status)) {
+    return problem.append("exists and is not a link; left as it is");
+  }
+  // The temporary name is this process's own; one left by a killed process of the same id goes.
+  const fs::path staging =
+      file.parent_path() / (std::string(kLatestStatsName) + "." + std::to_string(::getpid()));
+  fs::remove(staging, ec);
+  fs::create_symlink(file.filename(), staging, ec);
+  if (!ec) fs::rename(staging, link, ec);
+  if (ec) {
+    problem.append("cannot be made: ").append(ec.message());
+    fs::remove(staging, ec);
+    return problem;
+  }
+  return "";
+}
+
 std::string stats_now_iso8601() {
   const std::string text = local_time_text("%Y-%m-%dT%H:%M:%S%z");  // offset as +hhmm
   if (text.size() < 5) return text;

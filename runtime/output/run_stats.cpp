@@ -169,6 +169,11 @@ void RunStats::publish() {
   if (!writer_) return;
   writer_->publish();
   published_ = true;
+  // A run with a name of its own under runs/ is the newest there: runs/latest.h5 follows it.
+  if (reserved_) {
+    const std::string problem = stats_link_latest(path_);
+    if (!problem.empty()) std::fprintf(stderr, "warning: %s\n", problem.c_str());
+  }
 }
 
 bool RunStats::close() {

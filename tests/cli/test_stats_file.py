@@ -188,12 +188,35 @@ def test_a_rank_killed_mid_run_ends_the_job_and_keeps_every_printed_step(moe_rt_
 
 
 def test_default_path_is_new_for_each_run(run_moe, tmp_path):
-    names = []
-    for _ in range(2):
+    """Each run gets a new name under runs/, and runs/latest.h5 links to the newest by its name."""
+    runs = tmp_path / "runs"
+    for n in (1, 2):
         proc = run_moe(MICRO + ["--steps", "1"], np_=2, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr
-        names = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert len(names) == 2 and all(n.startswith("micro-") and n.endswith(".h5") for n in names)
+        names = sorted(p.name for p in runs.iterdir() if p.name != "latest.h5")
+        assert len(names) == n and all(m.startswith("micro-") and m.endswith(".h5") for m in names)
+        newest = re.search(r"statistics written to runs/(\S+\.h5)", proc.stdout).group(1)
+        assert os.readlink(runs / "latest.h5") == newest
+    with open_stats(runs / "latest.h5") as f:
+        assert complete_rows(f) == 1
+
+
+def test_latest_link_leaves_a_users_file_alone(run_moe, tmp_path):
+    """A regular file named runs/latest.h5 is not replaced: the run warns and still succeeds."""
+    (tmp_path / "runs").mkdir()
+    mine = tmp_path / "runs" / "latest.h5"
+    mine.write_bytes(b"mine")
+    proc = run_moe(MICRO + ["--steps", "1"], np_=1, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert mine.read_bytes() == b"mine" and not mine.is_symlink()
+    assert "latest.h5' exists and is not a link" in proc.stderr, proc.stderr
+    assert not [p for p in mine.parent.iterdir() if p.name.startswith("latest.h5.")]
+
+
+def test_explicit_stats_path_makes_no_latest_link(run_moe, tmp_path):
+    proc = run_moe(MICRO + ["--steps", "1", "--stats", str(tmp_path / "a.h5")], np_=1, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "latest.h5").exists() and not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("make,words", [

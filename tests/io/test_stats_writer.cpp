@@ -430,5 +430,27 @@ TEST(StatsPath, DefaultNamesAreDistinctWithinOneSecond) {
   EXPECT_EQ(iso[22], ':');
 }
 
+// runs/latest.h5 follows the newest file: created, replaced (a dangling link too), a staging link
+// a killed process of the same id left is cleared, and anything but a link is left alone.
+TEST(StatsPath, LatestLinkFollowsTheNewestFile) {
+  TempDir dir;
+  const std::string runs = dir.file("runs");
+  const std::string link = runs + "/latest.h5";
+  const std::string a = stats_default_path(runs, "micro");
+  EXPECT_EQ(stats_link_latest(a), "");
+  EXPECT_EQ(fs::read_symlink(link), fs::path(a).filename());
+  const std::string b = stats_default_path(runs, "micro");
+  fs::remove(a);  // the link now dangles: still replaced
+  fs::create_symlink("elsewhere", link + "." + std::to_string(::getpid()));
+  EXPECT_EQ(stats_link_latest(b), "");
+  EXPECT_EQ(fs::read_symlink(link), fs::path(b).filename());
+  EXPECT_EQ(std::distance(fs::directory_iterator(runs), fs::directory_iterator()), 2);
+  fs::remove(link);
+  fs::create_directory(link);
+  const std::string problem = stats_link_latest(b);
+  EXPECT_NE(problem.find("latest.h5' exists and is not a link"), std::string::npos) << problem;
+  EXPECT_TRUE(fs::is_directory(link));
+}
+
 }  // namespace
 }  // namespace moe
