@@ -1,5 +1,6 @@
-"""README's option table and `moe_rt --help` list the same options, and the same values for the
-options that take one of a fixed set: an option (or a value) in one but not the other fails."""
+"""docs/options.md's option table and `moe_rt --help` list the same options, and the same values
+for the options that take one of a fixed set: an option (or a value) in one but not the other
+fails."""
 import os
 import re
 import subprocess
@@ -7,10 +8,11 @@ import subprocess
 import pytest
 from mpi_launch import launcher, run_env  # tests/mpi_launch.py, on the path by conftest.py
 
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
+OPTIONS_DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                           "options.md")
 OPTION = re.compile(r"--[a-z][a-z0-9-]*")
 # Options whose bad value is refused with "(valid: a, b, c)": every value named there must be in
-# the option's --help entry and in its README row.
+# the option's --help entry and in its row of docs/options.md.
 CHOICE_OPTIONS = ["--model", "--score-func", "--balance-loss-form", "--force-balance", "--data",
                   "--drop-policy", "--capacity-unit"]
 
@@ -39,14 +41,13 @@ def help_entries(text):
     return entries
 
 
-def readme_rows():
-    """{"--name": the README row's meaning cell} for every option in the first cell of a row of
-    the table under "## Options"."""
-    with open(README, encoding="utf-8") as f:
+def doc_rows():
+    """{"--name": the row's meaning cell} for every option in the first cell of a row of a table
+    of docs/options.md."""
+    with open(OPTIONS_DOC, encoding="utf-8") as f:
         text = f.read()
-    section = text.split("\n## Options\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
-    for line in section.splitlines():
+    for line in text.splitlines():
         if not line.startswith("| `--"):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -55,29 +56,29 @@ def readme_rows():
     return rows
 
 
-def test_readme_table_and_help_list_the_same_options(help_text):
+def test_options_doc_and_help_list_the_same_options(help_text):
     in_help = set(help_entries(help_text))
-    in_readme = set(readme_rows())
+    in_doc = set(doc_rows())
     assert len(in_help) > 40, f"--help parsed to only {sorted(in_help)}"
-    missing = sorted(in_help - in_readme)
-    assert not missing, f"in --help, missing from README's option table: {missing}"
-    extra = sorted(in_readme - in_help)
-    assert not extra, f"in README's option table, not in --help: {extra}"
+    missing = sorted(in_help - in_doc)
+    assert not missing, f"in --help, missing from docs/options.md's table: {missing}"
+    extra = sorted(in_doc - in_help)
+    assert not extra, f"in docs/options.md's table, not in --help: {extra}"
 
 
 @pytest.mark.parametrize("option", CHOICE_OPTIONS)
-def test_every_valid_value_is_in_help_and_readme(run_moe, help_text, option):
+def test_every_valid_value_is_in_help_and_options_doc(run_moe, help_text, option):
     proc = run_moe([option, "no-such-value"], np_=1)
     assert proc.returncode != 0
     m = re.search(r"\(valid: ([^)]*)\)", proc.stdout + proc.stderr)
     assert m, f"{option}: no '(valid: ...)' in {proc.stdout + proc.stderr!r}"
     values = [v.strip() for v in m.group(1).split(",")]
     entry = help_entries(help_text)[option]
-    row = readme_rows()[option]
+    row = doc_rows()[option]
     for v in values:
         assert re.search(rf"(?<![\w:-]){re.escape(v)}(?![\w:-])", entry), \
             f"--help's {option} entry does not name {v!r}: {entry!r}"
-        assert f"`{v}`" in row, f"README's {option} row does not name `{v}`: {row!r}"
+        assert f"`{v}`" in row, f"docs/options.md's {option} row does not name `{v}`: {row!r}"
 
 
 def options_of(text):
@@ -92,7 +93,7 @@ def test_the_resume_rules_of_help_are_those_of_the_docs(help_text):
     for part in re.split(r"\n  (?=\S)", section)[1:]:
         label, names = part.split(":", 1)
         rules[label.strip()] = set(options_of(names))
-    docs = os.path.join(os.path.dirname(README), "docs", "checkpoints.md")
+    docs = os.path.join(os.path.dirname(OPTIONS_DOC), "checkpoints.md")
     with open(docs, encoding="utf-8") as f:
         text = f.read().split("### Options on resume\n", 1)[1].split("\n\n", 1)[0]
     bullets = {m.group(1): set(options_of(m.group(2)))
