@@ -10,16 +10,31 @@
         (run A), at step S1 in A and in B, improvement (A - B)/A, and a TOTAL row over the top-k
         layers (the sums, then the improvement of the sums).
     moe_stats.py plot RUN_A.h5 [RUN_B.h5] [--out DIR] [--format png,pdf,svg] [--dpi N]
-                      [--label NAME]... [--layers L,...] [--steps S0:S1] [--no-chain]
+                      [--label NAME]... [--layers L,...] [--steps S0:S1] [--paper] [--no-chain]
         figures: expert-load heatmaps, variance and max violation, load-distribution metrics,
         the drop rate of a run with a token capacity, bias trajectories, per-rank load and
-        overload, loss, phase times, shadow balancers.
+        overload, loss, phase times, shadow balancers. --paper: one column wide (3.5 in),
+        serif, PDF at 300 dpi unless --format and --dpi say otherwise.
+    moe_stats.py compare RUN_1.h5 RUN_2.h5 [RUN_3.h5 ...] [--label NAME]... [--window W]
+                      [--layers L,...] [--markdown | --csv] [--out DIR | --no-figures]
+                      [--format ...] [--dpi N] [--paper] [--no-chain]
+        runs of one model shape side by side: a table with a column per run (last step,
+        loss, validation loss, max violation per layer and the worst, drop rate), the figure
+        compare.png (loss, validation loss, worst max violation, drop rate against the step)
+        and, for each run after the first, its expert-load heatmaps beside run 1's and their
+        difference (expert_load_diff_I.png).
     moe_stats.py export RUN.h5 --format csv|parquet [--what TABLE[,TABLE...]|all] [-o OUT]
         tidy long tables (steps, layers, loads, bias, ranks, phases, traces, shadow_violation)
         for pandas.
     moe_stats.py tensorboard RUN.h5 LOGDIR [--label NAME] [--overwrite]
         TensorBoard event files in LOGDIR/NAME: losses, optimiser, throughput, phase times,
-        the drop rate, per-layer balance metrics, per-rank load, expert-load histograms.
+        the drop rate, per-layer balance metrics, per-rank load, expert-load histograms; tags
+        metric first (violation/layer03, assignments/rank01), one section per metric.
+    moe_stats.py mlflow RUN.h5 [--tracking-uri URI] [--experiment NAME] [--run-name NAME]
+                      [--no-figures] [--no-chain]
+        one MLflow run (default store: the folder ./mlruns): the configuration as parameters,
+        the scalars of `tensorboard` under the same names at each step, the figures as
+        artifacts.
     moe_stats.py watch RUN.h5 [--interval S] [--timeout S]
         follows a running job's file: a line per new step and a per-layer balance table; ends
         when the writer closes the file or is gone. Reads the named file only (of a resumed
@@ -73,6 +88,9 @@ from moe_stats_lib.plot import (PlotOptions, layer_color, mark_resumes, panel_gr
                                 plot_layer_lines, plot_loss, plot_metrics, plot_phases,
                                 plot_ranks, pyplot, run_tags, save, select_steps, step_axis)
 from moe_stats_lib.plot import write_plots as _write_plots
+from moe_stats_lib import compare as _compare
+from moe_stats_lib.compare_figures import write_compare_figures
+from moe_stats_lib.figure_style import PAPER, SCREEN, palette, short_labels
 from moe_stats_lib.stats_file import (FORMAT_NAME, FORMAT_VERSION, OPTIONAL_PER_STEP,
                                       REQUIRED_PER_STEP, ROUTING_LABELS, SWMR_READ_ATTEMPTS, Run,
                                       Segment, StatsError, balance_layers, capacity_factor,
@@ -85,6 +103,7 @@ from moe_stats_lib.stats_file import (FORMAT_NAME, FORMAT_VERSION, OPTIONAL_PER_
                                       topk_mask)
 from moe_stats_lib import export as _export
 from moe_stats_lib import tensorboard_events as _tensorboard
+from moe_stats_lib import mlflow_tracking as _mlflow
 from moe_stats_lib import traces as _traces
 from moe_stats_lib import watch as _watch
 from moe_stats_lib.metrics import (METRICS, PERCENTILES, capacity_on, collapse_ceiling,
@@ -209,18 +228,16 @@ def build_parser():
     p.add_argument("run_b", nargs="?", help="run B (dashed lines)")
     p.add_argument("--out", help="output folder (created if missing); default: beside run A, "
                                  "named after it (RUN_A-plots)")
-    p.add_argument("--format", default="png", type=formats,
-                   help="png, pdf, svg, or several comma-separated (default png)")
-    p.add_argument("--dpi", type=dpi_value, default=80,
-                   help=f"resolution of PNG files and of heatmap pixels, 1 to {MAX_DPI} "
-                        f"(default 80)")
+    add_figure_options(p)
     p.add_argument("--label", action="append", default=[], metavar="NAME",
-                   help="name of run A in legends and titles; again for run B")
+                   help="name of run A in legends and titles; again for run B (default: the "
+                        "file names without folder and .h5)")
     p.add_argument("--layers", type=int_list, metavar="L,...",
                    help="layers drawn (default: all; the balance figures: the top-k layers)")
     p.add_argument("--steps", type=step_range, metavar="S0:S1",
                    help="steps drawn, S0 to S1 inclusive (either may be left out)")
     add_no_chain(p)
+    add_compare_parser(sub)
     p = sub.add_parser("export", help="tidy tables as CSV or Parquet")
     p.add_argument("run", help="statistics file (HDF5)")
     p.add_argument("--format", required=True, choices=_export.FORMATS)
@@ -238,6 +255,19 @@ def build_parser():
                                    "without .h5)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the event files already in LOGDIR/LABEL")
+    add_no_chain(p)
+    p = sub.add_parser("mlflow", help="log the run to an MLflow tracking store")
+    p.add_argument("run", help="statistics file (HDF5)")
+    p.add_argument("--tracking-uri", metavar="URI",
+                   help=f"MLflow tracking URI, or a folder for a file store (default: "
+                        f"MLFLOW_TRACKING_URI, else ./{_mlflow.DEFAULT_STORE})")
+    p.add_argument("--experiment", metavar="NAME",
+                   help=f"experiment, created if missing (default "
+                        f"'{_mlflow.DEFAULT_EXPERIMENT}')")
+    p.add_argument("--run-name", metavar="NAME",
+                   help="the MLflow run's name (default: the file's name without .h5)")
+    p.add_argument("--no-figures", action="store_true",
+                   help="leave out the figures (artifacts), which take most of the time")
     add_no_chain(p)
     p = sub.add_parser("watch", help="follow a running job's file")
     p.add_argument("run", help="statistics file (HDF5), being written or not")
@@ -292,6 +322,53 @@ def add_placement_parser(sub):
     add_no_chain(p)
 
 
+def add_figure_options(p):
+    """--format, --dpi and --paper, of plot and compare; their defaults follow the style."""
+    p.add_argument("--format", type=formats,
+                   help="png, pdf, svg, or several comma-separated (default png; with --paper "
+                        "pdf)")
+    p.add_argument("--dpi", type=dpi_value,
+                   help=f"resolution of PNG files and of heatmap pixels, 1 to {MAX_DPI} "
+                        f"(default 80; with --paper 300)")
+    p.add_argument("--paper", action="store_true",
+                   help="figures for a paper: one column wide (3.5 in), serif fonts, legends "
+                        "below the panels, PDF at 300 dpi")
+
+
+def figure_options(args, **fields):
+    """PlotOptions of --format, --dpi and --paper (and `fields`)."""
+    style = PAPER if args.paper else SCREEN
+    return PlotOptions(formats=args.format or style.formats, dpi=args.dpi or style.dpi,
+                       paper=args.paper, **fields)
+
+
+def add_compare_parser(sub):
+    p = sub.add_parser("compare", help="two or more runs side by side: a table and figures")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="statistics files (HDF5) of runs of one model shape, 2 or more; the "
+                        "first is the one the others' expert loads are compared with")
+    p.add_argument("--label", action="append", default=[], metavar="NAME",
+                   help="name of a run in the table and legends, once per run in order "
+                        "(default: the file names without folder and .h5, made unique)")
+    p.add_argument("--window", type=positive_int, default=1, metavar="W",
+                   help="loss and max violation: the mean over each run's last W steps, the "
+                        "drop rate summed over them (default 1: the last step)")
+    p.add_argument("--layers", type=int_list, metavar="L,...",
+                   help="layers of the max violation rows and the heatmaps (default: those "
+                        "top-k in any run)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--markdown", action="store_true", help="markdown table")
+    fmt.add_argument("--csv", action="store_true",
+                     help="CSV, full precision, %% without sign, empty where a run has none")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", metavar="DIR",
+                       help="folder for the figures (created if missing); default: beside the "
+                            "first run, named after it (RUN_1-compare)")
+    where.add_argument("--no-figures", action="store_true", help="the table alone")
+    add_figure_options(p)
+    add_no_chain(p)
+
+
 def warn(messages, stream):
     for message in messages:
         print(f"{PROG}: warning: {message}", file=stream)
@@ -322,13 +399,39 @@ def command_variance(args, out, err):
     out.write(render(table))
 
 
+def default_plots_dir(path):
+    """RUN-plots beside the file; of a link (runs/latest.h5), named after the file it points to,
+    so that the figures of each run keep a folder of their own."""
+    name = os.path.basename(os.path.realpath(path))
+    return os.path.join(os.path.dirname(path), os.path.splitext(name)[0] + "-plots")
+
+
 def command_plot(args, out, err):
     runs = load_runs(args)
-    options = PlotOptions(formats=args.format, dpi=args.dpi, labels=tuple(args.label),
-                          layers=args.layers or (), steps=args.steps or ())
-    out_dir = args.out or os.path.splitext(args.run_a)[0] + "-plots"
-    for path in write_plots(runs, out_dir, args.dpi, options=options):
+    options = figure_options(args, labels=tuple(args.label), layers=args.layers or (),
+                             steps=args.steps or ())
+    out_dir = args.out or default_plots_dir(args.run_a)
+    for path in write_plots(runs, out_dir, options.dpi, options=options):
         out.write(path + "\n")
+
+
+def command_compare(args, out, err):
+    runs = [load_run(path, chain=not args.no_chain) for path in args.runs]
+    _compare.check_comparable(runs)
+    labels = _compare.run_labels(runs, tuple(args.label))
+    layers = _compare.compared_layers(runs, args.layers or ())
+    warn(_compare.routing_mismatches(runs), err)
+    table = _compare.compare_table(runs, labels, layers, args.window)
+    render = (_compare.render_csv if args.csv else _compare.render_markdown if args.markdown
+              else _compare.render_text)
+    text = render(table)
+    out_dir = args.out or default_plots_dir(args.runs[0])[:-len("-plots")] + "-compare"
+    paths = [] if args.no_figures else write_compare_figures(
+        runs, labels, layers, out_dir, figure_options(args), save=save,
+        warn=lambda message: warn([message], err))
+    if paths and not args.csv:
+        text += "\nfigures:\n" + "".join(f"{path}\n" for path in paths)
+    out.write(text)
 
 
 def command_export(args, out, err):
@@ -347,6 +450,18 @@ def command_export(args, out, err):
 def command_tensorboard(args, out, err):
     run = load_run(args.run, chain=not args.no_chain)
     out.write(_tensorboard.write_events(run, args.logdir, args.label, args.overwrite) + "\n")
+
+
+def command_mlflow(args, out, err):
+    run = load_run(args.run, chain=not args.no_chain)
+    uri = _mlflow.tracking_uri(args.tracking_uri)
+    logged = _mlflow.log_run(run, uri, args.experiment, args.run_name,
+                             figures=not args.no_figures)
+    out.write(f"mlflow run {logged.run_id} (experiment {logged.experiment_id}) in {uri}: "
+              f"{logged.params} parameters, {logged.metrics} metric values, {logged.figures} "
+              f"figures\n")
+    if uri.startswith("file:"):
+        out.write(f"view: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri}\n")
 
 
 def command_watch(args, out, err):
@@ -410,7 +525,9 @@ def main(argv=None, out=None, err=None):
     err = err or sys.stderr
     args = build_parser().parse_args(argv)
     commands = {"summary": command_summary, "variance": command_variance, "plot": command_plot,
+                "compare": command_compare,
                 "export": command_export, "tensorboard": command_tensorboard,
+                "mlflow": command_mlflow,
                 "watch": command_watch, "traces": command_traces,
                 "shadows": command_shadows, "placement": command_placement}
     try:

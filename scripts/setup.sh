@@ -6,10 +6,13 @@ set -euo pipefail
 # Debian packages: compiler tool chain and clang-format (the C++ layout, checked by
 # scripts/format.sh), MPI, BLAS, HDF5, Boost, toml++ (config files), test and benchmark
 # libraries, iproute2 (ip and tc: the simulated hosts of the multi-host tests,
-# scripts/netns_hosts.sh), iputils-ping (their round trips through the delay switch), and
+# scripts/netns_hosts.sh), iputils-ping (their round trips through the delay switch), slurm-wlm
+# and munge (a one-node SLURM for the batch recipe's test, scripts/slurm/local_cluster.sh; its
+# daemons are started only by that script, with a configuration of its own), and
 # python3-doc: the Python documentation's plain-text
 # sources (about 11 MB of English, PSF License), the default corpus of scripts/prepare_data.py,
-# installed here so that nothing is downloaded when the data is prepared.
+# installed here so that nothing is downloaded when the data is prepared; python3-venv (ensurepip:
+# a virtual environment to `pip install -e .` the analysis package into, docs/analysis.md).
 debs=(
   build-essential cmake pkg-config clang-format
   openmpi-bin libopenmpi-dev
@@ -17,8 +20,9 @@ debs=(
   libhdf5-dev hdf5-tools
   libboost-program-options-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-doc
+  python3 python3-doc python3-venv
   iproute2 iputils-ping
+  slurm-wlm munge
 )
 
 # Install logs: private to this run, removed on success, shown on failure.
@@ -52,9 +56,20 @@ fi
 
 # Python analysis tools (scripts/moe_stats.py) and the python tests: numpy, h5py, matplotlib,
 # pandas (export), pyarrow (export --format parquet), tensorboard (its event writer and reader),
-# pytest; tokenizers (Hugging Face's, for scripts/prepare_data.py's BPE tokenizer).
+# pytest; tokenizers (Hugging Face's, for scripts/prepare_data.py's BPE tokenizer); setuptools
+# (builds pyproject.toml's package offline: tests/python/test_packaging.py), nbclient, nbformat
+# and ipykernel (run docs/notebooks/: tests/python/test_notebook.py); mlflow (the mlflow command
+# and its test: pip's mlflow-skinny, MLflow's client and file store without its server). Import
+# names are pip names except those of pip_name.
 py=${PYTHON:-python3}
-py_modules=(numpy h5py matplotlib pandas pyarrow tensorboard pytest tokenizers)
+py_modules=(numpy h5py matplotlib pandas pyarrow tensorboard pytest tokenizers
+            setuptools nbclient nbformat ipykernel mlflow)
+declare -A pip_name=([mlflow]=mlflow-skinny)
+pip_names() {  # the pip names of the modules given, space-separated
+  local m names=()
+  for m in "$@"; do names+=("${pip_name[$m]:-$m}"); done
+  echo "${names[*]}"
+}
 py_missing() {  # the modules of py_modules that $py cannot import, space-separated
   "$py" - "${py_modules[@]}" <<'PY'
 import importlib.util, sys
@@ -64,25 +79,29 @@ PY
 missing_py=$(py_missing)
 if [[ -n "$missing_py" ]]; then
   echo "setup: installing Python packages ($missing_py) for $("$py" -c 'import sys; print(sys.executable)')"
-  # shellcheck disable=SC2086  # the names are single words
-  if ! "$py" -m pip install -q $missing_py >>"$log" 2>&1; then
+  # shellcheck disable=SC2086,SC2046  # the names are single words
+  if ! "$py" -m pip install -q $(pip_names $missing_py) >>"$log" 2>&1; then
     # Debian's own python3 refuses pip (PEP 668) or has none: Debian's packages first, for the
     # modules Debian packages; they serve only Debian's python3 (checked below when $PYTHON
     # names another interpreter).
     debian_py=()
     for m in $missing_py; do
-      case "$m" in numpy|h5py|matplotlib|pandas|pytest) debian_py+=("python3-$m") ;; esac
+      case "$m" in
+        numpy|h5py|matplotlib|pandas|pytest|setuptools|nbclient|nbformat|ipykernel)
+          debian_py+=("python3-$m") ;;
+      esac
     done
     if ((${#debian_py[@]})) && ! apt_install "${debian_py[@]}"; then
       echo "setup: installing the Python packages failed; log follows" >&2
       tail -n 40 "$log" >&2
       exit 1
     fi
-    # Debian 12 packages neither pyarrow, tensorboard nor tokenizers: pip into the user's
-    # site-packages (~/.local), which leaves Debian's own files alone. All three are required
+    # Debian 12 packages neither pyarrow, tensorboard, tokenizers nor mlflow: pip into the user's
+    # site-packages (~/.local), which leaves Debian's own files alone. All are required
     # (checked below): without pyarrow or tensorboard, export --format parquet and the
     # tensorboard command could not run, and their tests would only be skipped.
-    rest=$(py_missing)
+    # shellcheck disable=SC2046
+    rest=$(pip_names $(py_missing))
     # Debian 12's numpy is 1.24; pyarrow 19 and later need numpy 2 (seen: "pyarrow requires NumPy
     # 2.0 or newer"), so take the last release built for numpy 1 there.
     if [[ " $rest " == *" pyarrow "* ]] &&

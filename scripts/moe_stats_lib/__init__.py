@@ -9,8 +9,13 @@ docs/analysis.md).
     variance    the per-layer load-variance table of MaxText pull request #4190: text, markdown, CSV
     summary     the key facts of one run as text
     plot        figures of one run or two (PNG, PDF, SVG)
+    figure_style        the screen and paper styles, the series palette, short run labels
+    figure_parts        what the figures are built from: panels, legends, saving, heatmaps
+    compare     two or more runs side by side: the table (compare_figures: its figures)
     export      tidy CSV and Parquet tables
+    scalars     the per-step scalars under the metric-first names both exports below give them
     tensorboard_events  TensorBoard event files
+    mlflow_tracking     a run logged to an MLflow tracking store
     watch       following a file while it is written
     traces      what the per-token routing traces say
     shadows     the shadow balancers (--shadow) against the run's own policy
@@ -18,9 +23,11 @@ docs/analysis.md).
     placement_policies  placement policies: contiguous, greedy, EPLB's hierarchical
     placement   the placement replay: policies scored on the recorded loads, tables, figure
 
-Dependencies point one way: everything -> stats_file; summary, plot, export, tensorboard_events,
-watch -> metrics; export -> traces; summary, plot, export, tensorboard_events -> shadows (summary
-and shadows also use variance's column padding); placement -> placement_policies ->
-placement_file, and placement uses variance's column padding and plot's figure helpers. The
+Dependencies point one way: everything -> stats_file; summary, plot, export, scalars, watch ->
+metrics; export -> traces; summary, plot, export, scalars -> shadows (summary and shadows also use
+variance's column padding); tensorboard_events, mlflow_tracking -> scalars, and mlflow_tracking ->
+plot for the figures; placement -> placement_policies ->
+placement_file, and placement uses variance's column padding and plot's figure helpers;
+plot, compare_figures -> figure_parts -> figure_style; compare -> metrics, figure_style. The
 command line lives in scripts/moe_stats.py, which re-exports these names.
 """

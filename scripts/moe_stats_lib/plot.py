@@ -3,10 +3,13 @@ heatmaps, variance and max violation, the load-distribution metrics, for runs wi
 capacity (--capacity-factor) the share of assignments dropped, bias trajectories, per-rank load
 and overload, loss, phase times, and for runs with --shadow the shadow balancers' worst max
 violation against the run's own. PNG, PDF or SVG (PlotOptions.formats), for papers: units on
-every axis, one colour per layer in every figure (layer_color), legends outside the data, and the
-heatmaps' colour scale running up to the collapse ceiling E/K. A resumed run is drawn whole, with
-a dotted line where each of its files starts; ranks a file did not have (NaN in its rank axis)
-leave gaps in their lines.
+every axis (none on ratios), one colour per layer in every figure (layer_color), no colour twice
+among the series of a figure (figure_style.palette), legends outside the data, runs named by
+short labels (figure_style.short_labels), and the heatmaps' colour scale running up to the
+collapse ceiling E/K. PlotOptions.paper draws in the paper style (figure_style.PAPER: one column
+wide, serif) instead of the screen style, through rc_context only. A resumed run is drawn whole,
+with a dotted line where each of its files starts; ranks a file did not have (NaN in its rank
+axis) leave gaps in their lines.
 
 Each plot_* function draws one figure and returns it (None where there is nothing to draw);
 write_plots saves them through `save`, which a caller may replace (the tests do, to inspect the
@@ -17,11 +20,14 @@ Shapes: N complete rows (steps), L layers, E experts, W ranks.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 import numpy as np
 
+# pyplot, panel_grid, step_axis, mark_resumes and save are re-exported (moe_stats.py).
+from .figure_parts import (keeper, legend_outside, load_colorbar, load_heatmap, load_norm,
+                           mark_resumes, panel_grid, pyplot, save, step_axis)
+from .figure_style import PAPER, SCREEN, palette, short_labels
 from .metrics import capacity_on, collapse_ceiling, layer_metrics, load_ratio, step_drop_rate
 from .shadows import REAL, policy_violations, worst_over_layers
 from .stats_file import (StatsError, balance_layers, check_same_shape, entropy_floor,
@@ -29,111 +35,37 @@ from .stats_file import (StatsError, balance_layers, check_same_shape, entropy_f
 
 FORMATS = ("png", "pdf", "svg")
 STYLES = ("-", "--")
-FONT = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8,
-        "ytick.labelsize": 8, "legend.fontsize": 8, "figure.titlesize": 11}
 
 
 @dataclasses.dataclass(frozen=True)
 class PlotOptions:
     formats: tuple = ("png",)   # any of FORMATS
     dpi: int = 80               # PNG resolution (and of the heatmaps' pixels in PDF and SVG)
-    labels: tuple = ()          # names of run A, run B (default: their file names)
+    labels: tuple = ()          # names of run A, run B (default: short_labels of their files)
     layers: tuple = ()          # layers drawn (default: all, or the top-k ones where it says)
     steps: tuple = ()           # (first, last) steps drawn, inclusive (default: all)
+    paper: bool = False         # the paper style (figure_style.PAPER) instead of the screen one
 
-
-def pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    plt.rcParams.update(FONT)
-    return plt
+    @property
+    def style(self):
+        return PAPER if self.paper else SCREEN
 
 
 def run_tags(runs, labels=()):
+    """Names of the runs in titles and legends: `labels`, else the short labels of their files,
+    led by A and B when there are two (A (run_a), B (run_b); just A and B for files A.h5, B.h5)."""
     if labels:
         return list(labels)
-    tags = ["A", "B"]
-    return [f"{tags[i]} ({run.name})" if len(runs) > 1 else run.name
-            for i, run in enumerate(runs)]
+    names = short_labels([run.path for run in runs])
+    if len(runs) == 1:
+        return names
+    return [tag if name == tag else f"{tag} ({name})" for tag, name in zip("AB", names)]
 
 
 def layer_color(layer, num_layers):
-    """The colour of layer `layer` in every figure: tab10 up to 10 layers, tab20 up to 20, then
-    evenly spaced along viridis."""
-    import matplotlib
-    if num_layers <= 10:
-        return matplotlib.colormaps["tab10"](layer % 10)
-    if num_layers <= 20:
-        return matplotlib.colormaps["tab20"](layer % 20)
-    return matplotlib.colormaps["viridis"](layer / max(num_layers - 1, 1))
-
-
-def panel_grid(plt, count, title, ncols=4, width=3.4, height=2.5):
-    ncols = min(count, ncols)
-    nrows = math.ceil(count / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows + 0.7),
-                             squeeze=False, layout="constrained")
-    for ax in axes.reshape(-1)[count:]:
-        ax.set_visible(False)
-    fig.suptitle(title)
-    return fig, axes.reshape(-1)
-
-
-def step_axis(ax, runs=()):
-    from matplotlib.ticker import MaxNLocator
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
-    mark_resumes(ax, runs)
-
-
-def mark_resumes(ax, runs):
-    """A dotted vertical line before the first step of each file after the first of a run."""
-    for run in runs:
-        steps = run.steps
-        for segment in run.segments[1:]:
-            if segment.rows and len(steps) and steps[0] < segment.first_step <= steps[-1]:
-                ax.axvline(segment.first_step - 0.5, color="0.5", ls=":", lw=1.0)
-
-
-def legend_outside(fig, axes, handles=None):
-    """One legend for the figure, right of the panels (constrained layout makes room)."""
-    if handles is None:
-        seen = {}
-        for ax in np.atleast_1d(axes):
-            for handle, label in zip(*ax.get_legend_handles_labels()):
-                seen.setdefault(label, handle)
-        handles = list(seen.values())
-        labels = list(seen)
-    else:
-        labels = [h.get_label() for h in handles]
-    if handles:
-        fig.legend(handles, labels, loc="outside right upper", frameon=False)
-
-
-def save(plt, fig, out_dir, filename, dpi, formats=("png",)):
-    """Saves `fig` as out_dir/filename's stem in each format, closes it; returns the paths (one
-    path, a string, when one format is asked)."""
-    stem = os.path.splitext(filename)[0]
-    paths = []
-    try:
-        for fmt in formats:
-            path = os.path.join(out_dir, f"{stem}.{fmt}")
-            try:
-                fig.savefig(path, dpi=dpi, format=fmt,
-                            metadata={"Date": None} if fmt == "svg" else None)
-            except OSError as err:
-                raise StatsError(f"{path}: cannot write the figure ({err.strerror or err})") \
-                    from None
-            except ValueError as err:  # e.g. an image too large for the --dpi asked
-                raise StatsError(f"{path}: cannot draw the figure ({err})") from None
-            except MemoryError:
-                raise StatsError(f"{path}: cannot draw the figure (not enough memory for "
-                                 f"{dpi} dpi)") from None
-            paths.append(path)
-    finally:
-        plt.close(fig)
-    return paths[0] if len(paths) == 1 else paths
+    """The colour of layer `layer` in every figure: palette(num_layers)'s, no two layers alike
+    (tab10 up to 10 layers, tab20 up to 20, then generated)."""
+    return palette(num_layers)[layer]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,31 +106,24 @@ def layers_word(run, options):
 def plot_expert_load(plt, run, tag, options=PlotOptions()):
     """Heatmaps, one panel per layer: load / mean load, experts x steps, on a colour scale from 0
     to the collapse ceiling E/K (1 = balanced)."""
-    from matplotlib.colors import TwoSlopeNorm
     layers = drawn_layers(run, options)
     rel = load_ratio(run.data["routing/expert_load"])                  # [N, L, E]
-    ceiling = collapse_ceiling(run) or max(2.0, float(rel.max()))
-    norm = TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=max(ceiling, 1.0 + 1e-9))
-    steps = run.steps
-    extent = [steps[0] - 0.5, steps[-1] + 0.5, -0.5, run.num_experts - 0.5]
-    fig, axes = panel_grid(plt, len(layers), f"Expert load / mean load per layer, run {tag}")
+    ceiling, norm = load_norm(run, rel)
+    fig, axes = panel_grid(plt, len(layers), f"Expert load / mean load per layer, run {tag}",
+                           style=options.style)
     for ax, layer in zip(axes, layers):
-        image = ax.imshow(rel[:, layer, :].T, aspect="auto", origin="lower", extent=extent,
-                          cmap="RdBu_r", norm=norm, interpolation="nearest")
-        ax.set_title(f"layer {layer} ({routing_label(run.routing[layer])})",
-                     color=layer_color(layer, run.num_layers))
-        step_axis(ax, [run])
-        ax.set_ylabel("expert")
-        if run.num_experts <= 16:
-            ax.set_yticks(range(run.num_experts))
-    bar = fig.colorbar(image, ax=list(axes[:len(layers)]),
-                       label="load / mean load (1 = balanced)")
-    ticks = sorted({0.0, 0.5, 1.0} | set(np.arange(1.5, ceiling, 0.5).tolist()) | {ceiling})
-    bar.set_ticks(ticks)
-    bar.set_ticklabels([f"{t:g}" if t != ceiling else f"{t:.3g} = E/K\n(collapse)"
-                        for t in ticks])
-    bar.ax.axhline(ceiling, color="black", lw=2.0)
+        image = load_heatmap(ax, run, run.steps, rel[:, layer, :], norm)
+        # One column wide, the long routing names would run into the next panel's title.
+        kind = (PAPER_ROUTING.get(run.routing[layer], run.routing[layer]) if options.paper
+                else routing_label(run.routing[layer]))
+        ax.set_title(f"layer {layer} ({kind})", color=layer_color(layer, run.num_layers))
+    place = {"fraction": 0.06, "aspect": 40} if options.paper else {}
+    load_colorbar(fig, image, axes[:len(layers)], ceiling, collapse_ceiling(run) is not None,
+                  **place)
     return fig
+
+
+PAPER_ROUTING = {"hash": "hash", "topk": "top-k", "forced": "forced"}
 
 
 def plot_layer_lines(ax, run, values, style, tag, layers, label_layers=True, mean=True):
@@ -233,14 +158,15 @@ def mean_handles(tags, layers):
             for i, style in enumerate(STYLES[:len(tags)])]
 
 
-def balance_legend(fig, runs, tags, layers):
+def balance_legend(fig, runs, tags, layers, style=SCREEN):
     handles = (run_style_handles(tags) if len(runs) > 1 else []) + layer_handles(runs[0], layers)
     handles += mean_handles(tags, layers)
-    legend_outside(fig, None, handles)
+    legend_outside(fig, None, handles, style)
 
 
 def plot_balance(plt, runs, tags, options=PlotOptions()):
-    fig, (ax_var, ax_viol) = plt.subplots(2, 1, figsize=(8, 6.5), layout="constrained")
+    fig, (ax_var, ax_viol) = plt.subplots(2, 1, figsize=options.style.figsize(6.5),
+                                          layout="constrained")
     layers = drawn_layers(runs[0], options, balance_only=True)
     for run, tag, style in zip(runs, tags, STYLES):
         metrics = layer_metrics(run)
@@ -259,20 +185,21 @@ def plot_balance(plt, runs, tags, options=PlotOptions()):
     for ax in (ax_var, ax_viol):
         step_axis(ax, runs)
         ax.grid(alpha=0.3)
-    balance_legend(fig, runs, tags, layers)
+    balance_legend(fig, runs, tags, layers, options.style)
     return fig
 
 
-# (dataset of layer_metrics, title, y label)
+# (dataset of layer_metrics, title, y label). Ratios are dimensionless: the label says what is
+# divided by what, and carries no unit.
 METRIC_PANELS = (
-    ("cv", "Coefficient of variation", "std / mean (1)"),
-    ("max_ratio", "Most loaded expert", "max / mean load (1)"),
-    ("min_ratio", "Least loaded expert", "min / mean load (1)"),
+    ("cv", "Coefficient of variation", "std / mean"),
+    ("max_ratio", "Most loaded expert", "max / mean load"),
+    ("min_ratio", "Least loaded expert", "min / mean load"),
     ("dead", "Dead experts (load 0)", "experts"),
-    ("diversity", "Expert diversity exp(H) / E", "fraction of experts (1)"),
-    ("balance_loss", "Balance loss per layer", "balance loss (1)"),
-    ("bias_spread", "Router bias spread", "max − min bias (1)"),
-    ("rank_overload", "Rank overload", "max / mean rank load (1)"),
+    ("diversity", "Expert diversity exp(H) / E", "fraction of experts"),
+    ("balance_loss", "Balance loss per layer", "balance loss"),
+    ("bias_spread", "Router bias spread", "max − min bias"),
+    ("rank_overload", "Rank overload", "max / mean rank load"),
 )
 
 
@@ -281,7 +208,7 @@ def plot_metrics(plt, runs, tags, options=PlotOptions()):
     layers = drawn_layers(runs[0], options)
     word = "selected layers" if options.layers else "all layers"
     fig, axes = panel_grid(plt, len(METRIC_PANELS), f"Expert-load metrics per layer ({word})",
-                           width=3.0, height=2.4)
+                           width=3.0, height=2.4, style=options.style)
     for run, tag, style in zip(runs, tags, STYLES):
         metrics = layer_metrics(run)
         mean = run.data["routing/expert_load"].astype(np.float64).mean(axis=2)
@@ -306,7 +233,7 @@ def plot_metrics(plt, runs, tags, options=PlotOptions()):
             ax.yaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylim(-0.3, max(most, 1.0) + 0.3)
     handles = (run_style_handles(tags) if len(runs) > 1 else []) + layer_handles(runs[0], layers)
-    legend_outside(fig, None, handles)
+    legend_outside(fig, None, handles, options.style)
     return fig
 
 
@@ -320,7 +247,7 @@ def plot_drop_rate(plt, runs, tags, options=PlotOptions()):
         return None
     from matplotlib.ticker import PercentFormatter
     layers = drawn_layers(runs[0], options)
-    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
+    fig, ax = plt.subplots(figsize=options.style.figsize(4.2), layout="constrained")
     for run, tag, style in drawn:
         plot_layer_lines(ax, run, layer_metrics(run)["drop_rate"], style, tag, layers,
                          mean=False)
@@ -338,7 +265,7 @@ def plot_drop_rate(plt, runs, tags, options=PlotOptions()):
     handles += [Line2D([], [], color="black", lw=2.0, ls=style, label="all layers"
                        + (f", run {tag}" if len(runs) > 1 else ""))
                 for _, tag, style in drawn]
-    legend_outside(fig, None, handles)
+    legend_outside(fig, None, handles, options.style)
     return fig
 
 
@@ -348,40 +275,40 @@ def plot_bias(plt, runs, tags, options=PlotOptions()):
     layers = [l for l in topk if not options.layers or l in options.layers]
     if not layers:
         return None
-    fig, axes = panel_grid(plt, len(layers), "Router bias per expert (top-k layers)")
-    experts = runs[0].num_experts
+    fig, axes = panel_grid(plt, len(layers), "Router bias per expert (top-k layers)",
+                           style=options.style)
+    colors = palette(runs[0].num_experts)
     for ax, layer in zip(axes, layers):
         for run, style in zip(runs, STYLES):
             bias = run.data["routing/bias"][:, layer, :]
             for e in range(run.num_experts):
-                ax.plot(run.steps, bias[:, e], style, color=expert_color(e, experts), lw=1.0)
+                ax.plot(run.steps, bias[:, e], style, color=colors[e], lw=1.0)
         ax.set_title(f"layer {layer}", color=layer_color(layer, runs[0].num_layers))
         step_axis(ax, runs)
         ax.set_ylabel("bias (added to scores)")
         ax.grid(alpha=0.3)
     from matplotlib.lines import Line2D
     handles = run_style_handles(tags) if len(runs) > 1 else []
-    if experts <= 16:
-        handles += [Line2D([], [], color=expert_color(e, experts), label=f"expert {e}")
-                    for e in range(experts)]
-    legend_outside(fig, None, handles)
+    if len(colors) <= 16:
+        handles += [Line2D([], [], color=color, label=f"expert {e}")
+                    for e, color in enumerate(colors)]
+    legend_outside(fig, None, handles, options.style)
     return fig
 
 
-def expert_color(expert, num_experts):
-    """Experts (and ranks: rank_color) take colours of a sequential map, never the qualitative
-    ones of the layers (layer_color), so a legend never shows one colour for both."""
-    import matplotlib
-    return matplotlib.colormaps["viridis"](0.9 * expert / max(num_experts - 1, 1))
-
-
 def rank_color(rank, num_ranks):
+    """Ranks take a sequential map (their order means something), never a layer's colours; the
+    two have legends of their own (plot_ranks)."""
     import matplotlib
     return matplotlib.colormaps["plasma"](0.85 * rank / max(num_ranks - 1, 1))
 
 
 def plot_ranks(plt, runs, tags, options=PlotOptions()):
-    fig, (ax_load, ax_over) = plt.subplots(2, 1, figsize=(8, 6.5), layout="constrained")
+    """Assignments per rank (top panel, a line per rank) and the rank overload of each layer
+    (bottom panel, a line per layer): two legends, one for each panel's lines."""
+    look = options.style
+    fig, (ax_load, ax_over) = plt.subplots(2, 1, figsize=look.figsize(6.5),
+                                           layout="constrained")
     layers = drawn_layers(runs[0], options, balance_only=True)
     width = max(run.data["routing/rank_load"].shape[2] for run in runs)
     from matplotlib.lines import Line2D
@@ -393,23 +320,29 @@ def plot_ranks(plt, runs, tags, options=PlotOptions()):
     ax_load.set_title("Assignments received per rank (all layers)")
     ax_load.set_ylabel("assignments per step")
     ax_over.set_title(f"Rank overload, most loaded rank ({layers_word(runs[0], options)})")
-    ax_over.set_ylabel("max / mean rank load (1)")
+    ax_over.set_ylabel("max / mean rank load")
     for ax in (ax_load, ax_over):
         step_axis(ax, runs)
         ax.grid(alpha=0.3)
-    handles = (run_style_handles(tags) if len(runs) > 1 else []) + layer_handles(runs[0], layers)
-    handles += mean_handles(tags, layers)
-    if width <= 16:
-        handles += [Line2D([], [], color=rank_color(r, width), label=f"rank {r}")
-                    for r in range(width)]
-    legend_outside(fig, None, handles)
+    runs_handles = run_style_handles(tags) if len(runs) > 1 else []
+    rank_handles = ([Line2D([], [], color=rank_color(r, width), label=f"rank {r}")
+                     for r in range(width)] if width <= 16 else [])
+    # Each legend beside its panel: on screen right of it (ranks upper, layers lower), in the
+    # paper style above the top panel (ranks) and below the bottom one (layers).
+    if rank_handles:
+        legend_outside(fig, None, runs_handles + rank_handles, look, second=look.paper,
+                       title="ranks (top panel)")
+        runs_handles = []
+    legend_outside(fig, None, runs_handles + layer_handles(runs[0], layers)
+                   + mean_handles(tags, layers), look,
+                   second=bool(rank_handles) and not look.paper, title="layers (bottom panel)")
     return fig
 
 
 def plot_loss(plt, runs, tags, options=PlotOptions()):
-    fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
-    for i, (run, tag, style) in enumerate(zip(runs, tags, STYLES)):
-        ax.plot(run.steps, run.data["steps/loss"], style, color=f"C{i}", lw=1.5,
+    fig, ax = plt.subplots(figsize=options.style.figsize(4.0), layout="constrained")
+    for run, tag, style, color in zip(runs, tags, STYLES, palette(len(runs))):
+        ax.plot(run.steps, run.data["steps/loss"], style, color=color, lw=1.5,
                 label=f"{tag} loss")
     floor = entropy_floor(runs[0])
     if floor is not None:
@@ -418,14 +351,12 @@ def plot_loss(plt, runs, tags, options=PlotOptions()):
     step_axis(ax, runs)
     ax.set_ylabel("loss (nats/token)")
     ax.grid(alpha=0.3)
-    legend_outside(fig, [ax])
+    legend_outside(fig, [ax], style=options.style)
     return fig
 
 
 def phase_colors(names):
-    import matplotlib
-    cmap = matplotlib.colormaps["tab20"]
-    return {name: cmap(i % 20) for i, name in enumerate(names)}
+    return dict(zip(names, palette(len(names))))
 
 
 def plot_phases(plt, runs, tags, options=PlotOptions()):
@@ -438,10 +369,14 @@ def plot_phases(plt, runs, tags, options=PlotOptions()):
     for run, _ in runs_tags:
         names += [p for p in run.phases if p not in names]
     colors = phase_colors(names)
-    fig, axes = plt.subplots(1, len(runs_tags) + 1, figsize=(4.2 * (len(runs_tags) + 1) + 1.6,
-                                                              4.2), layout="constrained",
-                             squeeze=False)
-    axes = axes[0]
+    panels = len(runs_tags) + 1
+    if options.style.paper:          # one column: the panels one above the other
+        fig, axes = plt.subplots(panels, 1, figsize=(options.style.width, 1.9 * panels),
+                                 layout="constrained", squeeze=False)
+    else:
+        fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels + 1.6, 4.2),
+                                 layout="constrained", squeeze=False)
+    axes = axes.reshape(-1)
     bars = []
     for ax, (run, tag) in zip(axes, runs_tags):
         with np.errstate(invalid="ignore"):
@@ -469,7 +404,7 @@ def plot_phases(plt, runs, tags, options=PlotOptions()):
     ax.set_title("Mean phase time" + (" (hatched: run B)" if len(bars) > 1 else ""))
     ax.grid(alpha=0.3, axis="x")
     from matplotlib.patches import Patch
-    legend_outside(fig, None, [Patch(color=colors[p], label=p) for p in names])
+    legend_outside(fig, None, [Patch(color=colors[p], label=p) for p in names], options.style)
     return fig
 
 
@@ -482,8 +417,8 @@ def plot_shadows(plt, runs, tags, options=PlotOptions()):
               if not options.layers or l in options.layers]
     if not rules or not layers:
         return None
-    fig, ax = plt.subplots(figsize=(8, 4.2), layout="constrained")
-    colors = {REAL: "black", **{rule: shadow_color(i) for i, rule in enumerate(rules)}}
+    fig, ax = plt.subplots(figsize=options.style.figsize(4.2), layout="constrained")
+    colors = {REAL: "black", **dict(zip(rules, palette(len(rules))))}
     for run, style in zip(runs, STYLES):
         if not shadow_rules(run):
             continue
@@ -500,14 +435,8 @@ def plot_shadows(plt, runs, tags, options=PlotOptions()):
     handles += [Line2D([], [], color=color, lw=2.0 if label == REAL else 1.2,
                        label=label if label == REAL else f"shadow {label}")
                 for label, color in colors.items()]
-    legend_outside(fig, None, handles)
+    legend_outside(fig, None, handles, options.style)
     return fig
-
-
-def shadow_color(index):
-    """Shadow balancers take Dark2's colours, never a layer's (tab10/tab20: layer_color)."""
-    import matplotlib
-    return matplotlib.colormaps["Dark2"](index % 8)
 
 
 FIGURES = (("balance", plot_balance), ("metrics", plot_metrics), ("drop_rate", plot_drop_rate),
@@ -533,17 +462,10 @@ def write_plots(runs, out_dir, dpi=80, save=save, options=None):
     plt = pyplot()
     tags = run_tags(runs, options.labels)
     paths = []
-
-    def keep(fig, name):
-        if fig is None:
-            return
-        args = (plt, fig, out_dir, f"{name}.{options.formats[0]}", options.dpi)
-        result = save(*args) if options.formats == ("png",) else save(
-            *args, formats=options.formats)
-        paths.extend([result] if isinstance(result, str) else result)
-
-    for i, (run, tag) in enumerate(zip(runs, tags)):
-        keep(plot_expert_load(plt, run, tag, options), f"expert_load_{'AB'[i]}")
-    for name, draw in FIGURES:
-        keep(draw(plt, runs, tags, options), name)
+    keep = keeper(plt, out_dir, options, save, paths)
+    with plt.rc_context(options.style.rc):
+        for i, (run, tag) in enumerate(zip(runs, tags)):
+            keep(plot_expert_load(plt, run, tag, options), f"expert_load_{'AB'[i]}")
+        for name, draw in FIGURES:
+            keep(draw(plt, runs, tags, options), name)
     return paths

@@ -237,11 +237,11 @@ def test_tensorboard_scalars(cli, capped, run_a, tmp_path):
 
     acc = scalars(capped, "capped")
     per_layer, per_step, total = rates_from_counts(capped)
-    events = acc.Scalars("routing/drop_rate")
+    events = acc.Scalars("drop_rate/all")
     assert [e.step for e in events] == list(range(sf.NUM_STEPS))
     assert [e.value for e in events] == pytest.approx(per_step, rel=1e-6)
     for layer in range(sf.NUM_LAYERS):
-        events = acc.Scalars(f"balance/layer{layer:02d}/drop_rate")
+        events = acc.Scalars(f"drop_rate/layer{layer:02d}")
         assert [e.value for e in events] == pytest.approx([r[layer] for r in per_layer],
                                                           rel=1e-6, abs=1e-9)
     tags = set(scalars(run_a, "old").Tags()["scalars"])

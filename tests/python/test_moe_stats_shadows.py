@@ -243,10 +243,10 @@ def test_tensorboard_shadow_scalars(cli, shadowed, tmp_path):
                                              size_guidance={event_accumulator.SCALARS: 0})
     acc.Reload()
     computed = violations_from_loads(shadowed)
-    tags = {t for t in acc.Tags()["scalars"] if t.startswith("shadow/")}
-    assert tags == {f"shadow/{p}/worst_violation" for p in ["real"] + list(sf.SHADOW_RULES)}
+    tags = {t for t in acc.Tags()["scalars"] if t.startswith("worst_violation/")}
+    assert tags == {f"worst_violation/{p}" for p in ["real"] + list(sf.SHADOW_RULES)}
     for policy in ["real"] + list(sf.SHADOW_RULES):
-        events = acc.Scalars(f"shadow/{policy}/worst_violation")
+        events = acc.Scalars(f"worst_violation/{policy}")
         assert [e.step for e in events] == list(range(sf.NUM_STEPS))
         assert [e.value for e in events] == pytest.approx(
             [max(r) for r in computed[REAL if policy == "real" else policy]], rel=1e-6)

@@ -31,22 +31,27 @@ def test_events_read_back(cli, run_b, tmp_path):
     scalars = set(tags["scalars"])
     for tag in ("loss/train", "loss/balance", "optim/lr", "optim/grad_norm",
                 "throughput/tokens_per_s", "throughput/step_time_s",
-                "phase_time_ms/attention", "ranks/rank01/assignments"):
+                "phase_time_ms/attention", "assignments/rank00", "assignments/rank01"):
         assert tag in scalars, tag
-    for layer in range(sf.NUM_LAYERS):
-        for name in ("violation", "variance", "cv", "entropy", "balance_loss", "bias_norm",
-                     "rank_overload", "dead", "diversity"):
-            assert f"balance/layer{layer:02d}/{name}" in scalars
+    # Metric first: one section (the part before the first "/") per metric, every layer in it.
+    for name in ("violation", "variance", "cv", "entropy", "balance_loss", "bias_norm",
+                 "rank_overload", "dead", "diversity"):
+        assert {t for t in scalars if t.startswith(name + "/")} == {
+            f"{name}/layer{layer:02d}" for layer in range(sf.NUM_LAYERS)}, name
+    assert not [t for t in scalars if t.count("/") != 1]
     loss = acc.Scalars("loss/train")
     assert [e.step for e in loss] == list(range(sf.NUM_STEPS))
     assert [e.value for e in loss] == pytest.approx(run.data["steps/loss"].tolist(), rel=1e-6)
-    viol = acc.Scalars("balance/layer02/violation")
+    viol = acc.Scalars("violation/layer02")
     assert [e.value for e in viol] == pytest.approx(run.data["routing/max_violation"][:, 2],
                                                     rel=1e-6)
     # Wall times follow the step times from the file's creation time.
     times = [e.wall_time for e in loss]
     assert np.all(np.diff(times) > 0)
     assert times[0] == pytest.approx(1767225600 + run.data["steps/step_time_s"][0])
+    ranks = acc.Scalars("assignments/rank01")
+    assert [e.value for e in ranks] == pytest.approx(
+        run.data["routing/rank_load"][:, :, 1].sum(axis=1), rel=1e-6)
     phase = acc.Scalars("phase_time_ms/router")
     assert phase[3].value == pytest.approx(
         1e3 * run.data["perf/phase_time"][3, :, 1].mean(), rel=1e-6)
