@@ -137,9 +137,15 @@ def plot_layer_lines(ax, run, values, style, tag, layers, label_layers=True, mea
                 label=f"{tag}: mean over layers")
 
 
+def run_name(tag):
+    """A run's name in a legend: "run A" for a bare letter, else the tag itself ("no balancing",
+    "A (run_a)")."""
+    return f"run {tag}" if len(tag) == 1 else tag
+
+
 def run_style_handles(tags):
     from matplotlib.lines import Line2D
-    return [Line2D([], [], color="0.3", ls=style, label=f"run {tag}")
+    return [Line2D([], [], color="0.3", ls=style, label=run_name(tag))
             for tag, style in zip(tags, STYLES)]
 
 
@@ -154,8 +160,8 @@ def mean_handles(tags, layers):
     if len(layers) < 2:
         return []
     return [Line2D([], [], color="black", lw=2.0, ls=style, label="mean over layers"
-                   + (f", run {'AB'[i]}" if len(tags) > 1 else ""))
-            for i, style in enumerate(STYLES[:len(tags)])]
+                   + (f", {run_name(tag)}" if len(tags) > 1 else ""))
+            for tag, style in zip(tags, STYLES)]
 
 
 def balance_legend(fig, runs, tags, layers, style=SCREEN):

@@ -133,7 +133,7 @@ def test_formats_labels_layers_and_steps(cli, run_a, run_b, tmp_path, monkeypatc
         assert f.read(5) == b"%PDF-"
     svg = (tmp_path / "balance.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
-    assert "run no bias" in svg and "run bias" in svg and "layer 4" not in svg
+    assert "<!-- no bias -->" in svg and "<!-- bias -->" in svg and "layer 4" not in svg
     figures = []
     monkeypatch.setattr(moe_stats, "save", lambda plt, fig, *a: figures.append(fig) or
                         plt.close(fig) or "x.png")
