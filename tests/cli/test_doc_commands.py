@@ -162,3 +162,19 @@ def test_the_scripts_named_exist_and_moe_stats_knows_the_subcommand():
                if script == "scripts/moe_stats.py" and (not args or args[0] not in known)
                and args[:1] != ["--help"]]
     assert not unknown, "moe_stats.py subcommands that do not exist:\n" + "\n".join(unknown)
+
+
+def test_relative_links_and_images_resolve():
+    """Every relative link and image of README.md and docs/*.md names a file that exists (the
+    README's figures included); anchors and web addresses are not followed."""
+    broken = []
+    for path in DOCS:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+                continue
+            file = os.path.join(os.path.dirname(path), target.split("#", 1)[0])
+            if not os.path.exists(file):
+                broken.append(f"{os.path.relpath(path, ROOT)}: {target}")
+    assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
