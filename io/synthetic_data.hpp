@@ -1,4 +1,4 @@
-// The `synthetic` data source (README, Data): token sequences generated from (seed, global sample
+// The `synthetic` data source (docs/data.md): token sequences generated from (seed, global sample
 // index) alone, learnable, with Zipf-like token frequencies and an exactly computed entropy floor.
 //
 // The generator is a fixed first-order Markov chain over the V tokens, built from the seed:

@@ -93,16 +93,18 @@ void check_tokens(const FileMapping& mapping, const uint16_t* tokens /*[num_toke
 }  // namespace
 
 FileTokenSource::FileTokenSource(std::string kind, std::string path, FileMapping mapping,
-                                 int64_t first_byte, int token_bytes, int64_t num_tokens)
+                                 int64_t first_byte, int token_bytes, int64_t num_tokens,
+                                 SampleOrder order)
     : kind_(std::move(kind)),
       path_(std::move(path)),
       mapping_(std::move(mapping)),
       tokens_(mapping_.data() + first_byte),
       token_bytes_(token_bytes),
-      num_tokens_(num_tokens) {}
+      num_tokens_(num_tokens),
+      order_(order) {}
 
 FileTokenSource FileTokenSource::open_shard(const std::string& path, int vocab, int seq_len,
-                                            TokenCheckPart part) {
+                                            TokenCheckPart part, SampleOrder order) {
   if (part.num_parts < 1 || part.part_idx < 0 || part.part_idx >= part.num_parts) {
     throw std::invalid_argument("token check part " + std::to_string(part.part_idx) + " of " +
                                 std::to_string(part.num_parts) + " does not exist");
@@ -153,7 +155,7 @@ FileTokenSource FileTokenSource::open_shard(const std::string& path, int vocab, 
   }
   require_one_sample(path, num_tokens, seq_len, "tokens");
   FileTokenSource source("tokens", path, map_input(*file, path), kShardHeaderBytes,
-                         sizeof(uint16_t), num_tokens);
+                         sizeof(uint16_t), num_tokens, order);
   // The header is 1024 bytes into a page-aligned mapping, so the uint16 tokens are aligned.
   const auto* tokens = reinterpret_cast<const uint16_t*>(source.tokens_);
   const int64_t begin = num_tokens * part.part_idx / part.num_parts;
@@ -162,14 +164,15 @@ FileTokenSource FileTokenSource::open_shard(const std::string& path, int vocab, 
   return source;
 }
 
-FileTokenSource FileTokenSource::open_text(const std::string& path, int vocab, int seq_len) {
+FileTokenSource FileTokenSource::open_text(const std::string& path, int vocab, int seq_len,
+                                           SampleOrder order) {
   if (vocab < 256) {
     throw data_error(path, "text data needs --vocab >= 256 (every byte is a token), got --vocab " +
                                std::to_string(vocab));
   }
   const std::unique_ptr<InputFile> file = open_input(path);
   require_one_sample(path, file->num_bytes(), seq_len, "bytes");
-  return FileTokenSource("text", path, map_input(*file, path), 0, 1, file->num_bytes());
+  return FileTokenSource("text", path, map_input(*file, path), 0, 1, file->num_bytes(), order);
 }
 
 void FileTokenSource::sample(int64_t global_sample_idx, int seq_len, int32_t* out) const {
@@ -178,11 +181,8 @@ void FileTokenSource::sample(int64_t global_sample_idx, int seq_len, int32_t* ou
                                 std::to_string(global_sample_idx));
   }
   require_one_sample(path_, num_tokens(), seq_len, "tokens");
-  // Start offsets 0 .. N−S−1 leave room for S+1 tokens. The product i·S can exceed 64 bits for
-  // very long runs on very large files, hence the 128-bit intermediate.
-  const uint64_t num_starts = static_cast<uint64_t>(num_tokens() - seq_len);
-  const auto product = static_cast<unsigned __int128>(global_sample_idx) * seq_len;
-  const auto start = static_cast<size_t>(product % num_starts);
+  const auto start =
+      static_cast<size_t>(data_sample_start(global_sample_idx, num_tokens(), seq_len, order_));
   if (token_bytes_ == 2) {
     const auto* tokens = reinterpret_cast<const uint16_t*>(tokens_);
     for (int pos_idx = 0; pos_idx <= seq_len; ++pos_idx) out[pos_idx] = tokens[start + pos_idx];

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "io/data_order.hpp"
 #include "io/input_file.hpp"
 
 namespace moe {
@@ -77,13 +78,13 @@ inline constexpr int kShardHeaderInts = 256;
 inline constexpr int32_t kShardMagic = 20240520;
 inline constexpr int32_t kShardVersion = 1;
 
-// A token sequence in a file mapped read-only at open, sampled by a fixed stride:
-// sample i starts at offset (i·S) mod (num_tokens − S). Consecutive samples are consecutive,
-// non-overlapping windows (the last target of sample i is the first input of sample i+1), as in
-// llm.c's loader; past the end the offsets wrap around modulo the number of valid start offsets,
-// so every index is valid and a long run sees the data again at shifted offsets, deterministically.
-// A rank holds in memory only the pages of the samples it reads; the tokens stay in the file's
-// width (uint16 for a shard, uint8 for text) and are widened to int32 per sample.
+// A token sequence in a file mapped read-only at open, read in S+1-token windows in the order of
+// io/data_order.hpp: shuffled (each epoch every non-overlapping window once, in a seeded order of
+// its own) or sequential (sample i at offset (i·S) mod (num_tokens − S), consecutive windows as
+// in llm.c's loader). Either way every sample index is valid and a sample is a pure function of
+// the index, the order and its seed. A rank holds in memory only the pages of the samples it
+// reads; the tokens stay in the file's width (uint16 for a shard, uint8 for text) and are
+// widened to int32 per sample.
 // The file must not be truncated while it is mapped: a read past its new end would fault (SIGBUS).
 class FileTokenSource : public TokenSource {
  public:
@@ -91,14 +92,16 @@ class FileTokenSource : public TokenSource {
   // the token count against the file size, and num_tokens > S; then every token < vocab in
   // `part` of the file (one streaming pass over that part of the mapping).
   static FileTokenSource open_shard(const std::string& path, int vocab, int seq_len,
-                                    TokenCheckPart part = {});
+                                    TokenCheckPart part = {}, SampleOrder order = {});
   // Maps a file's raw bytes as tokens 0..255; needs vocab >= 256 (so no token can be out of
   // range and no pass over the file is needed) and more than S bytes.
-  static FileTokenSource open_text(const std::string& path, int vocab, int seq_len);
+  static FileTokenSource open_text(const std::string& path, int vocab, int seq_len,
+                                   SampleOrder order = {});
 
   void sample(int64_t global_sample_idx, int seq_len, int32_t* out) const override;
   int64_t num_tokens() const override { return num_tokens_; }
-  int64_t private_bytes() const override { return 0; }  // the tokens are in mapped_bytes()
+  // The tokens are in mapped_bytes(); the shuffle keeps no table (io/data_order.cpp).
+  int64_t private_bytes() const override { return 0; }
   int64_t mapped_bytes() const override { return mapping_.num_bytes(); }
   std::string describe() const override;
   uint64_t checksum_part(TokenCheckPart part) const override;
@@ -107,7 +110,7 @@ class FileTokenSource : public TokenSource {
 
  private:
   FileTokenSource(std::string kind, std::string path, FileMapping mapping, int64_t first_byte,
-                  int token_bytes, int64_t num_tokens);
+                  int token_bytes, int64_t num_tokens, SampleOrder order);
 
   std::string kind_;  // "tokens" or "text", as in the --data spec
   std::string path_;
@@ -115,6 +118,7 @@ class FileTokenSource : public TokenSource {
   const unsigned char* tokens_ = nullptr;  // [num_tokens · token_bytes] inside mapping_
   int token_bytes_ = 0;                    // 2: uint16 (shard), 1: uint8 (text)
   int64_t num_tokens_ = 0;
+  SampleOrder order_;
 };
 
 // Writes `tokens` as an llm.c shard (version 1). Throws DataError naming the file on failure.

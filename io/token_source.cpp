@@ -50,7 +50,8 @@ void token_source_check_spec(const std::string& spec, const char* option) {
 }
 
 std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int vocab, int seq_len,
-                                               uint64_t seed, TokenCheckPart part) {
+                                               uint64_t seed, TokenCheckPart part,
+                                               DataOrder order) {
   token_source_check_spec(spec);
   if (spec == "synthetic") return std::make_unique<SyntheticSource>(vocab, seq_len, seed);
   if (const std::optional<double> zipf = synthetic_zipf(spec, "--data")) {
@@ -60,11 +61,13 @@ std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int voca
   }
   const size_t colon = spec.find(':');
   const std::string path = spec.substr(colon + 1);
+  const SampleOrder sample_order{order, seed};
   if (spec.starts_with("tokens:")) {
     return std::make_unique<FileTokenSource>(
-        FileTokenSource::open_shard(path, vocab, seq_len, part));
+        FileTokenSource::open_shard(path, vocab, seq_len, part, sample_order));
   }
-  return std::make_unique<FileTokenSource>(FileTokenSource::open_text(path, vocab, seq_len));
+  return std::make_unique<FileTokenSource>(
+      FileTokenSource::open_text(path, vocab, seq_len, sample_order));
 }
 
 }  // namespace moe

@@ -1,6 +1,6 @@
 // Config files: TOML read with toml++ and written for --print-config, the old `key = value` line
 // format read for files and checkpoints written before, and error excerpts. The format is
-// described in config_file.hpp; README.md and moe_rt --help say the same.
+// described in config_file.hpp; docs/options.md and moe_rt --help say the same.
 #include "runtime/options/config_file.hpp"
 
 #include <toml++/toml.h>

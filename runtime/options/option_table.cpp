@@ -105,7 +105,8 @@ const std::vector<OptionField>& option_fields() {
           "training steps (200: about 48 s of deepseek4-tiny on 8 ranks, 2 idle cores)",
           [](auto& c) -> auto& { return c.steps; }, OptionRules{OnResume::kContinued, positive()}),
       field(
-          kTopLevel, "seed", "N", "seed of weights, hash tables and synthetic data",
+          kTopLevel, "seed", "N",
+          "seed of weights, hash tables, synthetic data and the data order's shuffle",
           [](auto& c) -> auto& { return c.seed; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
           kArchitecture, "seq-len", "N", "S: tokens per sequence",
@@ -259,6 +260,14 @@ const std::vector<OptionField>& option_fields() {
           "synthetic, synthetic:zipf=S (its Zipf exponent S instead of 1), tokens:PATH (llm.c "
           ".bin shard), text:PATH (bytes)",
           [](auto& c) -> auto& { return c.data; }, OptionRules{OnResume::kFromCheckpoint}),
+      field(
+          kData, "data-order", "ORDER",
+          "order of a data file's S-token windows: shuffled (each epoch every window once, in an "
+          "order drawn from --seed and the epoch, as trainers sample) or sequential (consecutive "
+          "windows, llm.c's order; that of checkpoints from before this option); not "
+          "--val-data's (file order) nor synthetic data's",
+          [](auto& c) -> auto& { return c.data_order; },
+          OptionRules{OnResume::kFromCheckpoint}.before_option("sequential")),
       field(
           kData, "val-data", "SOURCE",
           "validation data, as --data (none: no validation); synthetic: held-out samples of "

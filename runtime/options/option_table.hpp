@@ -44,9 +44,21 @@ struct OptionRules {
   OptionRules(OnResume resume, std::optional<OptionRange> accepted = std::nullopt,
               bool differs_by_rank = false)
       : on_resume(resume), range(accepted), per_rank(differs_by_rank) {}
+  // The same rules, for an option whose default differs from what runs did before it existed:
+  // `value` (as the option's text) is what a checkpoint written before then ran with.
+  OptionRules before_option(const char* value) const {
+    OptionRules rules = *this;
+    rules.older_value = value;
+    return rules;
+  }
   OnResume on_resume;
   std::optional<OptionRange> range;
   bool per_rank;  // ranks may be given different values (left out of their agreement)
+  // The value of the option in a checkpoint whose configuration lacks it (written before the
+  // option existed), nullptr when that is the default. Its run is continued as it began: an
+  // absent option would otherwise take today's default, and a kFromCheckpoint option would then
+  // change the arithmetic of a resumed run silently.
+  const char* older_value = nullptr;
 };
 
 struct OptionField {

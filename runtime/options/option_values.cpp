@@ -2,6 +2,7 @@
 #include "runtime/options/option_values.hpp"
 
 #include <cmath>
+#include <optional>
 #include <type_traits>
 
 #include "runtime/options/config_file.hpp"
@@ -81,6 +82,14 @@ void option_value_from_text(const std::string&, const std::string& text, Capacit
   // Its ConfigError names --capacity-unit and the valid units.
   out = with_value_excerpt(text, [](const std::string& t) { return capacity_unit_from_name(t); });
 }
+void option_value_from_text(const std::string& option, const std::string& text, DataOrder& out) {
+  const std::optional<DataOrder> order = data_order_from_name(text);
+  if (!order) {
+    throw ConfigError(option + ": unknown order '" + text_excerpt(text) +
+                      "' (valid: shuffled, sequential)");
+  }
+  out = *order;
+}
 
 std::string option_value_to_text(int v) {
   return option_number_to_text(v);
@@ -117,6 +126,9 @@ std::string option_value_to_text(DropPolicy v) {
 }
 std::string option_value_to_text(CapacityUnit v) {
   return capacity_unit_name(v);
+}
+std::string option_value_to_text(DataOrder v) {
+  return data_order_name(v);
 }
 
 }  // namespace moe

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "io/data_order.hpp"
 #include "model/config.hpp"
 #include "model/routing_config.hpp"
 
@@ -29,6 +30,7 @@ void option_value_from_text(const std::string& option, const std::string& text,
                             std::vector<ShadowRule>& out);
 void option_value_from_text(const std::string& option, const std::string& text, DropPolicy& out);
 void option_value_from_text(const std::string& option, const std::string& text, CapacityUnit& out);
+void option_value_from_text(const std::string& option, const std::string& text, DataOrder& out);
 
 // Shortest text that reads back to the same value (std::to_chars' guarantee).
 template <class T> std::string option_number_to_text(T value) {
@@ -49,5 +51,6 @@ std::string option_value_to_text(const ForcedRouting& v);
 std::string option_value_to_text(const std::vector<ShadowRule>& v);
 std::string option_value_to_text(DropPolicy v);
 std::string option_value_to_text(CapacityUnit v);
+std::string option_value_to_text(DataOrder v);
 
 }  // namespace moe

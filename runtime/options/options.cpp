@@ -160,6 +160,11 @@ RunConfig config_from_text(const std::string& text, const std::string& origin) {
     if (entry.key == "model") cfg.model_name = entry.value;
   }
   preset_apply(cfg.model_name, cfg.model, cfg.routing);
+  // An option the text lacks is one added since the checkpoint was written: its run ran with the
+  // option's older value, where that is not the default (OptionRules::older_value).
+  for (const OptionField& f : option_fields()) {
+    if (f.rules.older_value != nullptr) f.set(cfg, f.rules.older_value);
+  }
   for (const ConfigEntry& entry : entries) {
     if (entry.key != "model") option_find(entry.key)->set(cfg, entry.value);
   }

@@ -1,4 +1,4 @@
-// The run's configuration (README, Options): command-line and config-file parsing with
+// The run's configuration (docs/options.md): command-line and config-file parsing with
 // Boost.Program_options (the command line) and config_file.hpp (the file), validation, and the
 // resolved configuration as re-readable text.
 // Precedence: command line > `--config FILE` > the preset chosen by `--model` (from the command
@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "io/data_order.hpp"
 #include "model/config.hpp"
 #include "model/routing_config.hpp"
 
@@ -35,20 +36,21 @@ struct ResumePoint {
 };
 
 struct RunConfig {
-  ModelConfig model;                           // the preset, then any overrides
-  std::string model_name = kDefaultModelName;  // --model
-  int steps = 200;                             // --steps: ~1.5 min at 8 ranks on 2 cores
-  uint64_t seed = 1234;                        // --seed: weights, hash tables, synthetic data
-  std::string data = "synthetic";              // --data: synthetic, tokens:PATH, text:PATH
-  std::string val_data = kNoValData;           // --val-data: validation source, or none
-  int eval_every = 0;                          // --eval-every: steps, 0 = after the last only
-  int eval_batches = 4;                        // --eval-batches: global batches per evaluation
-  std::string stats_path;                      // --stats: "" = runs/<model>-<time>.h5
-  double lr = 3e-3;                            // --lr: AdamW learning rate after warmup
-  int warmup_steps = 10;                       // --warmup-steps: linear warmup to --lr
-  int lr_decay_steps = 0;                      // --lr-decay-steps: cosine horizon, 0 = --steps
-  double weight_decay = 0.1;                   // --weight-decay: AdamW's decoupled decay
-  double grad_clip = 1.0;                      // --grad-clip: global L2 norm, 0 = off
+  ModelConfig model;                            // the preset, then any overrides
+  std::string model_name = kDefaultModelName;   // --model
+  int steps = 200;                              // --steps: ~1.5 min at 8 ranks on 2 cores
+  uint64_t seed = 1234;                         // --seed: weights, hash tables, data
+  std::string data = "synthetic";               // --data: synthetic, tokens:PATH, text:PATH
+  DataOrder data_order = DataOrder::kShuffled;  // --data-order: a file's windows, shuffled
+  std::string val_data = kNoValData;            // --val-data: validation source, or none
+  int eval_every = 0;                           // --eval-every: steps, 0 = after the last only
+  int eval_batches = 4;                         // --eval-batches: global batches per evaluation
+  std::string stats_path;                       // --stats: "" = runs/<model>-<time>.h5
+  double lr = 3e-3;                             // --lr: AdamW learning rate after warmup
+  int warmup_steps = 10;                        // --warmup-steps: linear warmup to --lr
+  int lr_decay_steps = 0;                       // --lr-decay-steps: cosine horizon, 0 = --steps
+  double weight_decay = 0.1;                    // --weight-decay: AdamW's decoupled decay
+  double grad_clip = 1.0;                       // --grad-clip: global L2 norm, 0 = off
   RoutingConfig routing;         // the [routing] options, each field named as its option
   bool check_bias = false;       // --check-bias: verify bias equal on all ranks
   bool overwrite = false;        // --overwrite: replace an existing --stats file

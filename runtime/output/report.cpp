@@ -54,7 +54,7 @@ void report_config(const RunConfig& cfg, const RunShape& s) {
       bytes_text(s.memory.param_bytes).c_str(), bytes_text(s.memory.act_bytes).c_str(),
       bytes_text(static_cast<double>(s.data_private_bytes)).c_str());
   if (s.data_mapped_bytes > 0) {
-    // Page cache: one copy per node, filled as the ranks read, and reclaimable (see README, Data).
+    // Page cache: one copy per node, filled as the ranks read, and reclaimable (see docs/data.md).
     std::printf("  data file: %.0f MiB mapped read-only, shared page cache (not per rank)\n",
                 static_cast<double>(s.data_mapped_bytes) / 1048576.0);
   }

@@ -110,12 +110,15 @@ void add_replica_memory(ModelMemory& m, const ModelConfig& mc, const ModelPlacem
 }
 
 // The --val-data source. A file must hold every sequence of an evaluation without wrapping
-// around: --eval-batches global batches of S-token windows, and the last target.
+// around: --eval-batches global batches of S-token windows, and the last target. It is read in
+// file order whatever --data-order says: an evaluation is a fixed set, its first windows, the
+// same at every evaluation and in every run of that file (as llm.c evaluates).
 std::unique_ptr<TokenSource> val_source_open(const RunConfig& cfg, int W, TokenCheckPart part) {
   const ModelConfig& mc = cfg.model;
   std::unique_ptr<TokenSource> source;
   try {
-    source = token_source_open(cfg.val_data, mc.vocab, mc.seq_len, cfg.seed, part);
+    source = token_source_open(cfg.val_data, mc.vocab, mc.seq_len, cfg.seed, part,
+                               DataOrder::kSequential);
   } catch (const DataError& e) {
     throw DataError(std::string("--val-data: ") + e.what());
   }
@@ -215,7 +218,8 @@ std::unique_ptr<CheckpointReader> resume_open(const RunConfig& cfg) {
 void data_open(const RunConfig& cfg, int rank, int W, int node_ranks, SetupInputs& in,
                TrainSummary& summary) {
   const ModelConfig& mc = cfg.model;
-  in.data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed, TokenCheckPart{rank, W});
+  in.data = token_source_open(cfg.data, mc.vocab, mc.seq_len, cfg.seed, TokenCheckPart{rank, W},
+                              cfg.data_order);
   if (has_val_data(cfg)) {
     in.val_data = val_source_open(cfg, W, TokenCheckPart{rank, W});
     summary.val_data_description = in.val_data->describe();

@@ -85,7 +85,9 @@ def test_no_val_data_no_eval_group_and_table_unchanged(moe_rt_bin, tmp_path):
 
 def test_eval_loss_is_the_training_loss_of_the_same_sequences(moe_rt_bin, tmp_path):
     """The validation loss after step s over the sequences that step s + 1 trains on is that
-    step's training loss, bit for bit: the same forward, the same sums."""
+    step's training loss, bit for bit: the same forward, the same sums. Training reads the file
+    in sequence (--data-order sequential), so step s + 1's sequences start at token
+    (s + 1)·G·S, where the validation file starts."""
     rng = np.random.default_rng(7)
     tokens = rng.integers(0, 64, size=4096)
     S, G, s = 16, 2, 2  # micro: 2 ranks x 1 sequence
@@ -93,6 +95,7 @@ def test_eval_loss_is_the_training_loss_of_the_same_sequences(moe_rt_bin, tmp_pa
     write_shard(tmp_path / "val.bin", tokens[(s + 1) * G * S:])
     stats = tmp_path / "run.h5"
     ok(moe_rt_bin, MICRO + ["--steps", 4, "--data", f"tokens:{tmp_path / 'train.bin'}",
+                            "--data-order", "sequential",
                             "--val-data", f"tokens:{tmp_path / 'val.bin'}", "--eval-every", 3,
                             "--eval-batches", 1, "--stats", stats])
     got = read(stats, ["eval/step", "eval/loss", "steps/loss"])

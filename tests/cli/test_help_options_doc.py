@@ -14,7 +14,7 @@ OPTION = re.compile(r"--[a-z][a-z0-9-]*")
 # Options whose bad value is refused with "(valid: a, b, c)": every value named there must be in
 # the option's --help entry and in its row of docs/options.md.
 CHOICE_OPTIONS = ["--model", "--score-func", "--balance-loss-form", "--force-balance", "--data",
-                  "--drop-policy", "--capacity-unit"]
+                  "--drop-policy", "--capacity-unit", "--data-order"]
 
 
 @pytest.fixture(scope="module")

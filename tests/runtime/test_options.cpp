@@ -70,6 +70,7 @@ void expect_run_eq(const RunConfig& a, const RunConfig& b) {
   EXPECT_EQ(a.steps, b.steps);
   EXPECT_EQ(a.seed, b.seed);
   EXPECT_EQ(a.data, b.data);
+  EXPECT_EQ(a.data_order, b.data_order);
   EXPECT_EQ(a.stats_path, b.stats_path);
   EXPECT_EQ(a.lr, b.lr);
   EXPECT_EQ(a.warmup_steps, b.warmup_steps);
@@ -437,6 +438,8 @@ TEST(Options, TextRoundTripsThroughConfigFile) {
                                    "round-robin",
                                    "--data",
                                    "tokens:/data/fineweb_train_000001.bin",
+                                   "--data-order",
+                                   "sequential",
                                    "--stats",
                                    "runs/a.h5",
                                    "--lr",
