@@ -41,7 +41,9 @@ def checkpoint(tmp_path):
 
 @pytest.mark.parametrize("status", [138, 139])
 def test_a_sigusr1_stop_with_its_checkpoint_is_requeued(status, checkpoint, tmp_path):
+    # moe_rt prints its summary on a stop too: the stop message decides.
     proc = decide(status, "mpirun: Forwarding signal 10 to job\n"
+                  + "summary: 450 steps in 61.2 s, median 5453 tokens/s\n"
                   + stop_line("SIGUSR1", checkpoint) + "[vm:1] *** Process received signal\n",
                   tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -54,6 +56,8 @@ def test_a_sigusr1_stop_with_its_checkpoint_is_requeued(status, checkpoint, tmp_
     (143, "STOP SIGTERM", "stopped by SIGTERM: scancel, not the recipe's signal"),
     (139, "STOP SIGUSR1 MISSING", "the checkpoint named is not there"),
     (0, "", "every step ran"),
+    (138, "summary: 450 steps in 61.2 s, median 5453 tokens/s\n",
+     "every step ran before the signal reached mpirun (no stop message)"),
 ])
 def test_anything_else_is_not_requeued(status, text, why, checkpoint, tmp_path):
     if text.startswith("STOP"):
@@ -106,6 +110,44 @@ def test_the_recipe_decides_from_what_moe_rt_left(stops, requeued, tmp_path):
     assert (calls.read_text() if calls.exists() else "") == ("requeue 4242\n" if requeued else "")
     assert ("exited 139 while finishing; requeued" in proc.stdout) == requeued, proc.stdout
     assert [p for p in os.listdir(tmp_path) if p.startswith("moe_rt-stop.")] == []
+
+
+def test_a_run_that_finished_as_the_signal_came_ends_the_job_cleanly(tmp_path):
+    # The time limit's signal reached mpirun after the last step, while it was exiting: 138, no
+    # stop message, but the summary is there. Not requeued (its checkpoint has run every step),
+    # and the job succeeds.
+    body = ("echo 'summary: 5 steps in 0.1 s, median 100 tokens/s'\n"
+            "kill -USR1 $$\nexit 138\n")
+    tools = fake_tools(tmp_path / "bin", body)
+    proc = subprocess.run(["bash", os.path.join(SLURM, "moe_rt.sbatch"), "--steps", "5"],
+                          env=recipe_env(tmp_path, tools), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "summary: 5 steps" in proc.stdout, proc.stdout
+    assert "every step ran (mpirun exited 138 while finishing); not requeued" in proc.stdout
+    assert not (tools / "scontrol.calls").exists()
+
+
+def test_a_signal_while_mpirun_starts_is_passed_on(tmp_path):
+    # SLURM's warning reaches the batch shell as mpirun starts (here: sent by mpirun itself, to
+    # its parent, at once): the recipe must not fail on the unknown process id, and must pass
+    # the signal on once it knows it; the stop is then requeued as any other.
+    ckpt = tmp_path / "ckpt"
+    body = ("stop() {\n"
+            f"  echo \"moe_rt: stopped by SIGUSR1 after step 3; newest checkpoint "
+            f"'{ckpt}/step-00000003.h5'; continue with --resume {ckpt}\" >&2\n"
+            "  exit 138\n}\n"
+            "trap stop USR1\n"
+            f"mkdir -p {ckpt}; head -c 2048 /dev/zero > {ckpt}/step-00000003.h5\n"
+            "kill -USR1 $PPID\n"
+            "for _ in $(seq 200); do sleep 0.05; done\nexit 1\n")
+    tools = fake_tools(tmp_path / "bin", body)
+    proc = subprocess.run(["bash", os.path.join(SLURM, "moe_rt.sbatch"), "--steps", "5"],
+                          env=recipe_env(tmp_path, tools), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 138, proc.stdout + proc.stderr
+    assert "unbound variable" not in proc.stderr, proc.stderr
+    assert (tools / "scontrol.calls").read_text() == "requeue 4242\n", proc.stdout + proc.stderr
 
 
 def test_the_recipe_requeues_a_real_run_whose_mpirun_crashes(moe_rt_bin, tmp_path):
