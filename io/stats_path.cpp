@@ -247,9 +247,12 @@ std::string stats_link_latest(const std::string& path) {
   if (fs::exists(status) && !fs::is_symlink(status)) {
     return problem.append("exists and is not a link; left as it is");
   }
-  // The temporary name is this process's own; one left by a killed process of the same id goes.
-  const fs::path staging =
-      file.parent_path() / (std::string(kLatestStatsName) + "." + std::to_string(::getpid()));
+  // The temporary name is this process's own, also in a folder that several hosts share; one left
+  // by a killed process of the same host and id goes.
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  const fs::path staging = file.parent_path() / (std::string(kLatestStatsName) + "." + host + "." +
+                                                 std::to_string(::getpid()));
   fs::remove(staging, ec);
   fs::create_symlink(file.filename(), staging, ec);
   if (!ec) fs::rename(staging, link, ec);

@@ -64,10 +64,10 @@ inline constexpr const char* kLatestStatsName = "latest.h5";
 
 // Points `<folder of path>/latest.h5` at `path`, as a link holding the file's name alone (the
 // folder can move). An older link is replaced atomically (a new link under a temporary name,
-// renamed over it), so a reader finds either the old run or the new one, never no file. A
-// regular file, folder or anything else that is not a link at that name is the user's and is left
-// alone. Returns "" when the link points at `path`, else the problem, for a warning: the run's own
-// file is complete either way.
+// latest.h5.<host>.<pid>, renamed over it), so a reader finds either the old run or the new one,
+// never no file. A regular file, folder or anything else that is not a link at that name is the
+// user's and is left alone. Returns "" when the link points at `path`, else the problem, for a
+// warning: the run's own file is complete either way.
 std::string stats_link_latest(const std::string& path);
 
 // Now, as ISO-8601 local time with the UTC offset: "2026-05-09T07:35:25+02:00".

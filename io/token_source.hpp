@@ -25,8 +25,7 @@ class DataSpecError : public std::invalid_argument {
 // with `seed` (io/data_order.hpp); the synthetic source is generated from `seed` in index order.
 // Throws DataSpecError for any other form, DataError for a file that cannot be used.
 std::unique_ptr<TokenSource> token_source_open(const std::string& spec, int vocab, int seq_len,
-                                               uint64_t seed, TokenCheckPart part = {},
-                                               DataOrder order = DataOrder::kSequential);
+                                               uint64_t seed, TokenCheckPart part, DataOrder order);
 
 // Checks only the form of a `--data` value, opening nothing: lets option parsing fail early. The
 // message names `option` (`--data`, `--val-data`).

@@ -399,11 +399,11 @@ def command_variance(args, out, err):
     out.write(render(table))
 
 
-def default_plots_dir(path):
-    """RUN-plots beside the file; of a link (runs/latest.h5), named after the file it points to,
-    so that the figures of each run keep a folder of their own."""
+def default_plots_dir(path, suffix="-plots"):
+    """RUN-plots (RUN + suffix) beside the file; of a link (runs/latest.h5), named after the file
+    it points to, so that the figures of each run keep a folder of their own."""
     name = os.path.basename(os.path.realpath(path))
-    return os.path.join(os.path.dirname(path), os.path.splitext(name)[0] + "-plots")
+    return os.path.join(os.path.dirname(path), os.path.splitext(name)[0] + suffix)
 
 
 def command_plot(args, out, err):
@@ -425,7 +425,7 @@ def command_compare(args, out, err):
     render = (_compare.render_csv if args.csv else _compare.render_markdown if args.markdown
               else _compare.render_text)
     text = render(table)
-    out_dir = args.out or default_plots_dir(args.runs[0])[:-len("-plots")] + "-compare"
+    out_dir = args.out or default_plots_dir(args.runs[0], "-compare")
     paths = [] if args.no_figures else write_compare_figures(
         runs, labels, layers, out_dir, figure_options(args), save=save,
         warn=lambda message: warn([message], err))

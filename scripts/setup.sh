@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Installs what moe_rt needs to build, test and analyse, only where it is missing.
 # Idempotent and quiet when everything is present; any failed install stops with a message.
+#   scripts/setup.sh           what builds, runs and analyses (scripts/run.sh)
+#   scripts/setup.sh --tests   also what only the tests need (scripts/test.sh): SLURM and MUNGE
 set -euo pipefail
+case ${1:-} in
+  "") tests=0 ;;
+  --tests) tests=1 ;;
+  *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 
 # Debian packages: compiler tool chain and clang-format (the C++ layout, checked by
 # scripts/format.sh), MPI, BLAS, HDF5, Boost, toml++ (config files), test and benchmark
 # libraries, iproute2 (ip and tc: the simulated hosts of the multi-host tests,
-# scripts/netns_hosts.sh), iputils-ping (their round trips through the delay switch), slurm-wlm
-# and munge (a one-node SLURM for the batch recipe's test, scripts/slurm/local_cluster.sh; its
-# daemons are started only by that script, with a configuration of its own), and
+# scripts/netns_hosts.sh), iputils-ping (their round trips through the delay switch), and
 # python3-doc: the Python documentation's plain-text
 # sources (about 11 MB of English, PSF License), the default corpus of scripts/prepare_data.py,
 # installed here so that nothing is downloaded when the data is prepared; python3-venv (ensurepip:
@@ -22,8 +27,11 @@ debs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-doc python3-venv
   iproute2 iputils-ping
-  slurm-wlm munge
 )
+# With --tests: slurm-wlm and munge, a one-node SLURM for the batch recipe's test
+# (scripts/slurm/local_cluster.sh starts its own daemons, with a configuration of its own; on a
+# systemd machine the packages also enable the system's munge service).
+if ((tests)); then debs+=(slurm-wlm munge); fi
 
 # Install logs: private to this run, removed on success, shown on failure.
 log=$(mktemp "${TMPDIR:-/tmp}/moe_rt_setup.XXXXXX")

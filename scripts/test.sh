@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-bash scripts/setup.sh
+bash scripts/setup.sh --tests
 # The C++ layout (.clang-format): a file that differs fails before anything is built.
 bash scripts/format.sh --check
 

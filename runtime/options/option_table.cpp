@@ -102,7 +102,7 @@ const std::vector<OptionField>& option_fields() {
           [](auto& c) -> auto& { return c.model_name; }, OptionRules{OnResume::kFromCheckpoint}),
       field(
           kTopLevel, "steps", "N",
-          "training steps (200: about 48 s of deepseek4-tiny on 8 ranks, 2 idle cores)",
+          "training steps (200: 45-75 s of deepseek4-tiny on 8 ranks, 2 idle cores)",
           [](auto& c) -> auto& { return c.steps; }, OptionRules{OnResume::kContinued, positive()}),
       field(
           kTopLevel, "seed", "N",

@@ -258,14 +258,17 @@ void setup_open(const RunConfig& cfg, int rank, int W, int P, const RunIdentity&
   TrainSummary& summary = run.summary;
   summary.num_hosts = run.hosts.num_hosts();
   summary.top_k = mc.top_k;
-  if (cfg.expert_placement.empty()) {
-    in.placement = model_placement_contiguous(mc, P);  // P <= E: parallel_config_validate
-  } else {
+  if (!cfg.expert_placement.empty()) {
     in.placement = placement_file_read(cfg.expert_placement, mc.experts, mc.layers, P);
     in.memory = model_memory_estimate(mc, P, W, model_placement_max_local(in.placement));
     add_replica_memory(in.memory, mc, in.placement, W, P);
   }
+  // Before the contiguous layout is built: its tables grow with L·E, and a model far too large
+  // for the node is refused at once rather than after filling gigabytes of them.
   memory_check(in.memory, run.node_ranks);
+  if (cfg.expert_placement.empty()) {
+    in.placement = model_placement_contiguous(mc, P);  // P <= E: parallel_config_validate
+  }
   if (cfg.resume_point.active()) in.resume = resume_open(cfg);
   data_open(cfg, rank, W, run.node_ranks, in, summary);
   in.routing = make_routing(cfg);

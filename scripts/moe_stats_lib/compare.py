@@ -114,14 +114,19 @@ def final_drop_rate(run, window):
     return drop_fraction(dropped[rows], run.data["routing/expert_load"][rows])
 
 
+def has_validation(run):
+    """Whether the run holds at least one evaluation (a file with /eval but no row yet: no)."""
+    return bool(run.eval) and len(run.eval["eval/step"]) > 0
+
+
 def compare_table(runs, labels, layers, window=1):
     """The table of the runs (checked by check_comparable), a column per run."""
     rows = [CompareRow("last step", "step", tuple(int(run.steps[-1]) for run in runs)),
             CompareRow("loss", "loss", tuple(
                 float(np.mean(run.data["steps/loss"][window_rows(run, window)]))
                 for run in runs))]
-    if any(run.eval for run in runs):
-        has_eval = [bool(run.eval) and len(run.eval["eval/step"]) > 0 for run in runs]
+    has_eval = [has_validation(run) for run in runs]
+    if any(has_eval):
         rows.append(CompareRow("validation loss", "loss", tuple(
             float(run.eval["eval/loss"][-1]) if has else NONE
             for run, has in zip(runs, has_eval))))

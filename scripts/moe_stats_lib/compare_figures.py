@@ -23,7 +23,7 @@ import numpy as np
 
 from .figure_parts import (COLORBAR_LABELPAD, keeper, legend_outside, load_colorbar,
                            load_heatmap, load_norm, pyplot, ratio_norm, step_axis)
-from .compare import layers_phrase
+from .compare import has_validation, layers_phrase
 from .figure_style import palette
 from .metrics import capacity_on, collapse_ceiling, layer_metrics, load_ratio, step_drop_rate
 from .stats_file import StatsError
@@ -33,7 +33,7 @@ DIFF_CMAP = "PuOr_r"   # diverging, and not the loads' RdBu_r, so the two scales
 
 def plot_compare(plt, runs, labels, layers, options):
     """The lines figure: loss, validation loss, worst max violation, drop rate, x = step."""
-    with_eval = any(run.eval and len(run.eval["eval/step"]) for run in runs)
+    with_eval = any(has_validation(run) for run in runs)
     with_drops = any(capacity_on(run) and "routing/dropped" in run.data for run in runs)
     panels = 2 + with_eval + with_drops
     style = options.style

@@ -95,10 +95,11 @@ def palette(count):
 def short_labels(paths):
     """Names of runs for tables and legends: each file's name without its folder and extension;
     where two names agree, as many of their folders as tell them apart (x/A, y/A); a file named
-    twice is numbered (A, A (2))."""
+    twice is numbered (A, A (2)). A link (runs/latest.h5) is named after the file it points to."""
     parts = []
     for path in paths:
-        folders, name = os.path.split(os.path.normpath(os.path.abspath(path)))
+        folders = os.path.dirname(os.path.normpath(os.path.abspath(path)))
+        name = os.path.basename(os.path.realpath(path))
         parts.append([p for p in folders.split(os.sep) if p] + [os.path.splitext(name)[0]])
     depth = [1] * len(parts)
     while True:

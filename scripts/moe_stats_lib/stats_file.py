@@ -153,7 +153,9 @@ class Run:
 
     @property
     def name(self):
-        return os.path.basename(self.path)
+        """The file's name; of a link (runs/latest.h5), the name of the file it points to, so
+        that a run keeps its own name in TensorBoard, MLflow and legends."""
+        return os.path.basename(os.path.realpath(self.path))
 
 
 # ---------------------------------------------------------------------------------------------

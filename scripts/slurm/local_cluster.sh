@@ -144,7 +144,7 @@ fi
 for program in munged munge unmunge slurmctld slurmd sbatch squeue sinfo scontrol scancel ss \
   timeout; do
   command -v "$program" >/dev/null ||
-    unavailable "no $program (Debian: apt-get install slurm-wlm munge; scripts/setup.sh)"
+    unavailable "no $program (Debian: apt-get install slurm-wlm munge; scripts/setup.sh --tests)"
 done
 node=$(hostname -s)
 getent -s files hosts "$node" >/dev/null ||

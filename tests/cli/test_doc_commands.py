@@ -19,7 +19,7 @@ CORES = 2  # the smallest machine the docs are written for
 LAUNCHERS = {"mpirun", "mpiexec"}
 # Options of mpirun that take a value, so that the program is found after them.
 LAUNCHER_VALUES = {"-np", "-n", "-c", "--map-by", "--bind-to", "--rank-by", "--mca", "-x",
-                   "--hostfile", "--host", "-H", "--report-bindings", "--npernode", "-N"}
+                   "--hostfile", "--host", "-H", "--npernode", "-N"}
 # Options naming a file the reader makes before running the command.
 NEEDS_FILE = {"--config", "--resume", "--hash-table", "--expert-placement"}
 
@@ -142,11 +142,22 @@ def script_commands():
     for path in DOCS:
         for number, words in code_commands(path):
             words = [w for w in words if not re.match(r"^[A-Z_]+=", w)]  # VAR=value prefixes
-            if words and words[0].startswith("python"):
+            if words and (words[0].startswith("python") or words[0] in ("bash", "sbatch")):
                 words = words[1:]
-            if words and re.match(r"^(scripts|bench)/[\w/.-]+\.(py|sh)$", words[0]):
+            if words and re.match(r"^(scripts|bench)/[\w/.-]+\.(py|sh|sbatch)$", words[0]):
                 found.append((f"{os.path.relpath(path, ROOT)}:{number}", words[0], words[1:]))
     return found
+
+
+@pytest.mark.parametrize("where,arguments", [
+    (where, args) for where, script, args in script_commands()
+    if script == "scripts/run.sh" and runnable(args)])
+def test_the_options_given_to_run_sh_parse(moe_rt_bin, where, arguments):
+    # scripts/run.sh runs moe_rt with them, after --model deepseek4-tiny unless they choose one.
+    model = [] if {"--model", "--config"} & set(arguments) else ["--model", "deepseek4-tiny"]
+    proc = subprocess.run([moe_rt_bin] + model + arguments + ["--print-config"], env=run_env(),
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, f"{where}: scripts/run.sh {' '.join(arguments)}: {proc.stderr}"
 
 
 def test_the_scripts_named_exist_and_moe_stats_knows_the_subcommand():

@@ -128,10 +128,11 @@ def test_a_run_that_finished_as_the_signal_came_ends_the_job_cleanly(tmp_path):
     assert not (tools / "scontrol.calls").exists()
 
 
-def test_a_signal_while_mpirun_starts_is_passed_on(tmp_path):
-    # SLURM's warning reaches the batch shell as mpirun starts (here: sent by mpirun itself, to
-    # its parent, at once): the recipe must not fail on the unknown process id, and must pass
-    # the signal on once it knows it; the stop is then requeued as any other.
+def test_a_signal_as_mpirun_starts_is_passed_on(tmp_path):
+    # SLURM's warning reaches the batch shell just after mpirun started (here: sent by the fake
+    # mpirun itself, to its parent, before it has done anything): the recipe passes it on and
+    # the stop is requeued as any other. (Whether the shell already knew mpirun's process id is
+    # up to the scheduler; both paths of the trap lead to the same kill.)
     ckpt = tmp_path / "ckpt"
     body = ("stop() {\n"
             f"  echo \"moe_rt: stopped by SIGUSR1 after step 3; newest checkpoint "
@@ -148,6 +149,20 @@ def test_a_signal_while_mpirun_starts_is_passed_on(tmp_path):
     assert proc.returncode == 138, proc.stdout + proc.stderr
     assert "unbound variable" not in proc.stderr, proc.stderr
     assert (tools / "scontrol.calls").read_text() == "requeue 4242\n", proc.stdout + proc.stderr
+
+
+def test_a_signal_before_mpirun_starts_ends_the_job_with_a_reason(tmp_path):
+    # The warning before training could start (a --time shorter than --signal's lead): sent here
+    # by a mktemp that the recipe runs before mpirun. One line, exit 2, no mpirun, no requeue.
+    tools = fake_tools(tmp_path / "bin", f"touch {tmp_path}/mpirun.ran\nexit 0\n")
+    (tools / "mktemp").write_text("#!/bin/bash\nkill -USR1 $PPID\nexec /usr/bin/mktemp \"$@\"\n")
+    (tools / "mktemp").chmod(0o755)
+    proc = subprocess.run(["bash", os.path.join(SLURM, "moe_rt.sbatch"), "--steps", "5"],
+                          env=recipe_env(tmp_path, tools), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "warning came before moe_rt started" in proc.stderr, proc.stderr
+    assert not (tmp_path / "mpirun.ran").exists() and not (tools / "scontrol.calls").exists()
 
 
 def test_the_recipe_requeues_a_real_run_whose_mpirun_crashes(moe_rt_bin, tmp_path):

@@ -441,7 +441,9 @@ TEST(StatsPath, LatestLinkFollowsTheNewestFile) {
   EXPECT_EQ(fs::read_symlink(link), fs::path(a).filename());
   const std::string b = stats_default_path(runs, "micro");
   fs::remove(a);  // the link now dangles: still replaced
-  fs::create_symlink("elsewhere", link + "." + std::to_string(::getpid()));
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  fs::create_symlink("elsewhere", link + "." + host + "." + std::to_string(::getpid()));
   EXPECT_EQ(stats_link_latest(b), "");
   EXPECT_EQ(fs::read_symlink(link), fs::path(b).filename());
   EXPECT_EQ(std::distance(fs::directory_iterator(runs), fs::directory_iterator()), 2);

@@ -228,28 +228,32 @@ TEST(DataSpec, FactoryOpensEachForm) {
   const std::string text = dir.file("a.txt");
   write_bytes(text, std::string(3000, 'z'));  // longer than a shard header
 
-  const auto synthetic = token_source_open("synthetic", 64, 16, 7);
+  const auto synthetic = token_source_open("synthetic", 64, 16, 7, {}, DataOrder::kSequential);
   EXPECT_NE(dynamic_cast<const SyntheticSource*>(synthetic.get()), nullptr);
   EXPECT_EQ(synthetic->num_tokens(), 0);
-  const auto tokens = token_source_open("tokens:" + shard, 100, 16, 7);
+  const auto tokens = token_source_open("tokens:" + shard, 100, 16, 7, {}, DataOrder::kSequential);
   EXPECT_EQ(tokens->num_tokens(), 200);
-  const auto bytes = token_source_open("text:" + text, 256, 16, 7);
+  const auto bytes = token_source_open("text:" + text, 256, 16, 7, {}, DataOrder::kSequential);
   EXPECT_EQ(bytes->num_tokens(), 3000);
-  expect_data_error([&] { token_source_open("tokens:" + text, 256, 16, 7); }, text, "magic");
+  expect_data_error(
+      [&] { token_source_open("tokens:" + text, 256, 16, 7, {}, DataOrder::kSequential); }, text,
+      "magic");
 }
 
 // synthetic:zipf=S: the chain with another Zipf exponent (1 is plain `synthetic`, bit for bit);
 // anything but a finite number >= 0 is refused with the option named.
 TEST(DataSpec, SyntheticZipfExponent) {
   std::vector<int32_t> plain(16), one(16), flat(16);
-  token_source_open("synthetic", 256, 16, 7)->sample(3, 16, plain.data());
-  token_source_open("synthetic:zipf=1", 256, 16, 7)->sample(3, 16, one.data());
+  token_source_open("synthetic", 256, 16, 7, {}, DataOrder::kSequential)
+      ->sample(3, 16, plain.data());
+  token_source_open("synthetic:zipf=1", 256, 16, 7, {}, DataOrder::kSequential)
+      ->sample(3, 16, one.data());
   EXPECT_EQ(plain, one);
-  const auto half = token_source_open("synthetic:zipf=0.5", 256, 16, 7);
+  const auto half = token_source_open("synthetic:zipf=0.5", 256, 16, 7, {}, DataOrder::kSequential);
   const auto* source = dynamic_cast<const SyntheticSource*>(half.get());
   ASSERT_NE(source, nullptr);
   EXPECT_NE(half->describe().find("Zipf(0.50)"), std::string::npos) << half->describe();
-  const auto plain_source = token_source_open("synthetic", 256, 16, 7);
+  const auto plain_source = token_source_open("synthetic", 256, 16, 7, {}, DataOrder::kSequential);
   EXPECT_GT(source->unigram_entropy_nats(),
             dynamic_cast<const SyntheticSource&>(*plain_source).unigram_entropy_nats());
   half->sample(3, 16, flat.data());
@@ -276,7 +280,7 @@ TEST(DataSpec, UnknownFormNamesOptionAndValidForms) {
   for (const std::string spec : {"", "synth", "Synthetic", "bin:x.bin", "tokens:", "text:"}) {
     EXPECT_THROW(token_source_check_spec(spec), DataSpecError) << spec;
     try {
-      token_source_open(spec, 256, 16, 1);
+      token_source_open(spec, 256, 16, 1, {}, DataOrder::kSequential);
       ADD_FAILURE() << "no error for --data '" << spec << "'";
     } catch (const std::invalid_argument& e) {
       const std::string message = e.what();

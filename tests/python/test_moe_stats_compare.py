@@ -261,3 +261,14 @@ def test_runs_without_common_steps_get_no_difference_figure(cli, run_a, tmp_path
     assert code == 0, err
     assert "no step in common" in err and "expert_load_diff_2" in err
     assert set(no_figures) == {"compare.png"}
+
+
+def test_a_link_is_named_after_its_file(cli, run_a, run_b, tmp_path):
+    # runs/latest.h5 is a link: tables, legends, TensorBoard and MLflow name the run it points to,
+    # so that two runs read through the link do not share a name.
+    shutil.copy(run_a, tmp_path / "run_a.h5")
+    os.symlink("run_a.h5", tmp_path / "latest.h5")
+    assert moe_stats.load_run(str(tmp_path / "latest.h5")).name == "run_a.h5"
+    code, out, err = cli("compare", tmp_path / "latest.h5", run_b, "--no-figures", "--csv")
+    assert code == 0, err
+    assert next(csv.reader(io.StringIO(out)))[1:] == ["run_a", "run_b"]
