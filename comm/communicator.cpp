@@ -21,6 +21,10 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 }
 
 MpiSession::~MpiSession() {
+  // Everything a rank printed is out before it leaves MPI_Finalize's fence: once one rank of a job
+  // exits with a non-zero status, mpirun kills the others after its grace time, and a buffered
+  // line of theirs (stdout to a pipe is fully buffered) would be lost with them.
+  std::fflush(nullptr);
   mpi_remember_world_rank(-1);
   int finalized = 0;
   MPI_Finalized(&finalized);

@@ -16,11 +16,22 @@ def run_moe(moe_rt_bin):
     def run(args, np_=2, timeout=120, cwd=None):
         try:
             return subprocess.run(launcher(np_) + [moe_rt_bin] + list(args), cwd=cwd,
-                                  env=run_env(), capture_output=True, text=True, timeout=timeout)
+                                  env=quick_exit_env(), capture_output=True, text=True,
+                                  timeout=timeout)
         except subprocess.TimeoutExpired:
             pytest.fail(f"moe_rt {' '.join(args)} hung for more than {timeout} s")
 
     return run
+
+
+def quick_exit_env():
+    """run_env, with mpirun's grace time before it kills the rest of a job whose rank exited
+    non-zero set to 0: by default mpirun waits 2 s at the end of every failing run (bad input: the
+    ranks agree and all exit 2 together, through MPI_Finalize's fence). Only for runs the test
+    does not signal: mpirun's SIGTERM to the ranks is followed by SIGKILL after the same grace."""
+    env = run_env()
+    env.setdefault("OMPI_MCA_odls_base_sigkill_timeout", "0")
+    return env
 
 
 @pytest.fixture
@@ -31,8 +42,8 @@ def run_moe_mpmd(moe_rt_bin):
     def run(arg_lists, timeout=120, cwd=None):
         cmd = mpmd_launcher([[moe_rt_bin] + list(args) for args in arg_lists])
         try:
-            return subprocess.run(cmd, cwd=cwd, env=run_env(), capture_output=True, text=True,
-                                  timeout=timeout)
+            return subprocess.run(cmd, cwd=cwd, env=quick_exit_env(), capture_output=True,
+                                  text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             pytest.fail(f"{' '.join(cmd)} hung for more than {timeout} s")
 
