@@ -71,3 +71,35 @@ def test_a_second_export_is_refused_unless_overwrite(cli, run_a, tmp_path):
     code, out, err = cli("tensorboard", run_a, tmp_path, "--label", "A", "--overwrite")
     assert code == 0, err
     assert len(glob.glob(os.path.join(tmp_path, "A", "events.out.tfevents.*"))) == 1
+
+
+def test_a_custom_scalars_layout_puts_every_layer_in_one_chart(cli, run_b, tmp_path):
+    # The custom scalars dashboard reads its layout from the tag custom_scalars__config__, a
+    # string tensor holding a serialised Layout (as the plugin's own reader decodes it).
+    import re
+    from tensorboard.plugins.custom_scalar import layout_pb2, metadata
+    from tensorboard.util import tensor_util
+    code, out, err = cli("tensorboard", run_b, tmp_path / "logs")
+    assert code == 0, err
+    acc = event_accumulator.EventAccumulator(
+        str(tmp_path / "logs" / "run_b"),
+        size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0})
+    acc.Reload()
+    assert acc.SummaryMetadata(metadata.CONFIG_SUMMARY_TAG).plugin_data.plugin_name == \
+        metadata.PLUGIN_NAME
+    [event] = acc.Tensors(metadata.CONFIG_SUMMARY_TAG)
+    layout = layout_pb2.Layout.FromString(tensor_util.make_ndarray(event.tensor_proto).item())
+    scalars = set(acc.Tags()["scalars"])
+    charts = {(category.title, chart.title): list(chart.multiline.tag)
+              for category in layout.category for chart in category.chart}
+    # Every metric with more than one tag has one chart, whose expression matches exactly its tags.
+    metrics = {}
+    for tag in scalars:
+        metrics.setdefault(tag.split("/")[0], set()).add(tag)
+    assert {title for _, title in charts} == {m for m, tags in metrics.items() if len(tags) > 1}
+    for (category, title), [regex] in charts.items():
+        assert {t for t in scalars if re.search(regex, t)} == metrics[title], title
+    assert ("per layer", "violation") in charts and ("per rank", "assignments") in charts
+    assert ("other", "loss") in charts and ("other", "phase_time_ms") in charts
+    assert {t for t in scalars if re.search(charts["per layer", "violation"][0], t)} == {
+        f"violation/layer{layer:02d}" for layer in range(sf.NUM_LAYERS)}
