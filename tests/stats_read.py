@@ -44,3 +44,13 @@ def step_lines(text):
         if len(parts) == 9 and parts[0].isdigit():  # ... max_viol eta
             rows.append((int(parts[0]), float(parts[1])))
     return rows
+
+
+def checkpoint_arrays(path):
+    """{name: array} of every dataset of an HDF5 file (a checkpoint), for comparing two bit for
+    bit."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[...])
+                     if isinstance(obj, h5py.Dataset) else None)
+    return out

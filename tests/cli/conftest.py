@@ -9,17 +9,23 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mpi_launch import launcher, moe_rt_bin, mpmd_launcher, run_env  # noqa: E402,F401
 
 
+def moe_run(moe_rt_bin, args, np_=2, timeout=120, cwd=None):
+    """Runs moe_rt on np ranks (arguments as text) with a time limit; a hang is a test failure,
+    not a stuck suite. For fixtures of any scope; tests take run_moe."""
+    args = [str(a) for a in args]
+    try:
+        return subprocess.run(launcher(np_) + [moe_rt_bin] + args, cwd=cwd, env=quick_exit_env(),
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"moe_rt {' '.join(args)} hung for more than {timeout} s")
+
+
 @pytest.fixture
 def run_moe(moe_rt_bin):
-    """Runs moe_rt on np ranks with a time limit; a hang is a test failure, not a stuck suite."""
+    """moe_run with the binary under test."""
 
     def run(args, np_=2, timeout=120, cwd=None):
-        try:
-            return subprocess.run(launcher(np_) + [moe_rt_bin] + list(args), cwd=cwd,
-                                  env=quick_exit_env(), capture_output=True, text=True,
-                                  timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"moe_rt {' '.join(args)} hung for more than {timeout} s")
+        return moe_run(moe_rt_bin, args, np_, timeout, cwd)
 
     return run
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import launcher, run_env
-from stats_read import wait_for_rows  # tests/stats_read.py
+from stats_read import checkpoint_arrays, wait_for_rows  # tests/stats_read.py
 from test_stats_file import complete_rows, open_stats, rank_process, remove_shared_memory_of
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
@@ -40,14 +40,6 @@ def ok(moe_rt_bin, args, np_):
     proc = moe(moe_rt_bin, args, np_)
     assert proc.returncode == 0, proc.stderr
     return proc
-
-
-def checkpoint_arrays(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[...])
-                     if isinstance(obj, h5py.Dataset) else None)
-    return out
 
 
 def assert_same_arrays(a, b):

@@ -4,23 +4,18 @@ run replaces anything: hash tables (every id an expert, no expert twice in a row
 ends set-up with one line naming the checkpoint and what is wrong, exit status 2, and the
 statistics file at --stats (--overwrite) left as it was."""
 import hashlib
-import subprocess
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import launcher, run_env
+from conftest import moe_run
 
 MICRO = ["--model", "micro"]
 
 
 def moe(moe_rt_bin, args, np_=1, timeout=120):
-    try:
-        return subprocess.run(launcher(np_) + [moe_rt_bin] + [str(a) for a in args],
-                              env=run_env(), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"moe_rt {args} hung for more than {timeout} s")
+    return moe_run(moe_rt_bin, args, np_, timeout)
 
 
 @pytest.fixture(scope="module")

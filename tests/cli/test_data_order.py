@@ -3,13 +3,12 @@ rank count, as the sequential one does, and another run than the sequential orde
 the statistics file's /config name it; and a checkpoint written before the option existed (its
 configuration has no data-order line) resumes in the sequential order it trained in, bit for bit
 the run it continues."""
-import subprocess
 
 import h5py
 import numpy as np
 import pytest
 
-from conftest import launcher, run_env
+from conftest import moe_run
 
 # micro with byte tokens; a global batch of 4 sequences of 16 tokens.
 MICRO = ["--model", "micro", "--vocab", 256, "--seed", 7]
@@ -17,11 +16,7 @@ STEPS = 6
 
 
 def moe(moe_rt_bin, args, np_, timeout=120):
-    try:
-        return subprocess.run(launcher(np_) + [moe_rt_bin] + [str(a) for a in args],
-                              env=run_env(), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"moe_rt {args} hung for more than {timeout} s")
+    return moe_run(moe_rt_bin, args, np_, timeout)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import time
 
-import h5py
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,7 +36,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from mpi_launch import launcher, moe_rt_bin, run_env  # noqa: E402,F401  (tests/mpi_launch.py)
 from moe_stats_lib.chain import load_run  # noqa: E402  (scripts/moe_stats_lib)
-from stats_read import step_lines  # noqa: E402  (tests/stats_read.py)
+from stats_read import checkpoint_arrays, step_lines  # noqa: E402  (tests/stats_read.py)
 
 UNAVAILABLE = 3          # local_cluster.sh's status when SLURM cannot run here
 CHECK_EVERY_S = 30       # slurmctld's time-limit checks: every 30 s from its start
@@ -160,14 +159,6 @@ def param_digest(stdout):
     found = re.findall(r"parameters after step (\d+): digest ([0-9a-f]{16})", stdout)
     assert found, stdout
     return found[-1]
-
-
-def checkpoint_arrays(path):
-    out = {}
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: out.__setitem__(name, obj[...])
-                     if isinstance(obj, h5py.Dataset) else None)
-    return out
 
 
 def wait_until(moment):
