@@ -26,4 +26,14 @@ inline RunConfig parse(const std::vector<std::string>& args) {
   return options_parse(static_cast<int>(argv.size()), argv.data());
 }
 
+// The ConfigError message parse(args) throws, or "no ConfigError".
+inline std::string config_error(const std::vector<std::string>& args) {
+  try {
+    parse(args);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no ConfigError";
+}
+
 }  // namespace moe::testing_options

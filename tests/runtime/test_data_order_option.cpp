@@ -15,18 +15,10 @@
 namespace moe {
 namespace {
 
+using testing_options::config_error;
 using testing_options::parse;
 using testing_options::write_file;
 using testing_util::TempDir;
-
-std::string config_error(const std::vector<std::string>& args) {
-  try {
-    parse(args);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no ConfigError";
-}
 
 // The configuration text without its data-order line: what a checkpoint written before the
 // option existed recorded.

@@ -28,17 +28,9 @@ namespace {
 
 using testing_util::TempDir;
 
+using testing_options::config_error;
 using testing_options::parse;
 using testing_options::write_file;
-
-std::string config_error(const std::vector<std::string>& args) {
-  try {
-    parse(args);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "no ConfigError";
-}
 
 TEST(OptionProbe, TheRowIsInTheTableOnce) {
   const auto count =
