@@ -5,12 +5,16 @@
 //   ∂r/∂x_i = -r³·x_i/D, so ∂L/∂x_i = r·(g_i − x̂_i·mean_j(g_j·x̂_j)) with g = d_out·w.
 #include "model/rmsnorm.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "model/parallel.hpp"
 
 namespace moe {
+
+// Columns a rmsnorm_backward weight-gradient pass keeps in registers.
+constexpr int kColBlock = 64;
 
 template <class T>
 void rmsnorm_forward(T* out, T* rstd, const T* in, const T* weight, int N, int D, float eps) {
@@ -29,8 +33,10 @@ void rmsnorm_forward(T* out, T* rstd, const T* in, const T* weight, int N, int D
 template <class T>
 void rmsnorm_backward(T* d_in, T* d_weight, const T* d_out, const T* in, const T* weight,
                       const T* rstd, int N, int D) {
-  // Rows are independent for d_in; d_weight sums over rows, so it is a loop over columns, each
-  // adding its rows in order n = 0, 1, ...: the same sums whatever the threads.
+  // Rows are independent for d_in; d_weight sums over rows, each column adding its rows in order
+  // n = 0, 1, …: the same sums whatever the threads. The columns go in blocks that walk the rows
+  // once, row by row, rather than column by column down the rows.
+  const int col_blocks = (D + kColBlock - 1) / kColBlock;
 #pragma omp parallel if (N >= kParallelRows)
   {
 #pragma omp for schedule(static) nowait
@@ -50,13 +56,18 @@ void rmsnorm_backward(T* d_in, T* d_weight, const T* d_out, const T* in, const T
       }
     }
 #pragma omp for schedule(static)
-    for (int d = 0; d < D; ++d) {
-      // out = x̂·w  ->  d_w += d_out·x̂
-      T acc = d_weight[d];
+    for (int cb = 0; cb < col_blocks; ++cb) {
+      // out = x̂·w  ->  d_w += d_out·x̂; each column adds its rows in order
+      const int d0 = cb * kColBlock, cols = std::min(kColBlock, D - d0);
+      T acc[kColBlock];
+      for (int c = 0; c < cols; ++c) acc[c] = d_weight[d0 + c];
       for (int n = 0; n < N; ++n) {
-        acc += d_out[int64_t{n} * D + d] * (in[int64_t{n} * D + d] * rstd[n]);
+        const T* dy = d_out + int64_t{n} * D + d0;
+        const T* x = in + int64_t{n} * D + d0;
+        const T r = rstd[n];
+        for (int c = 0; c < cols; ++c) acc[c] += dy[c] * (x[c] * r);
       }
-      d_weight[d] = acc;
+      for (int c = 0; c < cols; ++c) d_weight[d0 + c] = acc[c];
     }
   }
 }
