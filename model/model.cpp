@@ -96,7 +96,7 @@ RoutingState routing_state_make(const ModelConfig& c, const RoutingConfig& confi
 }
 
 ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size, int world_size,
-                                  int max_local_in) {
+                                  int max_local_in, int threads) {
   const double V = c.vocab, D = c.d_model, L = c.layers, E = c.experts, K = c.top_k, F = c.ffn_dim,
                Fs = static_cast<double>(c.shared_experts) * c.ffn_dim, H = c.heads,
                HD = H * c.head_dim, KD = static_cast<double>(c.kv_heads) * c.head_dim,
@@ -111,7 +111,7 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size, int world_s
   // so that part is an upper bound); the residual stream, norms and logits; the LM head's and
   // embedding's tree.
   const AttnSavedSizes attn = attn_saved_sizes(B, attn_dims_from(c));
-  const MoeSavedSizes moe = moe_saved_sizes(N, moe_dims_from(c), P, max_local, B);
+  const MoeSavedSizes moe = moe_saved_sizes(N, moe_dims_from(c), P, max_local, B, threads);
   const ModelActSizes own = model_act_sizes(c, B);
   const double trees = L * (attn.trees() + moe.trees()) + own.trees();
   const double acts = L * (attn.activations() + moe.activations()) + own.activations() + trees;

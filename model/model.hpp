@@ -101,9 +101,9 @@ struct ModelMemory {
 // extra planes, the gathered planes of every group and the tree's scratch (runtime/run/trainer.cpp,
 // model/expert_grads.hpp) count with the parameters.
 // `max_local`: the most experts a rank holds in a layer (model_placement_max_local); 0: those of
-// the contiguous layout.
+// the contiguous layout. `threads`: the rank's OpenMP threads (a weight-gradient tree each).
 ModelMemory model_memory_estimate(const ModelConfig& cfg, int ep_size, int world_size = 0,
-                                  int max_local = 0);
+                                  int max_local = 0, int threads = 1);
 
 // Everything one step keeps from forward for backward, sized once for B sequences.
 template <class T> struct ModelActs {

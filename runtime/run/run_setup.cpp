@@ -260,7 +260,8 @@ void setup_open(const RunConfig& cfg, int rank, int W, int P, const RunIdentity&
   summary.top_k = mc.top_k;
   if (!cfg.expert_placement.empty()) {
     in.placement = placement_file_read(cfg.expert_placement, mc.experts, mc.layers, P);
-    in.memory = model_memory_estimate(mc, P, W, model_placement_max_local(in.placement));
+    in.memory =
+        model_memory_estimate(mc, P, W, model_placement_max_local(in.placement), run.threads);
     add_replica_memory(in.memory, mc, in.placement, W, P);
   }
   // Before the contiguous layout is built: its tables grow with L·E, and a model far too large
@@ -357,7 +358,8 @@ RunSetup run_setup(const RunConfig& cfg, const Comm& world, bool quiet) {
   // cores: collectives every rank reaches whatever its input (the options were agreed on in main).
   run.hosts = host_layout_discover(world);
   run.node_ranks = run.hosts.ranks_on_host[run.hosts.host_of_rank[rank]];
-  in.memory = model_memory_estimate(cfg.model, P, W);
+  run.threads = resolve_threads(cfg, run.node_ranks);
+  in.memory = model_memory_estimate(cfg.model, P, W, 0, run.threads);
   const RunIdentity identity = run_identity_make(cfg);
   std::string error;
   try {
@@ -368,7 +370,6 @@ RunSetup run_setup(const RunConfig& cfg, const Comm& world, bool quiet) {
   agree(world, error, run);
   agree(world, data_checksum_check(cfg, world, in, run), run);
   agree(world, placement_check(cfg, world, in.placement), run);
-  run.threads = resolve_threads(cfg, run.node_ranks);
   blas_set_threads(run.threads);
 
   // Allocation can still fail where others use the node's memory: agreed on the same way. The

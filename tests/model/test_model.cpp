@@ -1,6 +1,8 @@
 // Whole-model gradient check: finite differences in double precision over every parameter of a
 // micro configuration (embedding, norms, attention, router, shared and routed experts, LM head),
 // with hash, top-k (biased) and forced round-robin layers. Also the model's memory estimate.
+#include <omp.h>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -149,32 +151,37 @@ TEST(ModelMemory, ParameterBytesMatchTheLayout) {
 }
 
 // The weight-gradient trees keep bit_width(B) buffers of each gradient they sum (the LM head's and
-// embedding's [V, D] among them, and each local expert's [D, F]): the estimate counts exactly
-// what model_acts_reserve reserves.
+// embedding's [V, D] among them, and per thread one of the experts' widest, [D, max(F, Fs)]): the
+// estimate counts exactly what model_acts_reserve reserves.
 TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
   ModelConfig c = micro_config();
+  const int threads_before = omp_get_max_threads();
   for (int shared : {0, 1}) {
-    c.shared_experts = shared;
-    for (int B : {1, 2, 3, 4, 8}) {
-      c.batch_per_rank = B;
-      const ModelPlacement placement = model_placement_contiguous(c, 1);
-      ModelActs<float> acts;
-      model_acts_reserve(acts, c, B, 1, model_placement_max_local(placement));
-      size_t values = acts.grad_tree.reserved_values();
-      for (const AttnSaved<float>& a : acts.attn) {
-        values += a.tree_q.reserved_values() + a.tree_k.reserved_values() +
-                  a.tree_v.reserved_values() + a.tree_o.reserved_values();
+    for (int threads : {1, 3}) {
+      c.shared_experts = shared;
+      omp_set_num_threads(threads);
+      for (int B : {1, 2, 3, 4, 8}) {
+        c.batch_per_rank = B;
+        const ModelPlacement placement = model_placement_contiguous(c, 1);
+        ModelActs<float> acts;
+        model_acts_reserve(acts, c, B, 1, model_placement_max_local(placement));
+        size_t values = acts.grad_tree.reserved_values();
+        for (const AttnSaved<float>& a : acts.attn) {
+          values += a.tree_q.reserved_values() + a.tree_k.reserved_values() +
+                    a.tree_v.reserved_values() + a.tree_o.reserved_values();
+        }
+        for (const MoeSaved<float>& m : acts.moe) {
+          values += m.grad_tree.reserved_values();
+          for (const TreeSum<float>& t : m.expert_trees) values += t.reserved_values();
+        }
+        const ModelMemory memory = model_memory_estimate(c, 1, 0, 0, threads);
+        EXPECT_EQ(memory.tree_bytes, static_cast<double>(sizeof(float) * values))
+            << "B=" << B << " shared=" << shared << " threads=" << threads;
+        EXPECT_GT(memory.act_bytes, memory.tree_bytes);
       }
-      for (const MoeSaved<float>& m : acts.moe) {
-        values += m.grad_tree.reserved_values();
-        for (const TreeSum<float>& t : m.expert_trees) values += t.reserved_values();
-      }
-      const ModelMemory memory = model_memory_estimate(c, 1);
-      EXPECT_EQ(memory.tree_bytes, static_cast<double>(sizeof(float) * values))
-          << "B=" << B << " shared=" << shared;
-      EXPECT_GT(memory.act_bytes, memory.tree_bytes);
     }
   }
+  omp_set_num_threads(threads_before);
 }
 
 // The activations the estimate counts are exactly what model_acts_reserve reserves (the sizes
@@ -211,7 +218,7 @@ TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
             values += static_cast<double>(t.reserved_values());
           }
         }
-        EXPECT_EQ(model_memory_estimate(c, 1).act_bytes, 4.0 * values)
+        EXPECT_EQ(model_memory_estimate(c, 1, 0, 0, omp_get_max_threads()).act_bytes, 4.0 * values)
             << "B=" << B << " shared=" << shared << " window=" << window;
       }
     }

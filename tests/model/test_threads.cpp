@@ -153,6 +153,23 @@ TEST_F(Threads, FineGrainedStepOfTwoSequencesIsBitwiseTheSameOnOneTwoAndThreeThr
   }
 }
 
+// Experts with more rows than a row task takes (several chunks each, some a part chunk) and the
+// shared expert's sequences in the same tasks; the weight gradients as tasks of their own, each in
+// its thread's tree.
+TEST_F(Threads, ExpertRowsSplitIntoChunksGiveTheSameBitsOnOneTwoAndThreeThreads) {
+  ModelConfig c = three_layers();
+  c.batch_per_rank = 4;
+  c.experts = 4;
+  c.top_k = 2;
+  ASSERT_GT(c.shared_experts, 0);
+  const StepResult one = train_step(1, c);
+  EXPECT_GT(one.norm, 0.0);
+  for (int threads : {2, 3}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    expect_bitwise_equal(one, train_step(threads, c));
+  }
+}
+
 // With dynamic adjustment libgomp may start fewer threads than asked for: results stay the same
 // and nothing waits for a thread that never started.
 TEST_F(Threads, TrainingStepIsTheSameWithDynamicThreadCounts) {
