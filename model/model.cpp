@@ -12,6 +12,7 @@
 #include "model/embedding.hpp"
 #include "model/expert_grads.hpp"
 #include "model/linear.hpp"
+#include "model/parallel.hpp"
 #include "model/per_sequence.hpp"
 #include "model/rmsnorm.hpp"
 #include "model/rng.hpp"
@@ -198,6 +199,19 @@ void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_siz
 
 namespace {
 
+// Elementwise passes over the residual stream on the threads (the same bits whatever the split).
+constexpr int64_t kParallelValues = int64_t{1} << 16;
+template <class T> void add_into(T* out, const T* a, const T* b, size_t n) {
+  parallel_blocks(static_cast<int64_t>(n), kParallelValues, [=](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+  });
+}
+template <class T> void zero(std::vector<T>& v) {
+  T* p = v.data();
+  parallel_blocks(static_cast<int64_t>(v.size()), kParallelValues,
+                  [p](int64_t lo, int64_t hi) { std::fill(p + lo, p + hi, T(0)); });
+}
+
 template <class T> AttnWeights<T> attn_weights_at(T* dense, const LayerOffsets& o) {
   return AttnWeights<T>{dense + o.wq, dense + o.wk, dense + o.wv, dense + o.wo};
 }
@@ -288,7 +302,7 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
                       c.norm_eps);
       attention_forward(a.block_out.data(), a.attn[l], normed + i0 * ND, attn_weights_at(dense, o),
                         z.ad, a.rope, B);
-      for (size_t i = 0; i < ND; ++i) resid[i1 * ND + i] = resid[i0 * ND + i] + a.block_out[i];
+      add_into(resid + i1 * ND, resid + i0 * ND, a.block_out.data(), ND);
       // x2 = x1 + MoE(RMSNorm(x1)): the norm is counted with attention, the MoE times itself
       rmsnorm_forward(normed + i1 * ND, rstd + i1 * N, resid + i1 * ND, dense + o.moe_norm, N, D,
                       c.norm_eps);
@@ -297,7 +311,7 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
     moe_forward(a.block_out.data(), a.moe[l], normed + i1 * ND,
                 moe_weights_at(dense, experts, o.moe, z.md), layer_routing<T>(routing, b, c, l),
                 z.md, placement[l], ex, N);
-    for (size_t i = 0; i < ND; ++i) resid[(i1 + 1) * ND + i] = resid[i1 * ND + i] + a.block_out[i];
+    add_into(resid + (i1 + 1) * ND, resid + i1 * ND, a.block_out.data(), ND);
     a.layer_balance_loss[l] = a.moe[l].balance_loss;
     a.layer_z_loss[l] = a.moe[l].z_loss;
   }
@@ -332,11 +346,11 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     // logits = final_normed·lm_head; final_normed = RMSNorm(x_L)
     ScopedPhase timer(a.times, Phase::kOther);
     const size_t last = 2 * static_cast<size_t>(c.layers);
-    std::fill(a.d_final.begin(), a.d_final.end(), T(0));
+    zero(a.d_final);
     seq_linear_backward_input(a.d_final.data(), a.d_logits.data(), dense + m.lm_head, B, S, D, V);
     seq_linear_weight_backward(dd + m.lm_head, a.grad_tree, a.d_logits.data(),
                                a.final_normed.data(), B, S, D, V);
-    std::fill(a.d_resid.begin(), a.d_resid.end(), T(0));
+    zero(a.d_resid);
     seq_rmsnorm_backward(d_resid, dd + m.final_norm, a.grad_tree, a.d_final.data(),
                          resid + last * ND, dense + m.final_norm, rstd + last * N, B, S, D);
   }
@@ -344,14 +358,14 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     const LayerOffsets& o = m.layers[l];
     const size_t i0 = 2 * l, i1 = 2 * l + 1;
     // x2 = x1 + MoE(RMSNorm(x1)): d_x1 = d_x2 + RMSNorm'ᵀ(MoE'ᵀ d_x2)
-    std::fill(a.d_normed.begin(), a.d_normed.end(), T(0));
+    zero(a.d_normed);
     moe_backward(d_normed, moe_weights_at(dd, de, o.moe, z.md), d_resid, a.moe[l], normed + i1 * ND,
                  moe_weights_at(dense, experts, o.moe, z.md), z.md, ex);
     ScopedPhase timer(a.times, Phase::kAttentionBackward);
     seq_rmsnorm_backward(d_resid, dd + o.moe_norm, a.grad_tree, d_normed, resid + i1 * ND,
                          dense + o.moe_norm, rstd + i1 * N, B, S, D);
     // x1 = x0 + Attn(RMSNorm(x0)): d_x0 = d_x1 + RMSNorm'ᵀ(Attn'ᵀ d_x1)
-    std::fill(a.d_normed.begin(), a.d_normed.end(), T(0));
+    zero(a.d_normed);
     attention_backward(d_normed, attn_weights_at(dd, o), d_resid, a.attn[l], normed + i0 * ND,
                        attn_weights_at(dense, o), z.ad, a.rope, B);
     seq_rmsnorm_backward(d_resid, dd + o.attn_norm, a.grad_tree, d_normed, resid + i0 * ND,

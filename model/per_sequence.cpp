@@ -6,6 +6,7 @@
 #include "model/blas.hpp"
 #include "model/embedding.hpp"
 #include "model/linear.hpp"
+#include "model/parallel.hpp"
 #include "model/rmsnorm.hpp"
 
 namespace moe {
@@ -64,7 +65,8 @@ void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const 
   for (int b = 0; b < B; ++b) {
     const int64_t row0 = int64_t{b} * S;
     T* leaf = tree.leaf();
-    std::fill(leaf, leaf + VD, T(0));
+    parallel_blocks(static_cast<int64_t>(VD), kTreeParallelValues,
+                    [leaf](int64_t b, int64_t e) { std::fill(leaf + b, leaf + e, T(0)); });
     embedding_backward(leaf, d_out + row0 * D, ids + row0, S, D);
     tree.push();
   }

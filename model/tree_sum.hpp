@@ -18,7 +18,13 @@
 #include <stdexcept>
 #include <vector>
 
+#include "model/parallel.hpp"
+
 namespace moe {
+
+// Sums of at least this many values are added on the threads (parallel_blocks): elementwise, so
+// the same bits whatever the split.
+constexpr int64_t kTreeParallelValues = int64_t{1} << 16;
 
 // The partial sums a TreeSum of up to `max_leaves` leaves keeps at once (its buffers): the stack
 // holds at most floor(log2(max_leaves)) + 1 entries, the next leaf included; at least 1.
@@ -99,7 +105,9 @@ template <class T> class TreeSum {
     while (sizes_.size() >= 2) merge();
     if (sizes_.empty()) return;
     const T* sum = buffers_[0].data();
-    for (size_t i = 0; i < count_; ++i) out[i] += sum[i];
+    parallel_blocks(static_cast<int64_t>(count_), kTreeParallelValues, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] += sum[i];
+    });
     sizes_.clear();
   }
 
@@ -109,7 +117,9 @@ template <class T> class TreeSum {
     const size_t top = sizes_.size() - 1;
     T* left = buffers_[top - 1].data();
     const T* right = buffers_[top].data();
-    for (size_t i = 0; i < count_; ++i) left[i] += right[i];
+    parallel_blocks(static_cast<int64_t>(count_), kTreeParallelValues, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) left[i] += right[i];
+    });
     sizes_[top - 1] += sizes_[top];
     sizes_.pop_back();
   }
