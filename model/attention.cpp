@@ -17,6 +17,8 @@
 // Tiles are fixed by S and Tq alone, so the GEMM shapes, like the projections', do not depend on B.
 #include "model/attention.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -102,7 +104,7 @@ template <class T> void rope_backward(T* d_x, const RopeTable& rope, int num_hea
   rope_rotate(d_x, rope, num_heads, T(-1));
 }
 
-AttnSavedSizes attn_saved_sizes(int max_B, const AttnDims& d) {
+AttnSavedSizes attn_saved_sizes(int max_B, const AttnDims& d, int threads) {
   const double B = max_B, S = d.S, H = d.H, HD = H * d.hd, KD = static_cast<double>(d.KVH) * d.hd;
   const double Kt = attn_keys_per_tile(d);
   AttnSavedSizes z;
@@ -112,11 +114,28 @@ AttnSavedSizes attn_saved_sizes(int max_B, const AttnDims& d) {
   z.d_q = S * HD;  // d_k_heads, d_v_heads: [H, S, hd], as many
   z.d_kv = S * KD;
   z.d_probs = H * std::min(d.S, kQueryTile) * Kt;
+  z.threads = std::max(threads, 1);
   z.tree_q = static_cast<double>(d.D) * HD;
   z.tree_kv = static_cast<double>(d.D) * KD;
-  z.tree_depth = tree_sum_depth(max_B);
+  z.leaf_sets = max_B > 1 ? max_B : 0;
   return z;
 }
+
+namespace {
+
+// One sequence's backward scratch (AttnSavedSizes) for `threads` threads.
+template <class T> void scratch_reserve(AttnSaved<T>& saved, const AttnDims& d, int threads) {
+  const AttnSavedSizes z = attn_saved_sizes(0, d, threads);
+  auto n = [&](double elements) { return static_cast<size_t>(elements) * z.threads; };
+  for (std::vector<T>* v : {&saved.d_concat, &saved.d_q, &saved.d_k_heads, &saved.d_v_heads}) {
+    v->assign(n(z.d_q), T(0));
+  }
+  for (std::vector<T>* v : {&saved.d_k, &saved.d_v}) v->assign(n(z.d_kv), T(0));
+  saved.d_probs.assign(n(z.d_probs), T(0));
+  saved.threads = z.threads;
+}
+
+}  // namespace
 
 template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d) {
   if (max_B < 0 || d.D <= 0 || d.H <= 0 || d.KVH <= 0 || d.H % d.KVH != 0 || d.hd <= 0 ||
@@ -127,22 +146,15 @@ template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const
         " KVH=" + std::to_string(d.KVH) + " hd=" + std::to_string(d.hd) +
         " S=" + std::to_string(d.S) + " W=" + std::to_string(d.window));
   }
-  const AttnSavedSizes z = attn_saved_sizes(max_B, d);
+  const AttnSavedSizes z = attn_saved_sizes(max_B, d, omp_get_max_threads());
   auto n = [](double elements) { return static_cast<size_t>(elements); };
   saved.max_B = max_B;
   saved.B = 0;
   for (std::vector<T>* v : {&saved.q, &saved.concat}) v->assign(n(z.q), T(0));
   for (std::vector<T>* v : {&saved.k, &saved.v}) v->assign(n(z.kv), T(0));
   saved.probs.assign(n(z.probs), T(0));
-  for (std::vector<T>* v : {&saved.d_concat, &saved.d_q, &saved.d_k_heads, &saved.d_v_heads}) {
-    v->assign(n(z.d_q), T(0));
-  }
-  for (std::vector<T>* v : {&saved.d_k, &saved.d_v}) v->assign(n(z.d_kv), T(0));
-  saved.d_probs.assign(n(z.d_probs), T(0));
-  saved.tree_q.reserve(n(z.tree_q), max_B);
-  saved.tree_k.reserve(n(z.tree_kv), max_B);
-  saved.tree_v.reserve(n(z.tree_kv), max_B);
-  saved.tree_o.reserve(n(z.tree_q), max_B);
+  scratch_reserve(saved, d, z.threads);
+  saved.leaves.assign(n(z.leaf_sets * (2 * z.tree_q + 2 * z.tree_kv)), T(0));
 }
 
 // The query rows [s0, s1) of tile t and the keys [lo, s1) they see between them; row s sees only
@@ -297,40 +309,48 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
                                 " but the last forward had B=" + std::to_string(saved.B));
   }
   const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Kt = attn_keys_per_tile(d);
-  T* d_concat = saved.d_concat.data();
-  T* d_q = saved.d_q.data();
-  T* d_k = saved.d_k.data();
-  T* d_v = saved.d_v.data();
-  // Weight gradients sequence by sequence, added along the fixed tree (model/tree_sum.hpp).
-  // (One sequence: each GEMM adds into the gradient itself, TreeSum::begin_into.)
-  saved.tree_q.begin_into(size_t(D) * HD, B, grads.wq);
-  saved.tree_k.begin_into(size_t(D) * KD, B, grads.wk);
-  saved.tree_v.begin_into(size_t(D) * KD, B, grads.wv);
-  saved.tree_o.begin_into(size_t(HD) * D, B, grads.wo);
-  for (int b = 0; b < B; ++b) {
-    const int64_t row0 = int64_t{b} * S;
+  if (B > 1 && omp_get_max_threads() > saved.threads) {
+    scratch_reserve(saved, d, omp_get_max_threads());
+  }
+  // Weight gradients by sequence, added along the fixed tree (model/tree_sum.hpp): with several
+  // sequences each one's leaves go to its set in saved.leaves, [Wq | Wk | Wv | Wo], summed once all
+  // are in; one sequence adds into the gradients directly (beta 1: the bits of 0 + its sum).
+  const size_t nq = size_t(D) * HD, nk = size_t(D) * KD, leaf_set = 2 * nq + 2 * nk;
+  const T beta = B > 1 ? T(0) : T(1);
+  // Each sequence on its own (see attention_forward), with its thread's scratch.
+  auto sequence = [&](int64_t b) {
+    const size_t t = B > 1 ? static_cast<size_t>(omp_get_thread_num()) : 0;
+    const int64_t row0 = b * S;
     const T* x = in + row0 * D;
     const T* q = saved.q.data() + row0 * HD;
     const T* k = saved.k.data() + row0 * KD;
     const T* v = saved.v.data() + row0 * KD;
     T* dx = d_in + row0 * D;
+    T* d_concat = saved.d_concat.data() + t * S * HD;
+    T* d_q = saved.d_q.data() + t * S * HD;
+    T* d_k = saved.d_k.data() + t * S * KD;
+    T* d_v = saved.d_v.data() + t * S * KD;
+    T* leaf = B > 1 ? saved.leaves.data() + b * leaf_set : nullptr;
+    T* leaf_q = B > 1 ? leaf : grads.wq;
+    T* leaf_k = B > 1 ? leaf + nq : grads.wk;
+    T* leaf_v = B > 1 ? leaf + nq + nk : grads.wv;
+    T* leaf_o = B > 1 ? leaf + nq + 2 * nk : grads.wo;
     // out = concat·Wo  ->  d_concat = d_out·Woᵀ, d_Wo_b = concat_bᵀ·d_out_b: independent tasks
-    std::fill(saved.d_concat.begin(), saved.d_concat.end(), T(0));
+    std::fill(d_concat, d_concat + int64_t{S} * HD, T(0));
     parallel_tasks(2, [&](int64_t task) {
       if (task == 0) {
         linear_backward_input(d_concat, d_out + row0 * D, w.wo, S, HD, D);
       } else {
         gemm<T>(true, false, HD, D, S, T(1), saved.concat.data() + row0 * HD, d_out + row0 * D,
-                saved.tree_o.leaf_beta(), saved.tree_o.leaf());
+                beta, leaf_o);
       }
     });
-    saved.tree_o.push();
     // concat = softmax(q·kᵀ/sqrt(hd) + mask)·v  ->  d_q, d_k, d_v
-    std::fill(saved.d_k.begin(), saved.d_k.end(), T(0));
-    std::fill(saved.d_v.begin(), saved.d_v.end(), T(0));
-    core_backward(d_q, d_k, d_v, saved.d_probs.data(), saved.d_k_heads.data(),
-                  saved.d_v_heads.data(), d_concat, saved.probs.data() + int64_t{b} * d.H * S * Kt,
-                  q, k, v, d);
+    std::fill(d_k, d_k + int64_t{S} * KD, T(0));
+    std::fill(d_v, d_v + int64_t{S} * KD, T(0));
+    core_backward(d_q, d_k, d_v, saved.d_probs.data() + t * d.H * std::min(S, kQueryTile) * Kt,
+                  saved.d_k_heads.data() + t * S * HD, saved.d_v_heads.data() + t * S * HD,
+                  d_concat, saved.probs.data() + b * d.H * S * Kt, q, k, v, d);
     // q = rope(in·Wq), k = rope(in·Wk)  ->  gradients of the unrotated projections
     rope_backward(d_q, rope, d.H);
     rope_backward(d_k, rope, d.KVH);
@@ -344,27 +364,27 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
           linear_backward_input(dx, d_v, w.wv, S, D, KD);
           break;
         case 1:
-          gemm<T>(true, false, D, HD, S, T(1), x, d_q, saved.tree_q.leaf_beta(),
-                  saved.tree_q.leaf());
+          gemm<T>(true, false, D, HD, S, T(1), x, d_q, beta, leaf_q);
           break;
         case 2:
-          gemm<T>(true, false, D, KD, S, T(1), x, d_k, saved.tree_k.leaf_beta(),
-                  saved.tree_k.leaf());
+          gemm<T>(true, false, D, KD, S, T(1), x, d_k, beta, leaf_k);
           break;
         default:
-          gemm<T>(true, false, D, KD, S, T(1), x, d_v, saved.tree_v.leaf_beta(),
-                  saved.tree_v.leaf());
+          gemm<T>(true, false, D, KD, S, T(1), x, d_v, beta, leaf_v);
           break;
       }
     });
-    saved.tree_q.push();
-    saved.tree_k.push();
-    saved.tree_v.push();
+  };
+  if (B > 1) {
+    parallel_tasks(B, sequence);
+    T* leaves = saved.leaves.data();
+    tree_sum_leaves(grads.wq, leaves, B, leaf_set, nq);
+    tree_sum_leaves(grads.wk, leaves + nq, B, leaf_set, nk);
+    tree_sum_leaves(grads.wv, leaves + nq + nk, B, leaf_set, nk);
+    tree_sum_leaves(grads.wo, leaves + nq + 2 * nk, B, leaf_set, nq);
+  } else if (B == 1) {
+    sequence(0);
   }
-  saved.tree_q.finish(grads.wq);
-  saved.tree_k.finish(grads.wk);
-  saved.tree_v.finish(grads.wv);
-  saved.tree_o.finish(grads.wo);
 }
 
 template void rope_forward<float>(float*, const RopeTable&, int);

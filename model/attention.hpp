@@ -43,16 +43,21 @@ int attn_keys_per_tile(const AttnDims& dims);
 struct AttnSavedSizes {
   // q and concat [B, S, HD]; k, v [B, S, KD]; probs [B, H, S, Kt].
   double q = 0, kv = 0, probs = 0;
-  // Backward scratch, one sequence: d_q, d_concat, d_k_heads, d_v_heads [S, HD]; d_k, d_v
-  // [S, KD]; d_probs [H, min(S, query tile), Kt].
+  // Backward scratch of one sequence, one set per thread: d_q, d_concat, d_k_heads, d_v_heads
+  // [S, HD]; d_k, d_v [S, KD]; d_probs [H, min(S, query tile), Kt].
   double d_q = 0, d_kv = 0, d_probs = 0;
-  // Weight-gradient tree widths: Wq and Wo [D, HD]; Wk and Wv [D, KD]; buffers per tree.
+  int threads = 1;
+  // The weight gradients' per-sequence leaves, [Wq, Wk, Wv, Wo] one after the other: Wq and Wo
+  // [D, HD], Wk and Wv [D, KD]; one set per sequence when there are several (one sequence adds
+  // into the gradients directly).
   double tree_q = 0, tree_kv = 0;
-  int tree_depth = 1;
-  double activations() const { return 2 * q + 2 * kv + probs + 4 * d_q + 2 * d_kv + d_probs; }
-  double trees() const { return tree_depth * (2 * tree_q + 2 * tree_kv); }
+  int leaf_sets = 0;
+  double activations() const {
+    return 2 * q + 2 * kv + probs + threads * (4 * d_q + 2 * d_kv + d_probs);
+  }
+  double trees() const { return leaf_sets * (2 * tree_q + 2 * tree_kv); }
 };
-AttnSavedSizes attn_saved_sizes(int max_B, const AttnDims& dims);
+AttnSavedSizes attn_saved_sizes(int max_B, const AttnDims& dims, int threads);
 
 // Pointers to one layer's attention weights (parameters or, with the same layout, gradients).
 template <class T> struct AttnWeights {
@@ -93,17 +98,22 @@ template <class T> struct AttnSaved {
                           //   see the key; columns >= n unused
   std::vector<T> concat;  // [max_B·S, H·hd] heads' outputs P_h·v_g side by side
 
-  // temporaries, one sequence at a time
+  // Backward temporaries of one sequence, one set per thread ([threads, …]): a task per sequence
+  // uses its thread's set.
+  int threads = 0;
   std::vector<T> d_concat;  // [S, H·hd]
   std::vector<T> d_q;       // [S, H·hd]
   std::vector<T> d_k, d_v;  // [S, KVH·hd]
   std::vector<T> d_probs;   // [H, Tq, Kt] per head one tile of ∂L/∂P, then of ∂L/∂scores
-  std::vector<T> d_k_heads, d_v_heads;        // [H, S, hd] each head's share of d_k, d_v, summed
-                                              //   over the heads of a group in head order
-  TreeSum<T> tree_q, tree_k, tree_v, tree_o;  // per-sequence d_Wq, d_Wk, d_Wv, d_Wo
+  std::vector<T> d_k_heads, d_v_heads;  // [H, S, hd] each head's share of d_k, d_v, summed
+                                        //   over the heads of a group in head order
+  // With several sequences, each one's weight-gradient leaves [max_B, Wq | Wk | Wv | Wo], added
+  // along the tree over sequences (model/tree_sum.hpp) once all are in.
+  std::vector<T> leaves;
 };
 
-// Checks dims (positive sizes, KVH divides H, hd even, W >= 0) and sizes saved for max_B sequences.
+// Checks dims (positive sizes, KVH divides H, hd even, W >= 0) and sizes saved for max_B sequences
+// and the OpenMP threads a parallel region gets now (a backward with more threads adds scratch).
 template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& dims);
 
 // out[B·S, D] = Attn(in) for B independent sequences (B <= saved.max_B; rope made for dims' S, hd,

@@ -111,7 +111,7 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size, int world_s
   // the MoE block's saved buffers and weight-gradient trees (the MoE rows at their worst case,
   // so that part is an upper bound); the residual stream, norms and logits; the LM head's and
   // embedding's tree.
-  const AttnSavedSizes attn = attn_saved_sizes(B, attn_dims_from(c));
+  const AttnSavedSizes attn = attn_saved_sizes(B, attn_dims_from(c), threads);
   const MoeSavedSizes moe = moe_saved_sizes(N, moe_dims_from(c), P, max_local, B, threads);
   const ModelActSizes own = model_act_sizes(c, B);
   const double trees = L * (attn.trees() + moe.trees()) + own.trees();

@@ -188,6 +188,28 @@ void tree_sum_from_nodes(T* out, size_t count, int total, Known&& known,
   sum(sum, out, TreeNode{0, total}, 0);
 }
 
+// out[0, count) += the tree sum of n leaves held at once, leaf i at leaves + i·stride: the tree
+// and the bits of a TreeSum pushed the same leaves in order, for leaves computed out of order (on
+// the threads). The leaves are overwritten by partial sums.
+template <class T> void tree_sum_leaves(T* out, T* leaves, int n, size_t stride, size_t count) {
+  auto node = [&](auto&& self, int first, int size) -> void {
+    if (size < 2) return;
+    const int half = tree_split(size);
+    self(self, first, half);
+    self(self, first + half, size - half);
+    T* left = leaves + static_cast<size_t>(first) * stride;
+    const T* right = leaves + static_cast<size_t>(first + half) * stride;
+    parallel_blocks(static_cast<int64_t>(count), kTreeParallelValues, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) left[i] += right[i];
+    });
+  };
+  if (n < 1) return;
+  node(node, 0, n);
+  parallel_blocks(static_cast<int64_t>(count), kTreeParallelValues, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] += leaves[i];
+  });
+}
+
 // The same tree over scalars pushed one by one (per-sequence losses), without allocation.
 class TreeSumScalar {
  public:

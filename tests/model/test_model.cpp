@@ -151,8 +151,9 @@ TEST(ModelMemory, ParameterBytesMatchTheLayout) {
 }
 
 // The weight-gradient trees keep bit_width(B) buffers of each gradient they sum (the LM head's and
-// embedding's [V, D] among them, and per thread one of the experts' widest, [D, max(F, Fs)]): the
-// estimate counts exactly what model_acts_reserve reserves.
+// embedding's [V, D] among them, and per thread one of the experts' widest, [D, max(F, Fs)]), and
+// attention keeps every sequence's leaves when there are several: the estimate counts exactly what
+// model_acts_reserve reserves.
 TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
   ModelConfig c = micro_config();
   const int threads_before = omp_get_max_threads();
@@ -167,8 +168,7 @@ TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
         model_acts_reserve(acts, c, B, 1, model_placement_max_local(placement));
         size_t values = acts.grad_tree.reserved_values();
         for (const AttnSaved<float>& a : acts.attn) {
-          values += a.tree_q.reserved_values() + a.tree_k.reserved_values() +
-                    a.tree_v.reserved_values() + a.tree_o.reserved_values();
+          values += a.leaves.capacity();
         }
         for (const MoeSaved<float>& m : acts.moe) {
           values += m.grad_tree.reserved_values();
@@ -205,8 +205,7 @@ TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
         for (const AttnSaved<float>& a : acts.attn) {
           add(a.q, a.k, a.v, a.probs, a.concat, a.d_concat, a.d_q, a.d_k, a.d_v, a.d_probs,
               a.d_k_heads, a.d_v_heads);
-          values += static_cast<double>(a.tree_q.reserved_values() + a.tree_k.reserved_values() +
-                                        a.tree_v.reserved_values() + a.tree_o.reserved_values());
+          values += static_cast<double>(a.leaves.capacity());
         }
         for (const MoeSaved<float>& m : acts.moe) {
           add(m.logits, m.scores, m.d_scores, m.d_logits, m.d_scores_balance, m.expert_idx,
