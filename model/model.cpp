@@ -165,6 +165,7 @@ ModelActSizes model_act_sizes(const ModelConfig& c, int B) {
   z.rows = N;
   z.tree = static_cast<double>(c.vocab) * D;
   z.tree_depth = tree_sum_depth(B);
+  z.norm_leaves = static_cast<double>(B) * D;
   return z;
 }
 
@@ -186,6 +187,7 @@ void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_siz
   a.d_logits.assign(n(z.NV), T(0));
   a.row_loss.assign(n(z.rows), 0.0);
   a.grad_tree.reserve(n(z.tree), B);
+  a.norm_leaves.assign(n(z.norm_leaves), T(0));
   a.rope = rope_table_make(c.seq_len, c.head_dim, c.rope_theta);
   const AttnDims ad = attn_dims_from(c);
   const MoeDims md = moe_dims_from(c);
@@ -351,7 +353,7 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     seq_linear_weight_backward(dd + m.lm_head, a.grad_tree, a.d_logits.data(),
                                a.final_normed.data(), B, S, D, V);
     zero(a.d_resid);
-    seq_rmsnorm_backward(d_resid, dd + m.final_norm, a.grad_tree, a.d_final.data(),
+    seq_rmsnorm_backward(d_resid, dd + m.final_norm, a.norm_leaves, a.d_final.data(),
                          resid + last * ND, dense + m.final_norm, rstd + last * N, B, S, D);
   }
   for (int l = c.layers - 1; l >= 0; --l) {
@@ -362,13 +364,13 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     moe_backward(d_normed, moe_weights_at(dd, de, o.moe, z.md), d_resid, a.moe[l], normed + i1 * ND,
                  moe_weights_at(dense, experts, o.moe, z.md), z.md, ex);
     ScopedPhase timer(a.times, Phase::kAttentionBackward);
-    seq_rmsnorm_backward(d_resid, dd + o.moe_norm, a.grad_tree, d_normed, resid + i1 * ND,
+    seq_rmsnorm_backward(d_resid, dd + o.moe_norm, a.norm_leaves, d_normed, resid + i1 * ND,
                          dense + o.moe_norm, rstd + i1 * N, B, S, D);
     // x1 = x0 + Attn(RMSNorm(x0)): d_x0 = d_x1 + RMSNorm'ᵀ(Attn'ᵀ d_x1)
     zero(a.d_normed);
     attention_backward(d_normed, attn_weights_at(dd, o), d_resid, a.attn[l], normed + i0 * ND,
                        attn_weights_at(dense, o), z.ad, a.rope, B);
-    seq_rmsnorm_backward(d_resid, dd + o.attn_norm, a.grad_tree, d_normed, resid + i0 * ND,
+    seq_rmsnorm_backward(d_resid, dd + o.attn_norm, a.norm_leaves, d_normed, resid + i0 * ND,
                          dense + o.attn_norm, rstd + i0 * N, B, S, D);
   }
   // x0 = embed[tokens]

@@ -79,8 +79,9 @@ struct ModelActSizes {
   double rows = 0;  // row_loss [N] (doubles: counted twice)
   double tree = 0;  // the LM head's and embedding's weight-gradient tree width [V, D]
   int tree_depth = 1;
+  double norm_leaves = 0;  // the norms' per-sequence gradients [B, D]
   double activations() const { return resid + normed + rstd + 5 * ND + 2 * NV + 2 * rows; }
-  double trees() const { return tree_depth * tree; }
+  double trees() const { return tree_depth * tree + norm_leaves; }
 };
 ModelActSizes model_act_sizes(const ModelConfig& cfg, int B);
 
@@ -120,7 +121,8 @@ template <class T> struct ModelActs {
   std::vector<T> d_resid, d_normed, d_final;  // [N, D] backward scratch
   std::vector<double> layer_balance_loss;     // [L] this rank's share, from the last forward
   std::vector<double> layer_z_loss;           // [L] this rank's share of the router z-loss
-  TreeSum<T> grad_tree;            // per-sequence weight gradients of the LM head, norms, embedding
+  TreeSum<T> grad_tree;            // per-sequence weight gradients of the LM head, embedding
+  std::vector<T> norm_leaves;      // [B, D] per-sequence weight gradients of an RMSNorm
   RopeTable rope;                  // cos/sin for S positions
   std::vector<AttnSaved<T>> attn;  // [L]
   std::vector<MoeSaved<T>> moe;    // [L]

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "model/blas.hpp"
 #include "model/capacity.hpp"
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
@@ -82,8 +83,7 @@ MoeSavedSizes moe_saved_sizes(double N, const MoeDims& d, int ep_size, int max_l
   z.RD = z.R * d.D;
   z.RF = z.R * d.F;
   z.NFs = n * d.Fs;
-  z.tree = static_cast<double>(d.D) * d.E;
-  z.tree_depth = tree_sum_depth(max_sequences);
+  z.router_leaves = max_sequences > 1 ? static_cast<double>(max_sequences) * d.D * d.E : 0.0;
   z.expert_tree = static_cast<double>(d.D) * std::max(d.F, d.Fs);
   z.expert_tree_depth = tree_sum_depth(ep_size * std::max(max_sequences, 1));
   z.expert_trees = std::max(threads, 1);
@@ -111,7 +111,7 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
   for (auto* v : {&s.g, &s.v, &s.h, &s.d_g, &s.d_v, &s.d_h}) v->reserve(n(z.RF));
   for (auto* v : {&s.sg, &s.sv, &s.sh, &s.sd_g, &s.sd_v, &s.sd_h}) v->reserve(n(z.NFs));
   s.max_sequences = max_sequences;
-  s.grad_tree.reserve(n(z.tree), max_sequences);
+  s.router_leaves.assign(n(z.router_leaves), T(0));
   s.tree_width = n(z.expert_tree);
   s.tree_leaves = ep_size * std::max(max_sequences, 1);
   s.expert_trees.resize(z.expert_trees);
@@ -481,8 +481,17 @@ void router_backward(T* d_in, const MoeWeights<T>& gr, MoeSaved<T>& s, const T* 
   if (s.z_loss_weight > 0) {
     router_z_loss_backward(s.d_logits.data(), s.logits.data(), N, d.E, s.z_loss_weight);
   }
-  seq_linear_backward_input(d_in, s.d_logits.data(), w.router, B, S, d.D, d.E);
-  seq_linear_weight_backward(gr.router, s.grad_tree, s.d_logits.data(), in, B, S, d.D, d.E);
+  // logits = in·W_g, a task per sequence: d_in += d_logits·W_gᵀ, and the sequence's d_W_g, added
+  // along the tree over sequences once all are in (one sequence adds into the gradient directly).
+  const size_t DE = static_cast<size_t>(d.D) * d.E;
+  parallel_tasks(B, [&](int64_t b) {
+    const int64_t row0 = b * S;
+    linear_backward_input(d_in + row0 * d.D, s.d_logits.data() + row0 * d.E, w.router, S, d.D, d.E);
+    T* leaf = B > 1 ? s.router_leaves.data() + b * DE : gr.router;
+    gemm<T>(true, false, d.D, d.E, S, T(1), in + row0 * d.D, s.d_logits.data() + row0 * d.E,
+            B > 1 ? T(0) : T(1), leaf);
+  });
+  if (B > 1) tree_sum_leaves(gr.router, s.router_leaves.data(), B, DE, DE);
 }
 
 }  // namespace

@@ -136,11 +136,13 @@ template <class T> struct MoeSaved {
   std::vector<T> d_g, d_v, d_h;       // [R, F]
   std::vector<T> d_weights;           // [N, K]
   std::vector<T> d_scores, d_logits;  // [N, E]
-  // The router's and the shared expert's weight gradients, by sequence (model/tree_sum.hpp): the
-  // forward's N tokens are N / seq_len sequences (one when seq_len is 0), at most max_sequences.
+  // The router's and the shared expert's weight gradients go by sequence (model/tree_sum.hpp):
+  // the forward's N tokens are N / seq_len sequences (one when seq_len is 0), at most
+  // max_sequences.
   int seq_len = 0;
   int max_sequences = 0;
-  TreeSum<T> grad_tree;
+  std::vector<T> router_leaves;  // [max_sequences, D·E] each sequence's router gradient, when
+                                 //   there are several, added along the tree afterwards
   // The routed and shared experts' weight gradients by sequence (model/expert_grads.hpp): where
   // the EP group's sequences lie (the run sets it), the rows behind each leaf, and one tree per
   // thread for the weight-gradient tasks that run at once.
@@ -164,14 +166,14 @@ struct MoeSavedSizes {
   double NKD = 0;  // send_rows, y_rows, d_rows [N·K, D]
   double RD = 0, RF = 0;      // x, y, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
   double NFs = 0;             // the shared expert's sg, sv, sh, sd_g, sd_v, sd_h [N, Fs]
-  double tree = 0;            // the router's weight-gradient tree width, D·E
-  int tree_depth = 1;         // its buffers (tree_sum_depth(max_sequences))
+  double router_leaves = 0;   // the router's weight-gradient leaves: max_sequences·D·E when
+                              //   max_sequences > 1
   double expert_tree = 0;     // an expert weight-gradient tree's width, D·max(F, Fs)
   int expert_tree_depth = 1;  // its buffers (tree_sum_depth(ep_size·max_sequences))
   int expert_trees = 0;       // one per thread
   double activations() const { return 5 * NE + 7 * NK + 3 * NKD + 4 * RD + 6 * RF + 6 * NFs; }
   double trees() const {
-    return tree_depth * tree + double(expert_trees) * expert_tree_depth * expert_tree;
+    return router_leaves + double(expert_trees) * expert_tree_depth * expert_tree;
   }
 };
 MoeSavedSizes moe_saved_sizes(double N, const MoeDims& dims, int ep_size, int max_local,

@@ -43,18 +43,12 @@ void seq_linear_weight_backward(T* d_weight, TreeSum<T>& tree, const T* d_out, c
 }
 
 template <class T>
-void seq_rmsnorm_backward(T* d_in, T* d_weight, TreeSum<T>& tree, const T* d_out, const T* in,
+void seq_rmsnorm_backward(T* d_in, T* d_weight, std::vector<T>& leaves, const T* d_out, const T* in,
                           const T* weight, const T* rstd, int B, int S, int D) {
-  tree.begin(static_cast<size_t>(D));
-  for (int b = 0; b < B; ++b) {
-    const int64_t row0 = int64_t{b} * S;
-    T* leaf = tree.leaf();
-    std::fill(leaf, leaf + D, T(0));
-    rmsnorm_backward(d_in + row0 * D, leaf, d_out + row0 * D, in + row0 * D, weight, rstd + row0, S,
-                     D);
-    tree.push();
-  }
-  tree.finish(d_weight);
+  if (B < 1) return;
+  leaves.resize(static_cast<size_t>(B) * D);
+  rmsnorm_backward_sequences(d_in, leaves.data(), d_out, in, weight, rstd, B, S, D);
+  tree_sum_leaves(d_weight, leaves.data(), B, static_cast<size_t>(D), static_cast<size_t>(D));
 }
 
 template <class T>
@@ -78,7 +72,7 @@ void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const 
   template void seq_linear_backward_input<T>(T*, const T*, const T*, int, int, int, int);         \
   template void seq_linear_weight_backward<T>(T*, TreeSum<T>&, const T*, const T*, int, int, int, \
                                               int);                                               \
-  template void seq_rmsnorm_backward<T>(T*, T*, TreeSum<T>&, const T*, const T*, const T*,        \
+  template void seq_rmsnorm_backward<T>(T*, T*, std::vector<T>&, const T*, const T*, const T*,    \
                                         const T*, int, int, int);                                 \
   template void seq_embedding_backward<T>(T*, TreeSum<T>&, const T*, const int32_t*, int, int,    \
                                           int, int);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/tree_sum.hpp"
 
@@ -32,9 +33,11 @@ void seq_linear_weight_backward(T* d_weight,       // [I,O] +=
                                 const T* in,       // [B·S, I]
                                 int B, int S, int I, int O);
 
-// rmsnorm_backward, sequence by sequence: d_in as there; d_weight[D] += the tree over sequences.
+// rmsnorm_backward, sequence by sequence: d_in as there; d_weight[D] += the tree over sequences
+// of each sequence's gradient, held in `leaves` (resized to [B, D]: reserve it to allocate
+// nothing).
 template <class T>
-void seq_rmsnorm_backward(T* d_in, T* d_weight, TreeSum<T>& tree, const T* d_out, const T* in,
+void seq_rmsnorm_backward(T* d_in, T* d_weight, std::vector<T>& leaves, const T* d_out, const T* in,
                           const T* weight, const T* rstd, int B, int S, int D);
 
 // d_table[V,D] += the tree over sequences of each sequence's embedding_backward.

@@ -24,4 +24,15 @@ void rmsnorm_backward(T* d_in,          // [N,D]
                       const T* rstd,    // [N] from rmsnorm_forward
                       int N, int D);
 
+// rmsnorm_backward of B sequences of S rows in one pass: d_in as there; leaves[b] (overwritten) =
+// sequence b's ∂L/∂weight, each column adding the sequence's rows in order from zero.
+template <class T>
+void rmsnorm_backward_sequences(T* d_in,          // [B·S, D]
+                                T* leaves,        // [B, D]
+                                const T* d_out,   // [B·S, D]
+                                const T* in,      // [B·S, D]
+                                const T* weight,  // [D]
+                                const T* rstd,    // [B·S] from rmsnorm_forward
+                                int B, int S, int D);
+
 }  // namespace moe

@@ -280,6 +280,7 @@ void route_weights_forward(T* weights, const T* scores, const int32_t* expert_id
 template <class T>
 void route_weights_backward(T* d_scores, const T* d_weights, const T* scores,
                             const int32_t* expert_idx, int N, int E, int K, float route_scale) {
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
     const T* s = scores + int64_t{n} * E;
     const int32_t* sel = expert_idx + int64_t{n} * K;

@@ -166,12 +166,12 @@ TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
         const ModelPlacement placement = model_placement_contiguous(c, 1);
         ModelActs<float> acts;
         model_acts_reserve(acts, c, B, 1, model_placement_max_local(placement));
-        size_t values = acts.grad_tree.reserved_values();
+        size_t values = acts.grad_tree.reserved_values() + acts.norm_leaves.capacity();
         for (const AttnSaved<float>& a : acts.attn) {
           values += a.leaves.capacity();
         }
         for (const MoeSaved<float>& m : acts.moe) {
-          values += m.grad_tree.reserved_values();
+          values += m.router_leaves.capacity();
           for (const TreeSum<float>& t : m.expert_trees) values += t.reserved_values();
         }
         const ModelMemory memory = model_memory_estimate(c, 1, 0, 0, threads);
@@ -197,7 +197,8 @@ TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
         c.batch_per_rank = B;
         ModelActs<float> acts;
         model_acts_reserve(acts, c, B, 1, c.experts);
-        double values = static_cast<double>(acts.grad_tree.reserved_values());
+        double values =
+            static_cast<double>(acts.grad_tree.reserved_values() + acts.norm_leaves.capacity());
         auto add = [&](const auto&... v) { ((values += static_cast<double>(v.capacity())), ...); };
         add(acts.resid, acts.normed, acts.rstd, acts.block_out, acts.final_normed, acts.logits,
             acts.d_logits, acts.d_resid, acts.d_normed, acts.d_final);
@@ -212,7 +213,7 @@ TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
               m.topk_scratch, m.dispatched_idx, m.weights, m.d_weights, m.plan.send_assignment,
               m.plan.send_position, m.send_rows, m.y_rows, m.d_rows, m.x, m.y, m.d_y, m.d_x, m.g,
               m.v, m.h, m.d_g, m.d_v, m.d_h, m.sg, m.sv, m.sh, m.sd_g, m.sd_v, m.sd_h);
-          values += static_cast<double>(m.grad_tree.reserved_values());
+          values += static_cast<double>(m.router_leaves.capacity());
           for (const TreeSum<float>& t : m.expert_trees) {
             values += static_cast<double>(t.reserved_values());
           }

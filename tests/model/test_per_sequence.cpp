@@ -141,11 +141,10 @@ template <class T> struct RmsCase {
   // seq_rmsnorm_backward over sequences [b0, b0 + nb) into zeros: d_in rows of those sequences
   // (the rest stay zero) and d_weight.
   std::pair<std::vector<T>, std::vector<T>> seq(int b0, int nb) const {
-    TreeSum<T> tree;
-    tree.reserve(kD, nb);
+    std::vector<T> leaves;
     std::vector<T> d_in(in.size(), T(0)), d_weight(kD, T(0));
     const size_t row0 = size_t(b0) * kS;
-    seq_rmsnorm_backward(d_in.data() + row0 * kD, d_weight.data(), tree, d_out.data() + row0 * kD,
+    seq_rmsnorm_backward(d_in.data() + row0 * kD, d_weight.data(), leaves, d_out.data() + row0 * kD,
                          in.data() + row0 * kD, weight.data(), rstd.data() + row0, nb, kS, kD);
     return {d_in, d_weight};
   }
