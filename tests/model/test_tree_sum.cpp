@@ -114,6 +114,37 @@ TEST(TreeSum, DoubleEqualsTheSplitRuleTreeBitForBit) {
   expect_tree_sum_matches_definition<double>();
 }
 
+// tree_sum_leaves, for leaves computed out of order and held at once: the bits of a TreeSum pushed
+// the same leaves in order, added into the same output; small leaves, and leaves long enough to be
+// added on the threads. Its leaves are strided (one set per sequence in the callers).
+template <class T> void expect_held_leaves_match_tree_sum(int max_leaves, size_t count) {
+  for (int n = 1; n <= max_leaves; ++n) {
+    const Leaves<T> leaves = adversarial_leaves<T>(n, count, "tree_sum.held");
+    const size_t stride = count + 3;
+    std::vector<T> held(stride * n, T(0));
+    for (int l = 0; l < n; ++l) std::copy(leaves[l].begin(), leaves[l].end(), &held[stride * l]);
+    const Leaves<T> start = adversarial_leaves<T>(1, count, "tree_sum.held_out");
+    std::vector<T> out = start[0];
+    tree_sum_leaves(out.data(), held.data(), n, stride, count);
+    TreeSum<T> tree;
+    tree.reserve(count, n);
+    tree.begin(count);
+    for (int l = 0; l < n; ++l) {
+      std::copy(leaves[l].begin(), leaves[l].end(), tree.leaf());
+      tree.push();
+    }
+    std::vector<T> pushed = start[0];
+    tree.finish(pushed.data());
+    EXPECT_TRUE(same_bits(out, pushed)) << "n = " << n << ", count = " << count;
+  }
+}
+
+TEST(TreeSum, HeldLeavesGiveTheBitsOfTheSamePushedInOrder) {
+  expect_held_leaves_match_tree_sum<float>(kMaxLeaves, kCount);
+  expect_held_leaves_match_tree_sum<double>(kMaxLeaves, kCount);
+  expect_held_leaves_match_tree_sum<float>(9, static_cast<size_t>(kTreeParallelValues) + 5);
+}
+
 TEST(TreeSumScalar, EqualsTheSplitRuleTreeBitForBit) {
   int differs_from_sequential = 0;
   for (int n = 1; n <= kMaxLeaves; ++n) {
