@@ -1,6 +1,7 @@
 // Comm: typed MPI collectives with every call checked.
 #include "comm/communicator.hpp"
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdio>
@@ -255,6 +256,66 @@ template <class T> void Comm::allreduce_sum_tree(std::span<T> data, std::span<T>
   broadcast(data, 0);
 }
 
+namespace {
+
+void check_blocks(const char* fn, int size, size_t n, std::span<const int> counts,
+                  std::span<const int> displs) {
+  if (counts.size() != static_cast<size_t>(size) || displs.size() != counts.size()) {
+    throw std::invalid_argument(std::string(fn) + ": counts and displs need one entry per rank");
+  }
+  for (int r = 0; r < size; ++r) {
+    if (counts[r] < 0 || displs[r] < 0 ||
+        static_cast<size_t>(displs[r]) + static_cast<size_t>(counts[r]) > n) {
+      throw std::invalid_argument(std::string(fn) + ": rank " + std::to_string(r) +
+                                  "'s block lies outside the data");
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void Comm::reduce_scatter_tree(std::span<T> data, std::span<const int> counts,
+                               std::span<const int> displs, std::span<T> scratch) const {
+  check_blocks("Comm::reduce_scatter_tree", size_, data.size(), counts, displs);
+  const size_t mine = static_cast<size_t>(counts[rank_]);
+  if (scratch.size() < mine * size_) {
+    throw std::invalid_argument("Comm::reduce_scatter_tree: scratch smaller than size() blocks");
+  }
+  // Rank q's share of this rank's block lands at scratch[q·mine]: the leaves of the tree over
+  // ranks, which are then added in place as allreduce_sum_tree adds them (left += right at each
+  // node, a range of n ranks split after the largest power of two below n).
+  block_args_.resize(2 * static_cast<size_t>(size_));
+  int* recv_counts = block_args_.data();
+  int* recv_displs = recv_counts + size_;
+  for (int q = 0; q < size_; ++q) {
+    recv_counts[q] = static_cast<int>(mine);
+    recv_displs[q] = static_cast<int>(mine * q);
+  }
+  MOE_MPI_CHECK(MPI_Alltoallv(data.data(), counts.data(), displs.data(), mpi_type<T>(),
+                              scratch.data(), recv_counts, recv_displs, mpi_type<T>(), comm_));
+  auto node = [&](auto&& self, int first, int n) -> void {
+    if (n < 2) return;
+    int half = 1;
+    while (half * 2 < n) half *= 2;
+    self(self, first, half);
+    self(self, first + half, n - half);
+    T* left = scratch.data() + mine * first;
+    const T* right = scratch.data() + mine * (first + half);
+    for (size_t i = 0; i < mine; ++i) left[i] += right[i];
+  };
+  node(node, 0, size_);
+  std::copy_n(scratch.data(), mine, data.data() + displs[rank_]);
+}
+
+template <class T>
+void Comm::allgatherv_blocks(std::span<T> data, std::span<const int> counts,
+                             std::span<const int> displs) const {
+  check_blocks("Comm::allgatherv_blocks", size_, data.size(), counts, displs);
+  MOE_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), counts.data(),
+                               displs.data(), mpi_type<T>(), comm_));
+}
+
 template <class T>
 void Comm::gatherv(std::span<const T> send, std::span<T> recv, std::span<const int> counts,
                    std::span<const int> displs, int root) const {
@@ -286,6 +347,10 @@ void Comm::barrier() const {
   template void Comm::allreduce_sum<T>(std::span<T>) const;                                        \
   template void Comm::allreduce_max<T>(std::span<T>) const;                                        \
   template void Comm::allreduce_sum_tree<T>(std::span<T>, std::span<T>) const;                     \
+  template void Comm::reduce_scatter_tree<T>(std::span<T>, std::span<const int>,                   \
+                                             std::span<const int>, std::span<T>) const;            \
+  template void Comm::allgatherv_blocks<T>(std::span<T>, std::span<const int>,                     \
+                                           std::span<const int>) const;                            \
   template void Comm::alltoall<T>(std::span<const T>, std::span<T>) const;                         \
   template void Comm::alltoallv<T>(std::span<const T>, std::span<const int>, std::span<const int>, \
                                    std::span<T>, std::span<const int>, std::span<const int>)       \

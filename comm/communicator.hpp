@@ -75,6 +75,17 @@ class Comm {
   // and broadcast. Its bits depend only on each rank's values: with model/tree_sum.hpp's per-rank
   // sums it gives the one-rank sum on any rank count. `scratch` holds data.size() elements.
   template <class T> void allreduce_sum_tree(std::span<T> data, std::span<T> scratch) const;
+  // allreduce_sum_tree's sum (the same tree over the ranks, the same bits) of rank r's block only:
+  // afterwards data[displs[r], displs[r] + counts[r]) holds it on rank r, and the rest of data is
+  // as it was. Every rank sends each block to its rank once (MPI_Alltoallv) and adds what it
+  // receives along the tree. `scratch` holds size() · counts[rank()] elements.
+  template <class T>
+  void reduce_scatter_tree(std::span<T> data, std::span<const int> counts,
+                           std::span<const int> displs, std::span<T> scratch) const;
+  // Rank r's block data[displs[r], displs[r] + counts[r]) to every rank (MPI_Allgatherv in place).
+  template <class T>
+  void allgatherv_blocks(std::span<T> data, std::span<const int> counts,
+                         std::span<const int> displs) const;
   // Every rank sends `send.size() / size()` elements to each rank (MPI_Alltoall).
   template <class T> void alltoall(std::span<const T> send, std::span<T> recv) const;
   // Counts and displacements are in elements of T, one entry per rank.
@@ -115,7 +126,8 @@ class Comm {
   bool owned_ = false;
   int rank_ = 0;
   int size_ = 1;
-  int tag_ub_ = 32767;  // MPI_TAG_UB
+  int tag_ub_ = 32767;                   // MPI_TAG_UB
+  mutable std::vector<int> block_args_;  // reduce_scatter_tree's counts and displacements
 };
 
 // The communicators of expert parallelism over a world of W ranks with EP group size P:

@@ -13,12 +13,15 @@ void adamw_state_init(AdamWState& s, size_t n) {
   s.v.assign(n, 0.0f);
 }
 
-void adamw_update(std::span<float> params, std::span<const float> grads, AdamWState& s,
-                  const ParamLayout& layout, const AdamWConfig& c, float lr, float grad_scale,
-                  int64_t step) {
+void adamw_update_range(std::span<float> params, std::span<const float> grads, AdamWState& s,
+                        const ParamLayout& layout, const AdamWConfig& c, float lr, float grad_scale,
+                        int64_t step, size_t begin, size_t end) {
   if (params.size() != layout.num_elements || grads.size() != params.size() ||
       s.m.size() != params.size() || s.v.size() != params.size()) {
     throw std::invalid_argument("adamw_update: parameters, gradients and moments differ in size");
+  }
+  if (begin > end || end > params.size()) {
+    throw std::invalid_argument("adamw_update_range: the range lies outside the arena");
   }
   const double bc1 = 1.0 - det::pow(static_cast<double>(c.beta1), static_cast<double>(step));
   const double bc2 = 1.0 - det::pow(static_cast<double>(c.beta2), static_cast<double>(step));
@@ -26,19 +29,28 @@ void adamw_update(std::span<float> params, std::span<const float> grads, AdamWSt
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
 #pragma omp parallel
   for (const ParamEntry& e : layout.entries) {
+    // The tensor's part of [begin, end), in the tensor's own indices.
+    const size_t lo = std::max(e.offset, begin), hi = std::min(e.offset + e.count, end);
+    if (lo >= hi) continue;
     const float decay = e.weight_decay ? lr * c.weight_decay : 0.0f;
-    float* p = params.data() + e.offset;
-    const float* g = grads.data() + e.offset;
-    float* m = s.m.data() + e.offset;
-    float* v = s.v.data() + e.offset;
+    float* p = params.data() + lo;
+    const float* g = grads.data() + lo;
+    float* m = s.m.data() + lo;
+    float* v = s.v.data() + lo;
 #pragma omp for schedule(static) nowait
-    for (size_t i = 0; i < e.count; ++i) {
+    for (size_t i = 0; i < hi - lo; ++i) {
       const float gi = g[i] * grad_scale;
       m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * gi;
       v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * gi * gi;
       p[i] -= decay * p[i] + step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + c.eps);
     }
   }
+}
+
+void adamw_update(std::span<float> params, std::span<const float> grads, AdamWState& s,
+                  const ParamLayout& layout, const AdamWConfig& c, float lr, float grad_scale,
+                  int64_t step) {
+  adamw_update_range(params, grads, s, layout, c, lr, grad_scale, step, 0, params.size());
 }
 
 float lr_at_step(int64_t step, int64_t total, int64_t warmup, float lr_max, float min_ratio) {
@@ -66,21 +78,31 @@ double sum_squares_serial(const float* x, size_t n) {
 
 }  // namespace
 
-double sum_squares(std::span<const float> values) {
-  // At most kMaxChunks chunks of at least kMinChunk values, fixed by n alone and summed in order:
-  // the same whatever the thread count.
+SumSquaresChunks sum_squares_chunks(size_t n) {
+  // At most kMaxChunks chunks of at least kMinChunk values, fixed by n alone: the same whatever
+  // the thread or rank count.
   constexpr size_t kMinChunk = 1 << 16, kMaxChunks = 256;
-  const size_t n = values.size();
   const size_t chunk = std::max(kMinChunk, (n + kMaxChunks - 1) / kMaxChunks);
-  const size_t chunks = (n + chunk - 1) / chunk;
-  if (chunks <= 1) return sum_squares_serial(values.data(), n);
+  return {chunk, n == 0 ? 0 : (n + chunk - 1) / chunk};
+}
+
+double sum_squares_chunk(std::span<const float> values, const SumSquaresChunks& chunks, size_t c) {
+  const size_t first = c * chunks.size;
+  if (c >= chunks.count || first >= values.size()) {
+    throw std::invalid_argument("sum_squares_chunk: no such chunk");
+  }
+  return sum_squares_serial(values.data() + first, std::min(chunks.size, values.size() - first));
+}
+
+double sum_squares(std::span<const float> values) {
+  const SumSquaresChunks chunks = sum_squares_chunks(values.size());
+  if (chunks.count <= 1) return sum_squares_serial(values.data(), values.size());
+  constexpr size_t kMaxChunks = 256;
   double part[kMaxChunks];
 #pragma omp parallel for schedule(static)
-  for (size_t c = 0; c < chunks; ++c) {
-    part[c] = sum_squares_serial(values.data() + c * chunk, std::min(chunk, n - c * chunk));
-  }
+  for (size_t c = 0; c < chunks.count; ++c) part[c] = sum_squares_chunk(values, chunks, c);
   double total = 0;
-  for (size_t c = 0; c < chunks; ++c) total += part[c];
+  for (size_t c = 0; c < chunks.count; ++c) total += part[c];
   return total;
 }
 

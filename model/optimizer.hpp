@@ -29,12 +29,25 @@ void adamw_state_init(AdamWState& state, size_t num_elements);
 void adamw_update(std::span<float> params, std::span<const float> grads, AdamWState& state,
                   const ParamLayout& layout, const AdamWConfig& cfg, float lr, float grad_scale,
                   int64_t step);
+// The same update of the arena's elements [begin, end) only (a rank's share of replicated
+// parameters): each element's arithmetic is the one adamw_update gives it.
+void adamw_update_range(std::span<float> params, std::span<const float> grads, AdamWState& state,
+                        const ParamLayout& layout, const AdamWConfig& cfg, float lr,
+                        float grad_scale, int64_t step, size_t begin, size_t end);
 
 // Linear warmup over `warmup` steps to lr_max, then cosine decay to lr_max·min_ratio at the last
 // step. `step` is 0-based; total is the number of steps of the run.
 float lr_at_step(int64_t step, int64_t total, int64_t warmup, float lr_max, float min_ratio);
 
-// Σ g² accumulated in double.
+// Σ g² accumulated in double: over chunks fixed by the size alone (sum_squares_chunks), each
+// summed by sum_squares_chunk, the chunks' sums added in order from 0.
 double sum_squares(std::span<const float> values);
+struct SumSquaresChunks {
+  size_t size = 0;   // values per chunk (the last may hold fewer)
+  size_t count = 0;  // chunks
+};
+SumSquaresChunks sum_squares_chunks(size_t num_values);
+// Chunk c's sum of squares.
+double sum_squares_chunk(std::span<const float> values, const SumSquaresChunks& chunks, size_t c);
 
 }  // namespace moe

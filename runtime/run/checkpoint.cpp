@@ -165,6 +165,7 @@ bool checkpoint_after(int step, Trainer& trainer, CheckpointPlan& plan, const Ru
     plan.header.step = step;
     plan.header.created = stats_now_iso8601();
   }
+  trainer.gather_optimizer_state();
   try {
     checkpoint_save(path, plan.header, trainer.state(), world);
   } catch (const CheckpointError& e) {

@@ -130,9 +130,24 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   sample_.resize(S + 1);
   tokens_.resize(N);
   targets_.resize(N);
-  sums_.resize(1 + 2 * static_cast<size_t>(L));
+  // The dense arena's shares: whole chunks of the gradient's sums of squares, as evenly as the
+  // chunks allow, in rank order.
+  dense_chunks_ = sum_squares_chunks(dense_.size());
+  share_counts_.resize(W);
+  share_displs_.resize(W);
+  size_t widest = 0;
+  for (int r = 0; r < W; ++r) {
+    const size_t c0 = dense_chunks_.count * r / W, c1 = dense_chunks_.count * (r + 1) / W;
+    const size_t first = std::min(dense_.size(), c0 * dense_chunks_.size);
+    const size_t end = std::min(dense_.size(), c1 * dense_chunks_.size);
+    share_displs_[r] = static_cast<int>(first);
+    share_counts_[r] = static_cast<int>(end - first);
+    widest = std::max(widest, end - first);
+    if (r == world.rank()) share_first_chunk_ = c0, share_end_chunk_ = c1;
+  }
+  sums_.resize(1 + 2 * static_cast<size_t>(L) + dense_chunks_.count);
   sums_scratch_.resize(sums_.size());
-  dense_scratch_.resize(dense_.size());
+  dense_scratch_.resize(W > 1 ? static_cast<size_t>(W) * widest : 0);
   expert_sq_.resize(static_cast<size_t>(L) * max_local_);
   expert_sq_all_.resize(expert_sq_.size() * P_);
   // With a statistics file, the rows each rank sent to each expert ride along (reduce_loads).
@@ -278,7 +293,21 @@ void Trainer::reduce(StepRecord& rec) {
   const int L = mc_.layers;
   // Dense gradients and the losses along the fixed tree over ranks (model/tree_sum.hpp): with
   // power-of-two sequences per rank, the same bits on any rank count.
-  world_.allreduce_sum_tree(std::span<float>(d_dense_), std::span<float>(dense_scratch_));
+  // Each rank's share of the dense gradient, summed along the tree over ranks, and that share's
+  // sums of squares by chunk, which travel with the losses: every rank then has the norm's every
+  // chunk, from the one rank that holds it (the others add +0).
+  if (world_.size() > 1) {
+    world_.reduce_scatter_tree(std::span<float>(d_dense_), std::span<const int>(share_counts_),
+                               std::span<const int>(share_displs_),
+                               std::span<float>(dense_scratch_));
+  }
+  double* parts = sums_.data() + 1 + 2 * static_cast<size_t>(L);
+  std::fill(parts, parts + dense_chunks_.count, 0.0);
+  const std::span<const float> dense_grads(d_dense_);
+#pragma omp parallel for schedule(static)
+  for (size_t c = share_first_chunk_; c < share_end_chunk_; ++c) {
+    parts[c] = sum_squares_chunk(dense_grads, dense_chunks_, c);
+  }
   if (instance_reduce_) {
     instance_reduce_->reduce();
   } else if (groups_.num_replicas > 1) {
@@ -287,7 +316,7 @@ void Trainer::reduce(StepRecord& rec) {
   world_.allreduce_sum_tree(std::span<double>(sums_), std::span<double>(sums_scratch_));
   rec.loss = sums_[0] / static_cast<double>(T_);
   rec.layer_balance_loss.assign(sums_.begin() + 1, sums_.begin() + 1 + L);
-  rec.layer_z_loss.assign(sums_.begin() + 1 + L, sums_.end());
+  rec.layer_z_loss.assign(sums_.begin() + 1 + L, sums_.begin() + 1 + 2 * L);
   for (double b : rec.layer_balance_loss) rec.balance_loss += b;
   for (double z : rec.layer_z_loss) rec.z_loss += z;
   reduce_loads(rec);
@@ -488,7 +517,11 @@ void Trainer::reduce_expert_replicas() {
 // non-finite loss or norm (the same on every rank: both are global) updates nothing.
 void Trainer::optimize(StepRecord& rec, int step) {
   ScopedPhase timer(&times_, Phase::kOptimizer);
-  rec.grad_norm = std::sqrt(sum_squares(d_dense_) + expert_norm_sq_);
+  // The dense sum of squares as sum_squares adds it: its chunks in order, from 0.
+  double dense_sq = 0.0;
+  const double* parts = sums_.data() + 1 + 2 * static_cast<size_t>(mc_.layers);
+  for (size_t c = 0; c < dense_chunks_.count; ++c) dense_sq += parts[c];
+  rec.grad_norm = std::sqrt(dense_sq + expert_norm_sq_);
   const float lr = lr_at_step(step, lr_horizon(cfg_), cfg_.warmup_steps,
                               static_cast<float>(cfg_.lr), kMinLrRatio);
   rec.lr = lr;
@@ -497,7 +530,14 @@ void Trainer::optimize(StepRecord& rec, int step) {
   const float clip_scale = cfg_.grad_clip > 0 && rec.grad_norm > cfg_.grad_clip
                                ? static_cast<float>(cfg_.grad_clip / rec.grad_norm)
                                : 1.0f;
-  adamw_update(dense_, d_dense_, adam_dense_, layout_.dense, adam_, lr, clip_scale, step + 1);
+  // This rank's share of the dense arena, then every share to every rank.
+  const size_t first = static_cast<size_t>(share_displs_[world_.rank()]);
+  adamw_update_range(dense_, d_dense_, adam_dense_, layout_.dense, adam_, lr, clip_scale, step + 1,
+                     first, first + static_cast<size_t>(share_counts_[world_.rank()]));
+  if (world_.size() > 1) {
+    world_.allgatherv_blocks(std::span<float>(dense_), std::span<const int>(share_counts_),
+                             std::span<const int>(share_displs_));
+  }
   adamw_update(experts_, std::span<const float>(d_experts_).first(experts_.size()), adam_experts_,
                layout_.experts, adam_, lr, clip_scale, step + 1);
   const int E = mc_.experts;
@@ -525,7 +565,7 @@ void Trainer::optimize(StepRecord& rec, int step) {
   }
 }
 
-std::string Trainer::locate_nonfinite() const {
+std::string Trainer::locate_nonfinite() {
   auto finite = [](const float* p, size_t n) {
     return std::all_of(p, p + n, [](float x) { return std::isfinite(x); });
   };
@@ -555,12 +595,25 @@ std::string Trainer::locate_nonfinite() const {
     where = "the loss or the gradients only";
   }
   std::string text = "first non-finite value in the forward: " + where;
+  // Each rank holds the summed gradient of its share of the dense arena: all of it to every rank.
+  if (world_.size() > 1) {
+    world_.allgatherv_blocks(std::span<float>(d_dense_), std::span<const int>(share_counts_),
+                             std::span<const int>(share_displs_));
+  }
   for (const ParamEntry& e : layout_.dense.entries) {
     if (!finite(d_dense_.data() + e.offset, e.count)) {
       return text + "; first non-finite gradient: " + e.name;
     }
   }
   return text;
+}
+
+void Trainer::gather_optimizer_state() {
+  if (world_.size() == 1) return;
+  for (std::vector<float>* moment : {&adam_dense_.m, &adam_dense_.v}) {
+    world_.allgatherv_blocks(std::span<float>(*moment), std::span<const int>(share_counts_),
+                             std::span<const int>(share_displs_));
+  }
 }
 
 TrainState Trainer::state() {

@@ -60,10 +60,13 @@ class Trainer {
   // Collective, after a non-finite step: where the forward first went non-finite on any rank
   // ("the output of layer 3's MoE block", ... "the logits"), and the first dense tensor whose
   // gradient is not finite. Scans the step's activations and gradients: for failures only.
-  std::string locate_nonfinite() const;
+  std::string locate_nonfinite();
 
-  // Views of the parameters, AdamW state and routing state, for checkpoints.
+  // Views of the parameters, AdamW state and routing state, for checkpoints. Each rank updates
+  // the AdamW moments of its share of the dense arena only: gather_optimizer_state (collective)
+  // brings every rank's share to all before a checkpoint reads them.
   TrainState state();
+  void gather_optimizer_state();
   // Time spent on a checkpoint after a step: charged to the next step's "checkpoint" phase.
   void charge_checkpoint(double seconds) { checkpoint_seconds_ = seconds; }
 
@@ -110,14 +113,22 @@ class Trainer {
   PhaseTimes times_;
   int64_t T_ = 0;                                   // tokens per step, all ranks
   std::vector<int32_t> sample_, tokens_, targets_;  // [S + 1], [N], [N]
-  std::vector<double> sums_;  // [CE sum, balance loss of each layer, z-loss of each layer]
+  // [CE sum, balance loss of each layer, z-loss of each layer, the dense gradient's sums of
+  // squares by chunk (sum_squares_chunks; each from the rank whose share holds it, 0 elsewhere)]
+  std::vector<double> sums_;
   // [L rows received, L·E rows sent to each expert], [W, L + L·E]
   std::vector<int64_t> recv_local_, recv_all_;
   // [L·E expert loads, L cross-host rows, L cross-host tokens, L·E dropped, R·L·E shadow loads]
   std::vector<int64_t> load_sums_;
-  std::vector<int32_t> shadow_idx_;                // [N, K] a shadow balancer's selection
-  std::vector<float> dense_scratch_;               // [dense elements] for the tree all-reduce
-  std::vector<double> sums_scratch_;               // [1 + 2·L]
+  std::vector<int32_t> shadow_idx_;  // [N, K] a shadow balancer's selection
+  // The dense arena's shares, one per world rank, in whole chunks of its sums of squares: each rank
+  // receives the summed gradient of its share (Comm::reduce_scatter_tree), updates those
+  // parameters and moments, and sends them to every rank (Comm::allgatherv_blocks).
+  SumSquaresChunks dense_chunks_;
+  std::vector<int> share_counts_, share_displs_;  // [W] in elements
+  size_t share_first_chunk_ = 0, share_end_chunk_ = 0;
+  std::vector<float> dense_scratch_;               // [W · this rank's share] the shares' leaves
+  std::vector<double> sums_scratch_;               // as sums_
   std::vector<double> expert_sq_, expert_sq_all_;  // [L, max_local_], [P, L, max_local_]
   // Expert gradients by sequence (model/expert_grads.hpp): each EP group's tree nodes (by group),
   // the planes of d_experts_ they need, and with replicas the gathered planes and the scratch of

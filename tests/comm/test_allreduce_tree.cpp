@@ -132,5 +132,67 @@ TEST(AllreduceSumTree, ScratchSmallerThanDataThrows) {
   for (float v : data) EXPECT_EQ(v, static_cast<float>(world.size()));
 }
 
+// Comm::reduce_scatter_tree: each rank's block holds the bits allreduce_sum_tree gives there
+// (blocks of unequal sizes, an empty one among them), the rest of its data is untouched; then
+// allgatherv_blocks puts the whole sum on every rank.
+template <class T> void expect_reduce_scatter_tree(const Comm& comm, size_t n) {
+  const int W = comm.size(), r = comm.rank();
+  std::vector<int> counts(W), displs(W);
+  size_t at = 0;
+  for (int q = 0; q < W; ++q) {
+    // Rank 1 (when there is one) gets nothing; the others share n unevenly.
+    const size_t left = n - at;
+    counts[q] = q == W - 1 ? static_cast<int>(left) : q == 1 ? 0 : static_cast<int>(left / 2);
+    displs[q] = static_cast<int>(at);
+    at += static_cast<size_t>(counts[q]);
+  }
+  const std::vector<T> mine = rank_values<T>(r, n);
+  std::vector<T> data = mine, scratch(static_cast<size_t>(W) * counts[r] + 1);
+  comm.reduce_scatter_tree(std::span<T>(data), std::span<const int>(counts),
+                           std::span<const int>(displs), std::span<T>(scratch));
+  const std::vector<T> expected = tree_reference<T>(0, W, n);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool own = i >= static_cast<size_t>(displs[r]) &&
+                     i < static_cast<size_t>(displs[r]) + static_cast<size_t>(counts[r]);
+    wrong += bits(data[i]) != bits(own ? expected[i] : mine[i]);
+  }
+  EXPECT_EQ(wrong, 0u) << "rank " << r << " of " << W;
+  comm.allgatherv_blocks(std::span<T>(data), std::span<const int>(counts),
+                         std::span<const int>(displs));
+  wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += bits(data[i]) != bits(expected[i]);
+  EXPECT_EQ(wrong, 0u) << "after the gather, rank " << r << " of " << W;
+}
+
+TEST(ReduceScatterTree, EachBlockIsTheTreeSumAndTheGatherCompletesIt) {
+  const Comm world = Comm::world();
+  for (size_t n : {size_t{0}, size_t{7}, size_t{1000}}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    expect_reduce_scatter_tree<float>(world, n);
+    expect_reduce_scatter_tree<double>(world, n);
+  }
+  const Comm half = world.split(world.rank() % 2, world.rank());
+  expect_reduce_scatter_tree<float>(half, 1000);
+}
+
+// Every rank refuses before sending anything: blocks outside the data, or too little scratch.
+TEST(ReduceScatterTree, BadBlocksOrScratchThrow) {
+  const Comm world = Comm::world();
+  const int W = world.size();
+  std::vector<float> data(4, 1.0f), scratch(4 * W);
+  std::vector<int> counts(W, 0), displs(W, 0);
+  counts[0] = 5;
+  EXPECT_THROW(world.reduce_scatter_tree(std::span<float>(data), std::span<const int>(counts),
+                                         std::span<const int>(displs), std::span<float>(scratch)),
+               std::invalid_argument);
+  counts[0] = 0;
+  counts[world.rank()] = 4;
+  std::vector<float> small(3);
+  EXPECT_THROW(world.reduce_scatter_tree(std::span<float>(data), std::span<const int>(counts),
+                                         std::span<const int>(displs), std::span<float>(small)),
+               std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace moe

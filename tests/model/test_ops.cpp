@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "model/blas.hpp"
 #include "model/gemm/gemm.hpp"
 #include "model/linear.hpp"
+#include "model/optimizer.hpp"
+#include "model/params.hpp"
 #include "model/rmsnorm.hpp"
 #include "model/rng.hpp"
 #include "model/router.hpp"
@@ -376,6 +379,61 @@ TEST(Blas, ThreadsAndInfo) {
   const std::string info = blas_info();
   EXPECT_NE(info.find("fixed-order FMA"), std::string::npos) << info;
   EXPECT_NE(info.find(gemm_level_name(gemm_level())), std::string::npos) << info;
+}
+
+// A rank updates its share of the replicated parameters (adamw_update_range) and the shares are
+// then gathered: any split gives the bits of one update of the whole arena, across tensors with
+// and without weight decay.
+TEST(AdamW, UpdatingSharesGivesTheBitsOfOneWholeUpdate) {
+  ParamLayout layout;
+  layout.add("a", 1000, ParamInit::kNormal, 0.02f);
+  layout.add("norm", 300, ParamInit::kOnes, 0.0f, false);
+  layout.add("b", 777, ParamInit::kNormal, 0.02f);
+  const size_t n = layout.num_elements;
+  std::vector<float> params(n), grads(n);
+  param_init(std::span<float>(params), layout, 3);
+  param_init(std::span<float>(grads), layout, 4);
+  const AdamWConfig cfg;
+  std::vector<float> whole = params;
+  AdamWState whole_state;
+  adamw_state_init(whole_state, n);
+  for (int step = 1; step <= 3; ++step) {
+    adamw_update(whole, grads, whole_state, layout, cfg, 1e-2f, 0.7f, step);
+  }
+  for (const std::vector<size_t>& cuts :
+       {std::vector<size_t>{0, n}, {0, 999, 1000, 1301, n}, {0, 17, 1500, n}}) {
+    std::vector<float> shared = params;
+    AdamWState state;
+    adamw_state_init(state, n);
+    for (int step = 1; step <= 3; ++step) {
+      for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+        adamw_update_range(shared, grads, state, layout, cfg, 1e-2f, 0.7f, step, cuts[k],
+                           cuts[k + 1]);
+      }
+    }
+    EXPECT_EQ(std::memcmp(shared.data(), whole.data(), n * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(state.m.data(), whole_state.m.data(), n * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(state.v.data(), whole_state.v.data(), n * sizeof(float)), 0);
+  }
+  EXPECT_THROW(adamw_update_range(whole, grads, whole_state, layout, cfg, 1e-2f, 1.0f, 1, 5, n + 1),
+               std::invalid_argument);
+}
+
+// The norm's chunks, summed in order from 0, are sum_squares, bit for bit (the trainer adds
+// chunks that different ranks computed).
+TEST(SumSquares, ChunksAddedInOrderAreTheWholeSum) {
+  for (size_t n : {size_t{0}, size_t{5}, size_t{1} << 16, (size_t{1} << 18) + 3, size_t{5000000}}) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i)
+      x[i] = std::ldexp(1.0f + float(i % 97) / 97.0f, int(i % 41) - 20);
+    const SumSquaresChunks chunks = sum_squares_chunks(n);
+    double total = 0.0;
+    for (size_t c = 0; c < chunks.count; ++c) {
+      total += sum_squares_chunk(std::span<const float>(x), chunks, c);
+    }
+    const double whole = sum_squares(std::span<const float>(x));
+    EXPECT_EQ(std::memcmp(&total, &whole, sizeof(double)), 0) << "n = " << n;
+  }
 }
 
 }  // namespace
