@@ -49,6 +49,7 @@ Comm::Comm(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
   // attributes).
   MOE_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
   if (found) tag_ub_ = *static_cast<int*>(tag_ub);
+  block_args_.resize(2 * static_cast<size_t>(size_));
 }
 
 Comm Comm::world() {
@@ -285,7 +286,6 @@ void Comm::reduce_scatter_tree(std::span<T> data, std::span<const int> counts,
   // Rank q's share of this rank's block lands at scratch[q·mine]: the leaves of the tree over
   // ranks, which are then added in place as allreduce_sum_tree adds them (left += right at each
   // node, a range of n ranks split after the largest power of two below n).
-  block_args_.resize(2 * static_cast<size_t>(size_));
   int* recv_counts = block_args_.data();
   int* recv_displs = recv_counts + size_;
   for (int q = 0; q < size_; ++q) {

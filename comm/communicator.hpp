@@ -127,7 +127,8 @@ class Comm {
   int rank_ = 0;
   int size_ = 1;
   int tag_ub_ = 32767;                   // MPI_TAG_UB
-  mutable std::vector<int> block_args_;  // reduce_scatter_tree's counts and displacements
+  mutable std::vector<int> block_args_;  // [2·size] reduce_scatter_tree's receive counts and
+                                         //   displacements, sized at construction
 };
 
 // The communicators of expert parallelism over a world of W ranks with EP group size P:

@@ -1,4 +1,4 @@
-// MoE layer forward and backward: router, dispatch, local experts, combine, shared expert.
+// MoE layer forward and backward: router, dispatch, the experts (model/moe_experts.hpp), combine.
 #include "model/moe_layer.hpp"
 
 #include <omp.h>
@@ -14,11 +14,10 @@
 #include "model/blas.hpp"
 #include "model/capacity.hpp"
 #include "model/linear.hpp"
+#include "model/moe_experts.hpp"
 #include "model/parallel.hpp"
-#include "model/per_sequence.hpp"
 #include "model/phase_timer.hpp"
 #include "model/router.hpp"
-#include "model/swiglu.hpp"
 #include "model/z_loss.hpp"
 
 namespace moe {
@@ -162,232 +161,14 @@ void balance_loss_forward(MoeSaved<T>& s, const MoeRouting& routing, const MoeDi
       routing.balance_weight, routing.balance_loss_form);
 }
 
-// The forward's N tokens as (B sequences, S rows each); one sequence of N rows when the routing
-// gave no sequence length. Token-row GEMMs and weight gradients go sequence by sequence
-// (model/per_sequence.hpp).
-template <class T> std::pair<int, int> sequences_of(const MoeSaved<T>& s, int N) {
-  const int S = s.seq_len > 0 ? s.seq_len : N;
-  return {S > 0 ? N / S : 0, S};
-}
-
-// With several threads, an expert's rows go to them in chunks of at most this many rows (one
-// thread takes each expert whole: fewer, larger GEMMs). A row's results do not depend on how its
-// expert's rows are split: every GEMM element is one chain of FMAs in k order (model/gemm/), and
-// SwiGLU is elementwise.
-constexpr int kExpertChunkRows = 256;
-
-// Token-row tasks: the shared expert's `sequences` sequences of S rows first
-// (`shared_rows(first row, rows)`), then every local expert's rows (`expert(i, rows, first row)`),
-// in chunks of at most kExpertChunkRows with several threads. `chunk_offsets` is scratch: each
-// expert's first task.
-template <class Shared, class Expert>
-void expert_row_tasks(std::vector<int>& chunk_offsets, const std::vector<int>& offsets,
-                      int sequences, int S, Shared&& shared_rows, Expert&& expert) {
-  const int experts = static_cast<int>(offsets.size()) - 1;
-  const int chunk =
-      omp_get_max_threads() > 1 ? kExpertChunkRows : std::max(1, offsets[experts] - offsets[0]);
-  chunk_offsets.resize(static_cast<size_t>(experts) + 1);
-  chunk_offsets[0] = 0;
-  for (int i = 0; i < experts; ++i) {
-    const int rows = offsets[i + 1] - offsets[i];
-    chunk_offsets[i + 1] = chunk_offsets[i] + (rows + chunk - 1) / chunk;
-  }
-  parallel_tasks(int64_t{sequences} + chunk_offsets[experts], [&](int64_t task) {
-    if (task < sequences) return shared_rows(static_cast<int>(task) * S, S);
-    const int c = static_cast<int>(task - sequences);
-    const int i = static_cast<int>(std::upper_bound(chunk_offsets.begin(), chunk_offsets.end(), c) -
-                                   chunk_offsets.begin() - 1);
-    const int first = offsets[i] + (c - chunk_offsets[i]) * chunk;
-    expert(i, std::min(chunk, offsets[i + 1] - first), first);
-  });
-}
-
-// The tree the calling thread's weight-gradient task sums its leaves in: one per thread, added
-// here when a region has more threads than moe_saved_reserve saw.
-template <class T> TreeSum<T>& thread_tree(MoeSaved<T>& s) {
-  return s.expert_trees[static_cast<size_t>(omp_get_thread_num())];
-}
-template <class T> void trees_for_threads(MoeSaved<T>& s) {
-  const size_t threads = static_cast<size_t>(std::max(omp_get_max_threads(), 1));
-  while (s.expert_trees.size() < threads) {
-    s.expert_trees.emplace_back().reserve(s.tree_width, s.tree_leaves);
-  }
-}
-
-// The shared expert on rows [row, row + rows) of one sequence: out = swiglu(in·S1, in·S3)·S2.
-template <class T>
-void shared_rows_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
-                         const MoeDims& d, int row, int rows) {
-  const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.Fs;
-  linear_forward(&s.sg[rf], in + rd, w.shared_w1, rows, d.D, d.Fs);
-  linear_forward(&s.sv[rf], in + rd, w.shared_w3, rows, d.D, d.Fs);
-  swiglu_forward(&s.sh[rf], &s.sg[rf], &s.sv[rf], static_cast<int64_t>(rows) * d.Fs, 0.0f);
-  linear_forward(out + rd, &s.sh[rf], w.shared_w2, rows, d.Fs, d.D);
-}
-
-// shared_rows_forward reversed for its rows, adding into d_in; the weight gradients come after
-// (shared_weight_task).
-template <class T>
-void shared_rows_backward(T* d_in, MoeSaved<T>& s, const T* d_out, const MoeWeights<T>& w,
-                          const MoeDims& d, int row, int rows) {
-  const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.Fs;
-  const int64_t n = static_cast<int64_t>(rows) * d.Fs;
-  std::fill_n(&s.sd_h[rf], n, T(0));
-  linear_backward_input(&s.sd_h[rf], d_out + rd, w.shared_w2, rows, d.Fs, d.D);
-  swiglu_backward(&s.sd_g[rf], &s.sd_v[rf], &s.sd_h[rf], &s.sg[rf], &s.sv[rf], n, 0.0f);
-  linear_backward_input(d_in + rd, &s.sd_g[rf], w.shared_w1, rows, d.D, d.Fs);
-  linear_backward_input(d_in + rd, &s.sd_v[rf], w.shared_w3, rows, d.D, d.Fs);
-}
-
-// The shared expert's weight gradient m (0: S2, 1: S1, 2: S3) by sequence, in the thread's tree.
-template <class T>
-void shared_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const T* d_out, const T* in,
-                        const MoeDims& d, int m) {
-  const auto [B, S] = sequences_of(s, s.N);
-  TreeSum<T>& tree = thread_tree(s);
-  if (m == 0) {
-    seq_linear_weight_backward(gr.shared_w2, tree, d_out, s.sh.data(), B, S, d.Fs, d.D);
-  } else {
-    seq_linear_weight_backward(m == 1 ? gr.shared_w1 : gr.shared_w3, tree,
-                               m == 1 ? s.sd_g.data() : s.sd_v.data(), in, B, S, d.D, d.Fs);
-  }
-}
-
-// Routed expert i's weight gradient m (0: W2, 1: W1, 2: W3) by sequence over its rows, in the
-// thread's tree.
-template <class T>
-void expert_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeDims& d, int i, int m) {
-  const size_t at = static_cast<size_t>(i) * d.D * d.F;
-  TreeSum<T>& tree = thread_tree(s);
-  if (m == 0) {
-    expert_weight_grad(gr.w2 + at, tree, s.h.data(), s.d_y.data(), d.F, d.D, i, s.plan,
-                       s.expert_rows, s.expert_layout);
-  } else {
-    expert_weight_grad(m == 1 ? gr.w1 + at : gr.w3 + at, tree, s.x.data(),
-                       m == 1 ? s.d_g.data() : s.d_v.data(), d.D, d.F, i, s.plan, s.expert_rows,
-                       s.expert_layout);
-  }
-}
-
-// The routed experts of this rank, each on its contiguous rows of x: g = x·W1, v = x·W3,
-// h = swiglu(g, v), y = h·W2, in row tasks (expert_row_tasks); with `shared_out`, the shared
-// expert's sequences are tasks of the same region, writing shared_out.
-template <class T>
-void local_experts_forward(MoeSaved<T>& s, const MoeWeights<T>& w, const MoeDims& d, T* shared_out,
-                           const T* in) {
-  const size_t DF = static_cast<size_t>(d.D) * d.F;
-  const auto [B, S] = sequences_of(s, s.N);
-  expert_row_tasks(
-      s.chunk_offsets, s.plan.expert_offsets, shared_out != nullptr && d.Fs > 0 ? B : 0, S,
-      [&](int row, int rows) { shared_rows_forward(shared_out, s, in, w, d, row, rows); },
-      [&](int64_t i, int rows, int row) {
-        const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.F;
-        linear_forward(&s.g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D, d.F);
-        linear_forward(&s.v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D, d.F);
-        swiglu_forward(&s.h[rf], &s.g[rf], &s.v[rf], static_cast<int64_t>(rows) * d.F,
-                       d.swiglu_limit);
-        linear_forward(&s.y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F, d.D);
-      });
-}
-
-}  // namespace
-
-namespace {
-
 // The layer's share of the router z-loss (its gradient is added in backward, from the logits).
 template <class T>
 void z_loss_forward(MoeSaved<T>& s, const MoeRouting& routing, const MoeDims& d, int N) {
   s.z_loss_weight = routing.z_loss_weight;
   s.z_loss = 0.0;
   if (routing.z_loss_weight <= 0) return;
-  const auto [B, S] = sequences_of(s, N);
+  const auto [B, S] = moe_sequences(s, N);
   s.z_loss = router_z_loss_forward(s.logits.data(), B, S, d.E, routing.z_loss_weight);
-}
-
-// The shared expert's buffers for N tokens (forward: sg, sv, sh; backward: sd_g, sd_v, sd_h).
-template <class T> void shared_resize(MoeSaved<T>& s, const MoeDims& d, int N, bool backward) {
-  const size_t NFs = static_cast<size_t>(N) * d.Fs;
-  if (backward) {
-    for (auto* v : {&s.sd_g, &s.sd_v, &s.sd_h}) v->resize(NFs);
-  } else {
-    for (auto* v : {&s.sg, &s.sv, &s.sh}) v->resize(NFs);
-  }
-}
-
-// The shared expert writes out = swiglu(in·S1, in·S3)·S2 (or zeros without one), a task per
-// sequence; the routed experts' weighted outputs are added to it afterwards.
-template <class T>
-void shared_expert_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
-                           const MoeDims& d, int N) {
-  if (d.Fs == 0) {
-    std::fill(out, out + static_cast<size_t>(N) * d.D, T(0));
-    return;
-  }
-  const auto [B, S] = sequences_of(s, N);
-  shared_resize(s, d, N, false);
-  parallel_tasks(
-      B, [&](int64_t b) { shared_rows_forward(out, s, in, w, d, static_cast<int>(b) * S, S); });
-}
-
-// The shared expert's backward alone (while the routed rows are in flight), with buffers of its
-// own (sd_*): its rows a task per sequence, adding into d_in, then its three weight gradients.
-template <class T>
-void shared_expert_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>& s,
-                            const T* in, const MoeWeights<T>& w, const MoeDims& d, int N) {
-  if (d.Fs == 0) return;
-  const auto [B, S] = sequences_of(s, N);
-  shared_resize(s, d, N, true);
-  trees_for_threads(s);
-  parallel_tasks(B, [&](int64_t b) {
-    shared_rows_backward(d_in, s, d_out, w, d, static_cast<int>(b) * S, S);
-  });
-  parallel_tasks(3,
-                 [&](int64_t m) { shared_weight_task(s, gr, d_out, in, d, static_cast<int>(m)); });
-}
-
-// local_experts_forward reversed, in two rounds of tasks. First the rows, in chunks
-// (expert_row_tasks): d_h = d_y·W2ᵀ, h = swiglu(g, v) reversed, d_x = d_g·W1ᵀ + d_v·W3ᵀ. Then
-// every weight gradient, each a task summing its expert's rows by sequence: d_W2 from h and d_y,
-// d_W1 and d_W3 from x and d_g, d_v. With `shared_d_in`, the shared expert's rows and weight
-// gradients are tasks of the same rounds (its rows adding into shared_d_in).
-template <class T>
-void local_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeights<T>& w,
-                            const MoeDims& d, T* shared_d_in, const T* d_out, const T* in) {
-  const size_t DF = static_cast<size_t>(d.D) * d.F;
-  const int R = s.plan.num_recv;
-  const bool shared = shared_d_in != nullptr && d.Fs > 0;
-  const auto [B, S] = sequences_of(s, s.N);
-  if (shared) shared_resize(s, d, s.N, true);
-  s.d_x.resize(static_cast<size_t>(R) * d.D);
-  s.d_h.resize(static_cast<size_t>(R) * d.F);
-  s.d_g.resize(s.d_h.size());
-  s.d_v.resize(s.d_h.size());
-  trees_for_threads(s);
-  expert_row_tasks(
-      s.chunk_offsets, s.plan.expert_offsets, shared ? B : 0, S,
-      [&](int row, int rows) { shared_rows_backward(shared_d_in, s, d_out, w, d, row, rows); },
-      [&](int64_t i, int rows, int row) {
-        const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.F;
-        const int64_t n = static_cast<int64_t>(rows) * d.F;
-        std::fill_n(&s.d_h[rf], n, T(0));
-        std::fill_n(&s.d_x[rd], static_cast<int64_t>(rows) * d.D, T(0));
-        // y = h·W2: d_h = d_y·W2ᵀ
-        linear_backward_input(&s.d_h[rf], &s.d_y[rd], w.w2 + i * DF, rows, d.F, d.D);
-        swiglu_backward(&s.d_g[rf], &s.d_v[rf], &s.d_h[rf], &s.g[rf], &s.v[rf], n, d.swiglu_limit);
-        // g = x·W1, v = x·W3: d_x = d_g·W1ᵀ + d_v·W3ᵀ
-        linear_backward_input(&s.d_x[rd], &s.d_g[rf], w.w1 + i * DF, rows, d.D, d.F);
-        linear_backward_input(&s.d_x[rd], &s.d_v[rf], w.w3 + i * DF, rows, d.D, d.F);
-      });
-  // The weight gradients: the shared expert's three first (the largest), then three per routed
-  // expert that received rows.
-  const int first = shared ? 3 : 0;
-  const std::vector<int>& offsets = s.plan.expert_offsets;
-  const int experts = static_cast<int>(offsets.size()) - 1;
-  parallel_tasks(first + 3 * int64_t{experts}, [&](int64_t task) {
-    if (task < first) return shared_weight_task(s, gr, d_out, in, d, static_cast<int>(task));
-    const int i = static_cast<int>((task - first) / 3), m = static_cast<int>((task - first) % 3);
-    if (offsets[i + 1] > offsets[i]) expert_weight_task(s, gr, d, i, m);
-  });
 }
 
 // The rows to dispatch: token t's input once per chosen expert, in the plan's send order.
@@ -467,7 +248,7 @@ template <class T>
 void router_backward(T* d_in, const MoeWeights<T>& gr, MoeSaved<T>& s, const T* in,
                      const MoeWeights<T>& w, const MoeDims& d) {
   const int N = s.N;
-  const auto [B, S] = sequences_of(s, N);
+  const auto [B, S] = moe_sequences(s, N);
   if (s.d_scores_balance.empty()) {
     s.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
   } else {
@@ -493,10 +274,6 @@ void router_backward(T* d_in, const MoeWeights<T>& gr, MoeSaved<T>& s, const T* 
   });
   if (B > 1) tree_sum_leaves(gr.router, s.router_leaves.data(), B, DE, DE);
 }
-
-}  // namespace
-
-namespace {
 
 // The shared expert overlaps the dispatch's transfer when asked to and when there is one (an EP
 // group of more than one rank); otherwise it is one more task next to the routed experts, where
@@ -568,7 +345,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     {
       // The shared expert needs no routed rows: it runs while the dispatched rows are in flight.
       ScopedPhase timer(s.times, Phase::kExperts);
-      shared_expert_forward(out, s, in, w, d, N);
+      moe_shared_forward(out, s, in, w, d, N);
     }
     ScopedPhase timer(s.times, Phase::kDispatch);
     ex.dispatch_end();
@@ -580,11 +357,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     s.v.resize(s.g.size());
     s.h.resize(s.g.size());
     s.y.resize(R * D);
-    if (!overlap) {
-      if (d.Fs == 0) std::fill(out, out + static_cast<size_t>(N) * d.D, T(0));
-      shared_resize(s, d, N, false);
-    }
-    local_experts_forward(s, w, d, overlap ? nullptr : out, in);
+    moe_experts_forward(s, w, d, overlap ? nullptr : out, in);
   }
   ScopedPhase timer(s.times, Phase::kCombine);
   s.y_rows.resize(NK * D);
@@ -612,7 +385,7 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     {
       // While the gradients are in flight.
       ScopedPhase timer(s.times, Phase::kExpertsBackward);
-      shared_expert_backward(d_in, gr, d_out, s, in, w, d, s.N);
+      moe_shared_backward(d_in, gr, d_out, s, in, w, d, s.N);
     }
     ScopedPhase timer(s.times, Phase::kCombineBackward);
     ex.dispatch_end();
@@ -621,7 +394,7 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     ScopedPhase timer(s.times, Phase::kExpertsBackward);
     // The rows of each (source, local expert, sequence): the leaves of the weight gradients.
     expert_seq_rows_exchange(s.expert_rows, s.plan, s.N, s.seq_len, s.expert_layout, ex.comm());
-    local_experts_backward(s, gr, w, d, overlap ? nullptr : d_in, d_out, in);
+    moe_experts_backward(s, gr, w, d, overlap ? nullptr : d_in, d_out, in);
   }
   {
     // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.

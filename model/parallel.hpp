@@ -17,8 +17,14 @@ namespace moe {
 constexpr int kParallelRows = 64;
 
 // Calls task(i) for every i in [0, n), tasks handed out one at a time (their sizes may differ).
-// Without threads to share (one thread, or n < 2) the loop runs in order on the calling thread.
+// Without threads to share (one thread, or n < 2) the loop runs in order on the calling thread;
+// a single task runs outside any parallel region, so that work inside it (a large GEMM) can still
+// use the threads.
 template <class F> void parallel_tasks(int64_t n, F&& task) {
+  if (n == 1) {
+    task(int64_t{0});
+    return;
+  }
   std::exception_ptr error;
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
   for (int64_t i = 0; i < n; ++i) {
@@ -33,11 +39,11 @@ template <class F> void parallel_tasks(int64_t n, F&& task) {
 }
 
 // Splits [0, n) into one contiguous block per thread (lengths multiples of 64) and calls
-// block(begin, end) for each; below min_parallel elements, one call on the calling thread. For
-// loops whose elements are independent, so that the results do not depend on the split. The
-// block must not throw.
+// block(begin, end) for each; below min_parallel elements, or inside a parallel region (a task),
+// one call on the calling thread. For loops whose elements are independent, so that the results
+// do not depend on the split. The block must not throw.
 template <class F> void parallel_blocks(int64_t n, int64_t min_parallel, F&& block) {
-  if (n < min_parallel) {
+  if (n < min_parallel || omp_get_level() > 0) {
     if (n > 0) block(int64_t{0}, n);
     return;
   }

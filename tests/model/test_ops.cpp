@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "fd_check.hpp"
@@ -420,9 +422,15 @@ TEST(AdamW, UpdatingSharesGivesTheBitsOfOneWholeUpdate) {
 }
 
 // The norm's chunks, summed in order from 0, are sum_squares, bit for bit (the trainer adds
-// chunks that different ranks computed).
+// chunks that different ranks computed); and sum_squares itself keeps the bits it had when the
+// norm was one call on every rank (the values below, computed then).
 TEST(SumSquares, ChunksAddedInOrderAreTheWholeSum) {
-  for (size_t n : {size_t{0}, size_t{5}, size_t{1} << 16, (size_t{1} << 18) + 3, size_t{5000000}}) {
+  const std::vector<std::pair<size_t, uint64_t>> golden = {
+      {5, 0x3df6f5175811f514ull},
+      {size_t{1} << 16, 0x433348ef7c5ffed2ull},
+      {(size_t{1} << 18) + 3, 0x43534b2dd84b68c1ull},
+      {5000000, 0x439700e9eee6c4baull}};
+  for (const auto& [n, bits] : golden) {
     std::vector<float> x(n);
     for (size_t i = 0; i < n; ++i)
       x[i] = std::ldexp(1.0f + float(i % 97) / 97.0f, int(i % 41) - 20);
@@ -432,8 +440,10 @@ TEST(SumSquares, ChunksAddedInOrderAreTheWholeSum) {
       total += sum_squares_chunk(std::span<const float>(x), chunks, c);
     }
     const double whole = sum_squares(std::span<const float>(x));
-    EXPECT_EQ(std::memcmp(&total, &whole, sizeof(double)), 0) << "n = " << n;
+    EXPECT_EQ(std::bit_cast<uint64_t>(whole), bits) << "n = " << n;
+    EXPECT_EQ(std::bit_cast<uint64_t>(total), bits) << "n = " << n;
   }
+  EXPECT_EQ(sum_squares_chunks(0).count, 0u);
 }
 
 }  // namespace

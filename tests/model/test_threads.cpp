@@ -64,10 +64,10 @@ ModelConfig three_layers() {
 }
 
 // One training step of `c` on `threads` threads: forward, backward, the gradient norm and one
-// AdamW update.
+// AdamW update. The buffers are reserved with `reserve_threads` threads (0: `threads`).
 StepResult train_step(int threads, const ModelConfig& c = three_layers(),
-                      RoutingConfig balanced = RoutingConfig{}) {
-  blas_set_threads(threads);
+                      RoutingConfig balanced = RoutingConfig{}, int reserve_threads = 0) {
+  blas_set_threads(reserve_threads > 0 ? reserve_threads : threads);
   const Comm self = Comm::self();
   EpExchange ex(self);
   const ModelPlacement placement = model_placement_contiguous(c, 1);
@@ -82,6 +82,7 @@ StepResult train_step(int threads, const ModelConfig& c = three_layers(),
   const ModelBatch& batch = data.batch;
   ModelActs<float> acts;
   model_acts_reserve(acts, c, c.batch_per_rank, 1, model_placement_max_local(placement));
+  blas_set_threads(threads);
 
   StepResult r;
   r.loss =
@@ -168,6 +169,17 @@ TEST_F(Threads, ExpertRowsSplitIntoChunksGiveTheSameBitsOnOneTwoAndThreeThreads)
     SCOPED_TRACE(std::to_string(threads) + " threads");
     expect_bitwise_equal(one, train_step(threads, c));
   }
+}
+
+// Buffers reserved for one thread and a step on three: the per-thread weight-gradient trees and
+// attention scratch are added at the first backward, with the same bits.
+TEST_F(Threads, PerThreadBuffersGrowWhenTheThreadsDo) {
+  ModelConfig c = three_layers();
+  c.batch_per_rank = 4;
+  c.experts = 4;
+  c.top_k = 2;
+  const StepResult one = train_step(1, c);
+  expect_bitwise_equal(one, train_step(3, c, RoutingConfig{}, 1));
 }
 
 // With dynamic adjustment libgomp may start fewer threads than asked for: results stay the same
