@@ -114,7 +114,7 @@ AttnSavedSizes attn_saved_sizes(int max_B, const AttnDims& d, int threads) {
   z.d_q = S * HD;  // d_k_heads, d_v_heads: [H, S, hd], as many
   z.d_kv = S * KD;
   z.d_probs = H * std::min(d.S, kQueryTile) * Kt;
-  z.threads = std::max(threads, 1);
+  z.threads = max_B > 1 ? std::max(threads, 1) : 1;  // one sequence runs on the caller's set
   z.tree_q = static_cast<double>(d.D) * HD;
   z.tree_kv = static_cast<double>(d.D) * KD;
   z.leaf_sets = max_B > 1 ? max_B : 0;
@@ -125,14 +125,14 @@ namespace {
 
 // One sequence's backward scratch (AttnSavedSizes) for `threads` threads.
 template <class T> void scratch_reserve(AttnSaved<T>& saved, const AttnDims& d, int threads) {
-  const AttnSavedSizes z = attn_saved_sizes(0, d, threads);
-  auto n = [&](double elements) { return static_cast<size_t>(elements) * z.threads; };
+  const AttnSavedSizes z = attn_saved_sizes(1, d, 1);
+  auto n = [&](double elements) { return static_cast<size_t>(elements) * threads; };
   for (std::vector<T>* v : {&saved.d_concat, &saved.d_q, &saved.d_k_heads, &saved.d_v_heads}) {
     v->assign(n(z.d_q), T(0));
   }
   for (std::vector<T>* v : {&saved.d_k, &saved.d_v}) v->assign(n(z.d_kv), T(0));
   saved.d_probs.assign(n(z.d_probs), T(0));
-  saved.threads = z.threads;
+  saved.threads = threads;
 }
 
 }  // namespace

@@ -43,7 +43,8 @@ int attn_keys_per_tile(const AttnDims& dims);
 struct AttnSavedSizes {
   // q and concat [B, S, HD]; k, v [B, S, KD]; probs [B, H, S, Kt].
   double q = 0, kv = 0, probs = 0;
-  // Backward scratch of one sequence, one set per thread: d_q, d_concat, d_k_heads, d_v_heads
+  // Backward scratch of one sequence, one set per thread when there are several sequences (one
+  // set for one sequence, whose tasks share it): d_q, d_concat, d_k_heads, d_v_heads
   // [S, HD]; d_k, d_v [S, KD]; d_probs [H, min(S, query tile), Kt].
   double d_q = 0, d_kv = 0, d_probs = 0;
   int threads = 1;
@@ -98,8 +99,8 @@ template <class T> struct AttnSaved {
                           //   see the key; columns >= n unused
   std::vector<T> concat;  // [max_B·S, H·hd] heads' outputs P_h·v_g side by side
 
-  // Backward temporaries of one sequence, one set per thread ([threads, …]): a task per sequence
-  // uses its thread's set.
+  // Backward temporaries of one sequence, one set per thread ([threads, …]) when max_B > 1: a task
+  // per sequence uses its thread's set.
   int threads = 0;
   std::vector<T> d_concat;  // [S, H·hd]
   std::vector<T> d_q;       // [S, H·hd]
