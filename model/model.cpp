@@ -201,17 +201,12 @@ void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_siz
 
 namespace {
 
-// Elementwise passes over the residual stream on the threads (the same bits whatever the split).
-constexpr int64_t kParallelValues = int64_t{1} << 16;
+// out = a + b over the residual stream, on the threads (elementwise: the same bits whatever the
+// split).
 template <class T> void add_into(T* out, const T* a, const T* b, size_t n) {
   parallel_blocks(static_cast<int64_t>(n), kParallelValues, [=](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
   });
-}
-template <class T> void zero(std::vector<T>& v) {
-  T* p = v.data();
-  parallel_blocks(static_cast<int64_t>(v.size()), kParallelValues,
-                  [p](int64_t lo, int64_t hi) { std::fill(p + lo, p + hi, T(0)); });
 }
 
 template <class T> AttnWeights<T> attn_weights_at(T* dense, const LayerOffsets& o) {
@@ -348,11 +343,11 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     // logits = final_normed·lm_head; final_normed = RMSNorm(x_L)
     ScopedPhase timer(a.times, Phase::kOther);
     const size_t last = 2 * static_cast<size_t>(c.layers);
-    zero(a.d_final);
+    parallel_zero(a.d_final.data(), a.d_final.size());
     seq_linear_backward_input(a.d_final.data(), a.d_logits.data(), dense + m.lm_head, B, S, D, V);
     seq_linear_weight_backward(dd + m.lm_head, a.grad_tree, a.d_logits.data(),
                                a.final_normed.data(), B, S, D, V);
-    zero(a.d_resid);
+    parallel_zero(a.d_resid.data(), a.d_resid.size());
     seq_rmsnorm_backward(d_resid, dd + m.final_norm, a.norm_leaves, a.d_final.data(),
                          resid + last * ND, dense + m.final_norm, rstd + last * N, B, S, D);
   }
@@ -360,14 +355,14 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     const LayerOffsets& o = m.layers[l];
     const size_t i0 = 2 * l, i1 = 2 * l + 1;
     // x2 = x1 + MoE(RMSNorm(x1)): d_x1 = d_x2 + RMSNorm'ᵀ(MoE'ᵀ d_x2)
-    zero(a.d_normed);
+    parallel_zero(a.d_normed.data(), a.d_normed.size());
     moe_backward(d_normed, moe_weights_at(dd, de, o.moe, z.md), d_resid, a.moe[l], normed + i1 * ND,
                  moe_weights_at(dense, experts, o.moe, z.md), z.md, ex);
     ScopedPhase timer(a.times, Phase::kAttentionBackward);
     seq_rmsnorm_backward(d_resid, dd + o.moe_norm, a.norm_leaves, d_normed, resid + i1 * ND,
                          dense + o.moe_norm, rstd + i1 * N, B, S, D);
     // x1 = x0 + Attn(RMSNorm(x0)): d_x0 = d_x1 + RMSNorm'ᵀ(Attn'ᵀ d_x1)
-    zero(a.d_normed);
+    parallel_zero(a.d_normed.data(), a.d_normed.size());
     attention_backward(d_normed, attn_weights_at(dd, o), d_resid, a.attn[l], normed + i0 * ND,
                        attn_weights_at(dense, o), z.ad, a.rope, B);
     seq_rmsnorm_backward(d_resid, dd + o.attn_norm, a.norm_leaves, d_normed, resid + i0 * ND,

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 
@@ -54,6 +55,22 @@ template <class F> void parallel_blocks(int64_t n, int64_t min_parallel, F&& blo
     const int64_t begin = std::min(n, t * per), end = std::min(n, begin + per);
     if (begin < end) block(begin, end);
   }
+}
+
+// Elementwise passes over at least this many values go to the threads (parallel_blocks).
+constexpr int64_t kParallelValues = int64_t{1} << 16;
+
+// p[0, n) = 0, on the threads from kParallelValues values.
+template <class T> void parallel_zero(T* p, size_t n) {
+  parallel_blocks(static_cast<int64_t>(n), kParallelValues,
+                  [p](int64_t b, int64_t e) { std::fill(p + b, p + e, T(0)); });
+}
+
+// dst[i] += src[i] for i in [0, n), on the threads from kParallelValues values.
+template <class T> void parallel_add(T* dst, const T* src, size_t n) {
+  parallel_blocks(static_cast<int64_t>(n), kParallelValues, [dst, src](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) dst[i] += src[i];
+  });
 }
 
 }  // namespace moe

@@ -59,8 +59,7 @@ void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const 
   for (int b = 0; b < B; ++b) {
     const int64_t row0 = int64_t{b} * S;
     T* leaf = tree.leaf();
-    parallel_blocks(static_cast<int64_t>(VD), kTreeParallelValues,
-                    [leaf](int64_t b, int64_t e) { std::fill(leaf + b, leaf + e, T(0)); });
+    parallel_zero(leaf, VD);
     embedding_backward(leaf, d_out + row0 * D, ids + row0, S, D);
     tree.push();
   }

@@ -22,10 +22,6 @@
 
 namespace moe {
 
-// Sums of at least this many values are added on the threads (parallel_blocks): elementwise, so
-// the same bits whatever the split.
-constexpr int64_t kTreeParallelValues = int64_t{1} << 16;
-
 // The partial sums a TreeSum of up to `max_leaves` leaves keeps at once (its buffers): the stack
 // holds at most floor(log2(max_leaves)) + 1 entries, the next leaf included; at least 1.
 inline int tree_sum_depth(int max_leaves) {
@@ -105,9 +101,7 @@ template <class T> class TreeSum {
     while (sizes_.size() >= 2) merge();
     if (sizes_.empty()) return;
     const T* sum = buffers_[0].data();
-    parallel_blocks(static_cast<int64_t>(count_), kTreeParallelValues, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] += sum[i];
-    });
+    parallel_add(out, sum, count_);
     sizes_.clear();
   }
 
@@ -117,9 +111,7 @@ template <class T> class TreeSum {
     const size_t top = sizes_.size() - 1;
     T* left = buffers_[top - 1].data();
     const T* right = buffers_[top].data();
-    parallel_blocks(static_cast<int64_t>(count_), kTreeParallelValues, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) left[i] += right[i];
-    });
+    parallel_add(left, right, count_);
     sizes_[top - 1] += sizes_[top];
     sizes_.pop_back();
   }
@@ -199,15 +191,11 @@ template <class T> void tree_sum_leaves(T* out, T* leaves, int n, size_t stride,
     self(self, first + half, size - half);
     T* left = leaves + static_cast<size_t>(first) * stride;
     const T* right = leaves + static_cast<size_t>(first + half) * stride;
-    parallel_blocks(static_cast<int64_t>(count), kTreeParallelValues, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) left[i] += right[i];
-    });
+    parallel_add(left, right, count);
   };
   if (n < 1) return;
   node(node, 0, n);
-  parallel_blocks(static_cast<int64_t>(count), kTreeParallelValues, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] += leaves[i];
-  });
+  parallel_add(out, static_cast<const T*>(leaves), count);
 }
 
 // The same tree over scalars pushed one by one (per-sequence losses), without allocation.

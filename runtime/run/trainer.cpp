@@ -175,9 +175,7 @@ StepRecord Trainer::step(int step) {
   rec.bias = routing_.bias;  // the bias this step routes with, before its update
   rec.shadow_bias = routing_.shadow_bias;
   for (std::vector<float>* grads : {&d_dense_, &d_experts_}) {
-    float* g = grads->data();
-    parallel_blocks(static_cast<int64_t>(grads->size()), int64_t{1} << 16,
-                    [g](int64_t b, int64_t e) { std::fill(g + b, g + e, 0.0f); });
+    parallel_zero(grads->data(), grads->size());
   }
   sums_[0] = model_forward(acts_, dense_.data(), experts_.data(), layout_, routing_, batch_, mc_,
                            placement_, ex_);
@@ -301,7 +299,7 @@ void Trainer::reduce(StepRecord& rec) {
                                std::span<const int>(share_displs_),
                                std::span<float>(dense_scratch_));
   }
-  double* parts = sums_.data() + 1 + 2 * static_cast<size_t>(L);
+  double* parts = dense_norm_parts();
   std::fill(parts, parts + dense_chunks_.count, 0.0);
   const std::span<const float> dense_grads(d_dense_);
 #pragma omp parallel for schedule(static)
@@ -519,7 +517,7 @@ void Trainer::optimize(StepRecord& rec, int step) {
   ScopedPhase timer(&times_, Phase::kOptimizer);
   // The dense sum of squares as sum_squares adds it: its chunks in order, from 0.
   double dense_sq = 0.0;
-  const double* parts = sums_.data() + 1 + 2 * static_cast<size_t>(mc_.layers);
+  const double* parts = dense_norm_parts();
   for (size_t c = 0; c < dense_chunks_.count; ++c) dense_sq += parts[c];
   rec.grad_norm = std::sqrt(dense_sq + expert_norm_sq_);
   const float lr = lr_at_step(step, lr_horizon(cfg_), cfg_.warmup_steps,

@@ -116,6 +116,7 @@ class Trainer {
   // [CE sum, balance loss of each layer, z-loss of each layer, the dense gradient's sums of
   // squares by chunk (sum_squares_chunks; each from the rank whose share holds it, 0 elsewhere)]
   std::vector<double> sums_;
+  double* dense_norm_parts() { return sums_.data() + 1 + 2 * static_cast<size_t>(mc_.layers); }
   // [L rows received, L·E rows sent to each expert], [W, L + L·E]
   std::vector<int64_t> recv_local_, recv_all_;
   // [L·E expert loads, L cross-host rows, L cross-host tokens, L·E dropped, R·L·E shadow loads]

@@ -93,6 +93,13 @@ def recipe_env(tmp_path, tools):
     return env
 
 
+def run_recipe(tmp_path, tools):
+    """The recipe of a 5-step run, with the fake tools in `tools` first on the PATH."""
+    return subprocess.run(["bash", os.path.join(SLURM, "moe_rt.sbatch"), "--steps", "5"],
+                          env=recipe_env(tmp_path, tools), capture_output=True, text=True,
+                          timeout=60)
+
+
 @pytest.mark.parametrize("stops, requeued", [(True, True), (False, False)])
 def test_the_recipe_decides_from_what_moe_rt_left(stops, requeued, tmp_path):
     # mpirun crashes with 139 in both cases; only the first left a stop message and checkpoint.
@@ -102,9 +109,7 @@ def test_the_recipe_decides_from_what_moe_rt_left(stops, requeued, tmp_path):
             f"'{ckpt}/step-00000450.h5'; continue with --resume {ckpt}\" >&2\n"
             if stops else "") + "exit 139\n"
     tools = fake_tools(tmp_path / "bin", body)
-    proc = subprocess.run(["bash", os.path.join(SLURM, "moe_rt.sbatch"), "--steps", "5"],
-                          env=recipe_env(tmp_path, tools), capture_output=True, text=True,
-                          timeout=60)
+    proc = run_recipe(tmp_path, tools)
     assert proc.returncode == 139, proc.stdout + proc.stderr
     calls = tools / "scontrol.calls"
     assert (calls.read_text() if calls.exists() else "") == ("requeue 4242\n" if requeued else "")
@@ -119,9 +124,7 @@ def test_a_run_that_finished_as_the_signal_came_ends_the_job_cleanly(tmp_path):
     body = ("echo 'summary: 5 steps in 0.1 s, median 100 tokens/s'\n"
             "kill -USR1 $$\nexit 138\n")
     tools = fake_tools(tmp_path / "bin", body)
-    proc = subprocess.run(["bash", os.path.join(SLURM, "moe_rt.sbatch"), "--steps", "5"],
-                          env=recipe_env(tmp_path, tools), capture_output=True, text=True,
-                          timeout=60)
+    proc = run_recipe(tmp_path, tools)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "summary: 5 steps" in proc.stdout, proc.stdout
     assert "every step ran (mpirun exited 138 while finishing); not requeued" in proc.stdout
@@ -143,9 +146,7 @@ def test_a_signal_as_mpirun_starts_is_passed_on(tmp_path):
             "kill -USR1 $PPID\n"
             "for _ in $(seq 200); do sleep 0.05; done\nexit 1\n")
     tools = fake_tools(tmp_path / "bin", body)
-    proc = subprocess.run(["bash", os.path.join(SLURM, "moe_rt.sbatch"), "--steps", "5"],
-                          env=recipe_env(tmp_path, tools), capture_output=True, text=True,
-                          timeout=60)
+    proc = run_recipe(tmp_path, tools)
     assert proc.returncode == 138, proc.stdout + proc.stderr
     assert "unbound variable" not in proc.stderr, proc.stderr
     assert (tools / "scontrol.calls").read_text() == "requeue 4242\n", proc.stdout + proc.stderr
@@ -157,9 +158,7 @@ def test_a_signal_before_mpirun_starts_ends_the_job_with_a_reason(tmp_path):
     tools = fake_tools(tmp_path / "bin", f"touch {tmp_path}/mpirun.ran\nexit 0\n")
     (tools / "mktemp").write_text("#!/bin/bash\nkill -USR1 $PPID\nexec /usr/bin/mktemp \"$@\"\n")
     (tools / "mktemp").chmod(0o755)
-    proc = subprocess.run(["bash", os.path.join(SLURM, "moe_rt.sbatch"), "--steps", "5"],
-                          env=recipe_env(tmp_path, tools), capture_output=True, text=True,
-                          timeout=60)
+    proc = run_recipe(tmp_path, tools)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "warning came before moe_rt started" in proc.stderr, proc.stderr
     assert not (tmp_path / "mpirun.ran").exists() and not (tools / "scontrol.calls").exists()

@@ -142,7 +142,7 @@ template <class T> void expect_held_leaves_match_tree_sum(int max_leaves, size_t
 TEST(TreeSum, HeldLeavesGiveTheBitsOfTheSamePushedInOrder) {
   expect_held_leaves_match_tree_sum<float>(kMaxLeaves, kCount);
   expect_held_leaves_match_tree_sum<double>(kMaxLeaves, kCount);
-  expect_held_leaves_match_tree_sum<float>(9, static_cast<size_t>(kTreeParallelValues) + 5);
+  expect_held_leaves_match_tree_sum<float>(9, static_cast<size_t>(kParallelValues) + 5);
 }
 
 TEST(TreeSumScalar, EqualsTheSplitRuleTreeBitForBit) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "io/checkpoint_file.hpp"
 #include "runtime/options/options.hpp"
 #include "test_tempdir.hpp"
 
@@ -34,6 +35,22 @@ inline std::string config_error(const std::vector<std::string>& args) {
     return e.what();
   }
   return "no ConfigError";
+}
+
+// The header of a checkpoint of `cfg` after step 2 of a one-rank run with a global batch of 1
+// (its data description left to the caller).
+inline CheckpointHeader step2_header(const RunConfig& cfg) {
+  CheckpointHeader h;
+  h.step = 2;
+  h.global_batch = 1;
+  h.world_size = 1;
+  h.ep_size = 1;
+  h.seed = cfg.seed;
+  h.model = cfg.model_name;
+  h.config_text = run_config_to_text(cfg);
+  h.program_version = "moe_rt test";
+  h.created = "2026-01-01T00:00:00+00:00";
+  return h;
 }
 
 }  // namespace moe::testing_options

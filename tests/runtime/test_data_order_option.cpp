@@ -17,6 +17,7 @@ namespace {
 
 using testing_options::config_error;
 using testing_options::parse;
+using testing_options::step2_header;
 using testing_options::write_file;
 using testing_util::TempDir;
 
@@ -36,18 +37,8 @@ std::string checkpoint(const TempDir& dir, const std::vector<std::string>& args,
   std::vector<std::string> all = {"--model", "micro",  "--steps",         "5",       "--vocab",
                                   "256",     "--data", "text:corpus.txt", "--stats", kNoStats};
   all.insert(all.end(), args.begin(), args.end());
-  const RunConfig cfg = parse(all);
-  CheckpointHeader h;
-  h.step = 2;
-  h.global_batch = 1;
-  h.world_size = 1;
-  h.ep_size = 1;
-  h.seed = cfg.seed;
-  h.model = cfg.model_name;
-  h.config_text = run_config_to_text(cfg);
+  CheckpointHeader h = step2_header(parse(all));
   if (edit != nullptr) h.config_text = edit(h.config_text);
-  h.program_version = "moe_rt test";
-  h.created = "2026-01-01T00:00:00+00:00";
   h.data_description = "text:corpus.txt (4096 bytes as tokens 0..255)";
   static int count = 0;
   const std::string path = dir.file("ckpt_" + std::to_string(++count) + ".h5");

@@ -30,6 +30,7 @@ using testing_util::TempDir;
 
 using testing_options::config_error;
 using testing_options::parse;
+using testing_options::step2_header;
 using testing_options::write_file;
 
 TEST(OptionProbe, TheRowIsInTheTableOnce) {
@@ -119,16 +120,7 @@ TEST(OptionProbe, TheRanksAgreeOnItAndTheStatisticsFileRecordsIt) {
 std::string probe_checkpoint(const TempDir& dir) {
   RunConfig cfg = parse({"--model", "micro", "--steps", "5", "--probe-option", "3"});
   cfg.stats_path = kNoStats;
-  CheckpointHeader h;
-  h.step = 2;
-  h.global_batch = 1;
-  h.world_size = 1;
-  h.ep_size = 1;
-  h.seed = cfg.seed;
-  h.model = cfg.model_name;
-  h.config_text = run_config_to_text(cfg);
-  h.program_version = "moe_rt test";
-  h.created = "2026-01-01T00:00:00+00:00";
+  CheckpointHeader h = step2_header(cfg);
   h.data_description = "synthetic";
   const std::string path = dir.file("ckpt_00000002.h5");
   CheckpointWriter w(path, h);
