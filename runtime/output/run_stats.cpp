@@ -157,7 +157,6 @@ RunStats::RunStats(const RunConfig& cfg, int rank, int world_size, int ep_size,
     if (reserved_) drop_reservation(path_);
     throw;
   }
-  phase_all_.resize(static_cast<size_t>(world_size) * kNumPhases);
 }
 
 RunStats::~RunStats() {
@@ -196,8 +195,7 @@ template <class F> void RunStats::append_row(const std::string& row, F&& append)
   }
 }
 
-void RunStats::record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times) {
-  world.gather(std::span<const double>(times.seconds), std::span<double>(phase_all_), 0);
+void RunStats::record_step(const StepRecord& rec, std::span<const double> phase_all) {
   if (rank_ != 0 || !failure_.empty()) return;
   StepRow row;
   row.step = rec.step;
@@ -225,7 +223,7 @@ void RunStats::record_step(const Comm& world, const StepRecord& rec, const Phase
   row.shadow_max_violation = rec.shadow_max_violation;
   row.dropped = rec.dropped;
   row.source_expert_load = rec.source_load;
-  row.phase_times = phase_all_;
+  row.phase_times = phase_all;
   append_row("the row of step " + std::to_string(rec.step), [&] { writer_->append(row); });
 }
 

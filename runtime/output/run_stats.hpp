@@ -43,8 +43,9 @@ class RunStats {
   // the run. A failure to close is a warning on stderr. Other ranks: true.
   bool close();
 
-  // Collective over world: gathers every rank's phase times; rank 0 appends the step's row.
-  void record_step(const Comm& world, const StepRecord& rec, const PhaseTimes& times);
+  // Rank 0: appends the step's row, with every rank's phase times `phase_all` [W, phases] (the
+  // Trainer gathers them in its end-of-step collective). Other ranks: nothing.
+  void record_step(const StepRecord& rec, std::span<const double> phase_all);
 
   // Rank 0: appends a validation row (the record is global already). Other ranks: nothing.
   void record_eval(const EvalRecord& rec);
@@ -79,7 +80,6 @@ class RunStats {
   bool published_ = false;                        // publish() succeeded
   std::string failure_;                           // rank 0: see failure()
   std::unique_ptr<StatsWriter> writer_;           // rank 0 only
-  std::vector<double> phase_all_;                 // [W, phases] on rank 0
   std::vector<int32_t> trace_local_, trace_all_;  // [2·N + 2·L·N·K] per rank, gathered [W, ...]
   std::vector<float> weights_local_, weights_all_;
   std::vector<int32_t> t_ids_, t_pos_, t_rank_, t_experts_;  // rank 0: [T], [T], [T], [L, T, K]

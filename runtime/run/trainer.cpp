@@ -152,6 +152,7 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   expert_sq_all_.resize(expert_sq_.size() * P_);
   // With a statistics file, the rows each rank sent to each expert ride along (reduce_loads).
   recv_local_.resize(static_cast<size_t>(L) * (stats_ != nullptr ? 1 + mc_.experts : 1));
+  if (stats_ != nullptr) slowest_.resize(kSlowestHead + static_cast<size_t>(W) * kNumPhases);
   const size_t R = routing_.config.shadows.size();
   load_sums_.resize(static_cast<size_t>(L) * (2 * mc_.experts + 2) + R * L * mc_.experts);
   if (R > 0) shadow_idx_.resize(static_cast<size_t>(N) * mc_.top_k);
@@ -201,6 +202,12 @@ StepRecord Trainer::step(int step) {
   slowest_[0] = phase_seconds_since(t0) + stats_seconds_;
   slowest_[1] = stop_signal_pending();
   slowest_[2] = stats_ && !stats_->failure().empty() ? 1.0 : 0.0;
+  if (stats_) {
+    const std::span<double> phases = std::span<double>(slowest_).subspan(kSlowestHead);
+    std::fill(phases.begin(), phases.end(), 0.0);
+    std::copy(times_.seconds.begin(), times_.seconds.end(),
+              phases.begin() + static_cast<ptrdiff_t>(world_.rank()) * kNumPhases);
+  }
   world_.allreduce_max(std::span<double>(slowest_));
   rec.step_time_s = slowest_[0];
   stop_signal_ = static_cast<int>(slowest_[1]);
@@ -208,7 +215,7 @@ StepRecord Trainer::step(int step) {
   rec.tokens_per_s = static_cast<double>(T_) / rec.step_time_s;
   if (stats_) {
     const PhaseClock::time_point s0 = PhaseClock::now();
-    stats_->record_step(world_, rec, times_);
+    stats_->record_step(rec, std::span<const double>(slowest_).subspan(kSlowestHead));
     stats_seconds_ = phase_seconds_since(s0);
   }
   return rec;

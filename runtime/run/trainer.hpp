@@ -141,8 +141,11 @@ class Trainer {
   std::vector<std::vector<float>> expert_tree_scratch_;    // [tree depth][experts_.size()]
   std::unique_ptr<ExpertInstanceReduce> instance_reduce_;  // with replicated experts only
   double expert_norm_sq_ = 0.0;                            // Σ over every expert, in a fixed order
-  // [step seconds, stop signal, a statistics row failed on rank 0], max over ranks
-  std::vector<double> slowest_ = {0.0, 0.0, 0.0};
+  // [step seconds, stop signal, a statistics row failed on rank 0], max over ranks; with a
+  // statistics file then [W, phases]: each rank's phase times in its own row, zeros elsewhere,
+  // so the max is every rank's times (they are never negative), for rank 0's row of the step.
+  static constexpr size_t kSlowestHead = 3;
+  std::vector<double> slowest_ = std::vector<double>(kSlowestHead, 0.0);
   double stats_seconds_ = 0.0;  // the previous step's HDF5 append, charged to this step's "stats"
   double checkpoint_seconds_ = 0.0;  // a checkpoint after the previous step
   int stop_signal_ = 0;

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -129,6 +130,57 @@ TEST(RunStats, PhasesAddUpToNoMoreThanTheStep) {
       }
       EXPECT_LE(sum, step_time[s] + kRounding) << "step " << s << ", rank " << r;
     }
+  }
+  std::filesystem::remove(path);
+}
+
+// Each rank's phase times reach rank 0's file in that rank's own row (they ride in the step's
+// end-of-step collective): every row of every step carries time, and the file's rows, summed as
+// the run summed them, give the phase table's mean and slowest-rank figures exactly.
+TEST(RunStats, EveryRankWritesItsOwnPhaseTimes) {
+  const Comm world = Comm::world();
+  std::vector<int64_t> pid = {static_cast<int64_t>(getpid())};
+  world.broadcast(std::span<int64_t>(pid), 0);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("moe_rt_phase_rows_" + std::to_string(pid[0]) + ".h5"))
+                               .string();
+  RunConfig cfg;
+  cfg.model_name = "micro";
+  cfg.model = preset_model("micro");
+  cfg.steps = 5;
+  cfg.threads = 1;
+  cfg.stats_path = path;
+  cfg.overwrite = true;
+  const TrainSummary run = train_run(cfg, world, /*quiet=*/true);
+  world.barrier();
+  if (world.rank() != 0) return;
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const auto phases = read_all<double>(f, "/perf/phase_time", H5T_NATIVE_DOUBLE);
+  H5Fclose(f);
+  const size_t W = static_cast<size_t>(world.size()), steps = static_cast<size_t>(cfg.steps);
+  ASSERT_EQ(phases.size(), steps * W * kNumPhases);
+  const auto at = [&](size_t s, size_t r, int p) { return phases[(s * W + r) * kNumPhases + p]; };
+  for (size_t s = 0; s < steps; ++s) {
+    for (size_t r = 0; r < W; ++r) {
+      double sum = 0;
+      for (int p = 0; p < kNumPhases; ++p) sum += at(s, r, p);
+      EXPECT_GT(sum, 0.0) << "step " << s << ", rank " << r;
+    }
+  }
+  // train_run's sums: the steps after the first, in order, then ms per step, mean over ranks.
+  ASSERT_EQ(run.phases.mean_ms.size(), static_cast<size_t>(kNumPhases));
+  for (int p = 0; p < kNumPhases; ++p) {
+    double mean = 0, slowest = 0;
+    for (size_t r = 0; r < W; ++r) {
+      double sum = 0;
+      for (size_t s = 1; s < steps; ++s) sum += at(s, r, p);
+      const double ms = sum * 1e3 / static_cast<double>(steps - 1);
+      mean += ms / static_cast<double>(W);
+      slowest = std::max(slowest, ms);
+    }
+    EXPECT_EQ(mean, run.phases.mean_ms[p]) << kPhaseNames[p];
+    EXPECT_EQ(slowest, run.phases.max_ms[p]) << kPhaseNames[p];
   }
   std::filesystem::remove(path);
 }
