@@ -1,5 +1,5 @@
 // Embedding and cross-entropy loops: the embedding is memory-bound and kept plain; the
-// cross-entropy's rows run as parallel tasks.
+// cross-entropy's rows run as parallel tasks, each at the CPU's instruction-set level.
 #include "model/embedding.hpp"
 
 #include <algorithm>
@@ -7,11 +7,23 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/fast_exp.hpp"
 #include "model/parallel.hpp"
-#include "numeric/det_math.hpp"
+#include "model/simd.hpp"
 
 namespace moe {
+
+namespace {
+
+MOE_SIMD_KERNEL(cross_entropy_row, cross_entropy_row_impl,
+                (double* loss, float* dz, const float* z, int V, int32_t y, double scale),
+                (loss, dz, z, V, y, scale))
+
+// The gradient checks' double rows: the same code, inline.
+void cross_entropy_row(double* loss, double* dz, const double* z, int V, int32_t y, double scale) {
+  cross_entropy_row_impl(loss, dz, z, V, y, scale);
+}
+
+}  // namespace
 
 template <class T>
 void embedding_forward(T* out, const int32_t* ids, const T* table, int N, int D, int V) {
@@ -48,27 +60,8 @@ double cross_entropy_forward_backward(T* d_logits, double* row_loss, const T* lo
   // Rows are independent tasks; their losses are added in row order afterwards, so the total
   // does not depend on the threads.
   parallel_tasks(N, [&](int64_t t) {
-    const T* z = logits + static_cast<size_t>(t) * V;
-    T* dz = d_logits + static_cast<size_t>(t) * V;
-    const int32_t y = targets[t];
-    const T zmax = *std::max_element(z, z + V);
-    // exp(z − max) once, kept in dz (vectorised: kernel_exp); the sum in double, in kLanes
-    // partial sums added in a fixed order.
-    for (int v = 0; v < V; ++v) dz[v] = kernel_exp(z[v] - zmax);
-    constexpr int kLanes = 8;
-    double part[kLanes] = {};
-    int v0 = 0;
-    for (; v0 + kLanes <= V; v0 += kLanes) {
-      for (int i = 0; i < kLanes; ++i) part[i] += static_cast<double>(dz[v0 + i]);
-    }
-    for (int v = v0; v < V; ++v) part[0] += static_cast<double>(dz[v]);
-    double sum = 0.0;
-    for (double p : part) sum += p;
-    row_loss[t] = det::log(sum) + static_cast<double>(zmax) - static_cast<double>(z[y]);
-    // loss_t = log Σ exp(z) − z[y]  =>  ∂loss_t/∂z[v] = softmax(z)[v] − [v == y]
-    const T factor = static_cast<T>(scale / sum);
-    for (int v = 0; v < V; ++v) dz[v] *= factor;
-    dz[y] -= static_cast<T>(scale);
+    const size_t at = static_cast<size_t>(t) * V;
+    cross_entropy_row(&row_loss[t], d_logits + at, logits + at, V, targets[t], scale);
   });
   double total = 0.0;
   for (int t = 0; t < N; ++t) total += row_loss[t];

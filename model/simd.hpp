@@ -1,5 +1,5 @@
 // The float elementwise kernels (SwiGLU, the attention softmax rows, the router's sqrt(softplus)
-// scores) are compiled three times: for SSE2 (any x86-64), AVX2 (x86-64-v3) and AVX-512
+// scores, the LM head's cross-entropy rows) are compiled three times: for SSE2 (any x86-64), AVX2 (x86-64-v3) and AVX-512
 // (x86-64-v4), and each call goes to the level simd_level() names: the best this CPU has, unless a
 // test forced a lower one. The build needs no -march. Every level gives the same bits: the kernels
 // use only IEEE operations that round the same at every vector width, and moe_model is built with

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "model/embedding.hpp"
+#include "model/fast_exp.hpp"
 #include "model/router.hpp"
 #include "model/simd.hpp"
 #include "model/softmax_rows.hpp"
@@ -108,6 +110,63 @@ TEST_P(SimdLevels, SoftmaxRowsMatchTheScalarFormulaBitwise) {
         }
       }
     }
+  }
+}
+
+// The LM head's cross-entropy rows against the plain formula (std::max_element's max, compiled
+// here): vocabularies that are and are not a multiple of the lanes, a row whose largest logit is
+// zero of either sign (the first zero is the max), one whose exp underflows but at one column,
+// and large negative logits.
+TEST_P(SimdLevels, CrossEntropyRowsMatchThePlainFormulaBitwise) {
+  for (int V : {1, 7, 37, 2048}) {
+    const int N = 6;
+    std::vector<float> z(static_cast<size_t>(N) * V), dz(z.size()), want(z.size());
+    std::vector<int32_t> y(N);
+    std::vector<double> loss(N);
+    for (int t = 0; t < N; ++t) {
+      y[t] = (t * 13 + 5) % V;
+      for (int v = 0; v < V; ++v) {
+        z[static_cast<size_t>(t) * V + v] = 6.0f * std::sin(0.73f * v + 1.9f * t) - 30.0f * t;
+      }
+    }
+    // Max −0 first, then +0 in a lane whose partial max comes first.
+    float* r3 = &z[3 * static_cast<size_t>(V)];
+    std::fill(r3, r3 + V, -2.0f);
+    if (V > 20) r3[20] = 0.0f;
+    r3[V > 20 ? 5 : 0] = -0.0f;
+    float* r4 = &z[4 * static_cast<size_t>(V)];  // every exp but the max's underflows
+    std::fill(r4, r4 + V, -200.0f);
+    r4[V / 2] = 0.0f;
+    const double scale = 1.0 / 777.0;
+    const double total =
+        cross_entropy_forward_backward(dz.data(), loss.data(), z.data(), y.data(), N, V, scale);
+    double want_total = 0;
+    for (int t = 0; t < N; ++t) {
+      const float* zt = &z[static_cast<size_t>(t) * V];
+      float* wt = &want[static_cast<size_t>(t) * V];
+      const float zmax = *std::max_element(zt, zt + V);
+      for (int v = 0; v < V; ++v) wt[v] = fast_expf(zt[v] - zmax);
+      double part[8] = {};
+      int v0 = 0;
+      for (; v0 + 8 <= V; v0 += 8) {
+        for (int i = 0; i < 8; ++i) part[i] += static_cast<double>(wt[v0 + i]);
+      }
+      for (int v = v0; v < V; ++v) part[0] += static_cast<double>(wt[v]);
+      double sum = 0;
+      for (double p : part) sum += p;
+      const double row = det::log(sum) + static_cast<double>(zmax) - static_cast<double>(zt[y[t]]);
+      ASSERT_EQ(std::bit_cast<uint64_t>(loss[t]), std::bit_cast<uint64_t>(row))
+          << "V " << V << " row " << t;
+      want_total += row;
+      const float factor = static_cast<float>(scale / sum);
+      for (int v = 0; v < V; ++v) wt[v] *= factor;
+      wt[y[t]] -= static_cast<float>(scale);
+      for (int v = 0; v < V; ++v) {
+        ASSERT_EQ(bits(dz[static_cast<size_t>(t) * V + v]), bits(wt[v]))
+            << "V " << V << " row " << t << " column " << v;
+      }
+    }
+    ASSERT_EQ(std::bit_cast<uint64_t>(total), std::bit_cast<uint64_t>(want_total)) << "V " << V;
   }
 }
 
