@@ -7,7 +7,8 @@
 // straight to its expert-major position and back, with no row permutation. A pair of ranks with
 // few rows between them (under whole_message_bytes) exchanges them as one message instead, which
 // the owner copies block by block out of or into a small staging area: at that size a copy costs
-// less than a message. A rank's blocks for its own experts are copied.
+// less than a message. A rank's blocks for its own experts are copied; on an EP group of one rank
+// the _moving forms hand the whole buffer over instead.
 //
 // Legend: D row width, T·K send rows in the plan's send order, R received rows expert-major.
 #pragma once
@@ -76,6 +77,21 @@ class EpExchange {
   template <class T>
   void combine(std::span<T> send_rows, std::span<const T> expert_rows, const DispatchPlan& plan,
                int D);
+
+  // The same exchanges for callers whose source rows are dead afterwards. When this rank is its
+  // whole EP group, every exchange is the identity (the send order is the expert-major order:
+  // comm/dispatch_plan.hpp), so these swap the two vectors instead of copying the rows: the
+  // destination takes the source's buffer, and the source is left with the destination's old
+  // one, sized as before and holding stale rows. Otherwise they are the exchanges above.
+  template <class T>
+  void dispatch_counted_begin_moving(std::vector<T>& expert_rows, std::vector<T>& send_rows,
+                                     DispatchPlan& plan, int D);
+  template <class T>
+  void dispatch_begin_moving(std::vector<T>& expert_rows, std::vector<T>& send_rows,
+                             const DispatchPlan& plan, int D);
+  template <class T>
+  void combine_moving(std::vector<T>& send_rows, std::vector<T>& expert_rows,
+                      const DispatchPlan& plan, int D);
 
   const Comm& comm() const { return ep_; }
 

@@ -335,8 +335,8 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     ScopedPhase timer(s.times, Phase::kDispatch);
     gather_send_rows(s, in, d);
     // The plan's counts first (or with the rows, across hosts); s.x becomes [R, D] once they are
-    // in.
-    ex.dispatch_counted_begin(s.x, std::span<const T>(s.send_rows), s.plan, d.D);
+    // in. The send rows are dead afterwards: an EP group of one rank hands their buffer over.
+    ex.dispatch_counted_begin_moving(s.x, s.send_rows, s.plan, d.D);
     if (!overlap) {
       ex.dispatch_end();
     }
@@ -361,7 +361,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   }
   ScopedPhase timer(s.times, Phase::kCombine);
   s.y_rows.resize(NK * D);
-  ex.combine(std::span<T>(s.y_rows), std::span<const T>(s.y), s.plan, d.D);
+  ex.combine_moving(s.y_rows, s.y, s.plan, d.D);  // s.y is not read again
   weighted_sum_forward(out, s, d);
 }
 
@@ -376,7 +376,7 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     ScopedPhase timer(s.times, Phase::kCombineBackward);
     weighted_sum_backward(s, d_out, d);
     s.d_y.resize(static_cast<size_t>(R) * d.D);
-    ex.dispatch_begin(std::span<T>(s.d_y), std::span<const T>(s.d_rows), s.plan, d.D);
+    ex.dispatch_begin_moving(s.d_y, s.d_rows, s.plan, d.D);  // d_rows is rewritten below
     if (!overlap) {
       ex.dispatch_end();
     }
@@ -399,7 +399,7 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
   {
     // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.
     ScopedPhase timer(s.times, Phase::kDispatchBackward);
-    ex.combine(std::span<T>(s.d_rows), std::span<const T>(s.d_x), s.plan, d.D);
+    ex.combine_moving(s.d_rows, s.d_x, s.plan, d.D);
     scatter_rows_backward(d_in, s, d);
   }
   ScopedPhase timer(s.times, Phase::kRouterBackward);

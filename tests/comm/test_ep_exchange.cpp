@@ -60,10 +60,12 @@ std::vector<int32_t> concentrated_routing(int rank, int K, int first) {
 
 // One dispatch and combine on EP groups of size P, checked exactly. `route(world_rank)` gives a
 // rank's routing [T, K]. With `begin_end`, dispatch goes through dispatch_begin, a rank-dependent
-// pause (other ranks run ahead into the next exchange), then dispatch_end.
+// pause (other ranks run ahead into the next exchange), then dispatch_end. With `moving`, every
+// exchange is its _moving form, which on an EP group of one rank must hand the source's buffer to
+// the destination rather than copy.
 template <class Route>
 void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reuse = nullptr,
-                    bool begin_end = false) {
+                    bool begin_end = false, bool moving = false) {
   SCOPED_TRACE(name(form));
   const Comm world = Comm::world();
   // A reused exchange brings its EP communicator: no collective here to line the ranks up.
@@ -88,7 +90,15 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
   }
   // The plan's first dispatch carries its counts.
   std::vector<float> rows;
-  if (begin_end) {
+  if (moving) {
+    std::vector<float> source = send;
+    const float* buffer = source.data();
+    ex.dispatch_counted_begin_moving(rows, source, plan, kCodeWidth);
+    ex.dispatch_end();
+    if (P == 1) {
+      EXPECT_EQ(rows.data(), buffer) << "the rows were copied";
+    }
+  } else if (begin_end) {
     ex.dispatch_counted_begin(rows, std::span<const float>(send), plan, kCodeWidth);
     std::this_thread::sleep_for(std::chrono::milliseconds(3 * (me % 3)));
     ex.dispatch_end();
@@ -122,7 +132,13 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
 
   // A later dispatch of the same plan (the backward pass's) moves the same rows again.
   std::vector<float> again(rows.size(), -9.0f);
-  ex.dispatch(std::span<float>(again), std::span<const float>(send), plan, kCodeWidth);
+  if (moving) {
+    std::vector<float> source = send;
+    ex.dispatch_begin_moving(again, source, plan, kCodeWidth);
+    ex.dispatch_end();
+  } else {
+    ex.dispatch(std::span<float>(again), std::span<const float>(send), plan, kCodeWidth);
+  }
   EXPECT_EQ(again, rows);
 
   // The "expert" doubles each row and adds its id to column 5; combine must return exactly
@@ -134,7 +150,16 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
     row[5] += row[3] / 2.0f;
   }
   std::vector<float> back(send.size(), -7.0f);
-  ex.combine(std::span<float>(back), std::span<const float>(rows), plan, kCodeWidth);
+  if (moving) {
+    std::vector<float> source = rows;
+    const float* buffer = source.data();
+    ex.combine_moving(back, source, plan, kCodeWidth);
+    if (P == 1) {
+      EXPECT_EQ(back.data(), buffer) << "the rows were copied";
+    }
+  } else {
+    ex.combine(std::span<float>(back), std::span<const float>(rows), plan, kCodeWidth);
+  }
   std::vector<float> out(static_cast<size_t>(T) * kCodeWidth, 0.0f);
   for (int a = 0; a < T * K; ++a) {
     const float w = 1.0f / static_cast<float>(1 << (a % K));
@@ -165,6 +190,24 @@ TEST(EpExchange, ProvenanceAndWeightedSumForEveryEpSize) {
       for (int K : {3, 1}) {
         check_exchange(
             P, K, [K](int r) { return skewed_routing(r, K, 5); }, form);
+      }
+    }
+  }
+}
+
+// The _moving exchanges, for callers whose source rows are dead afterwards (the MoE layer's four):
+// the same rows on every EP size, and no copy on an EP group of one rank.
+TEST(EpExchange, MovingExchangesGiveTheSameRowsAndCopyNothingOnOneRank) {
+  const int W = Comm::world().size();
+  for (int P = 1; P <= std::min(W, kExperts); ++P) {
+    if (W % P != 0) continue;
+    SCOPED_TRACE("P=" + std::to_string(P));
+    for (const Form& form : {kForms[0], kForms[1]}) {
+      for (int K : {3, 1}) {
+        check_exchange(
+            P, K, [K](int r) { return skewed_routing(r, K, 7); }, form, nullptr, false, true);
+        check_exchange(
+            P, K, [K](int r) { return concentrated_routing(r, K, 2); }, form, nullptr, false, true);
       }
     }
   }
