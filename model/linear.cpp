@@ -18,6 +18,12 @@ void linear_backward_input(T* d_in, const T* d_out, const T* weight, int N, int 
 }
 
 template <class T>
+void linear_backward_input_overwrite(T* d_in, const T* d_out, const T* weight, int N, int I,
+                                     int O) {
+  gemm<T>(false, true, N, I, O, T(1), d_out, weight, T(0), d_in);
+}
+
+template <class T>
 void linear_backward(T* d_in, T* d_weight, const T* d_out, const T* in, const T* weight, int N,
                      int I, int O) {
   if (d_in != nullptr) linear_backward_input(d_in, d_out, weight, N, I, O);
@@ -29,6 +35,10 @@ template void linear_forward<float>(float*, const float*, const float*, int, int
 template void linear_forward<double>(double*, const double*, const double*, int, int, int);
 template void linear_backward_input<float>(float*, const float*, const float*, int, int, int);
 template void linear_backward_input<double>(double*, const double*, const double*, int, int, int);
+template void linear_backward_input_overwrite<float>(float*, const float*, const float*, int, int,
+                                                     int);
+template void linear_backward_input_overwrite<double>(double*, const double*, const double*, int,
+                                                      int, int);
 template void linear_backward<float>(float*, float*, const float*, const float*, const float*, int,
                                      int, int);
 template void linear_backward<double>(double*, double*, const double*, const double*, const double*,

@@ -21,6 +21,16 @@ void linear_backward_input(T* d_in,          // [N,I]
                            const T* weight,  // [I,O]
                            int N, int I, int O);
 
+// d_in = d_out·weightᵀ, overwriting d_in (a GEMM with beta 0): the bits of linear_backward_input
+// into zeros, except that an element whose k-chain underflowed to −0 stays −0 where adding it to
+// +0 gives +0. A reader that takes each element as x + 0 gets exactly those bits (−0 + 0 = +0, and
+// x + 0 = x for every other x).
+template <class T>
+void linear_backward_input_overwrite(T* d_in,          // [N,I]
+                                     const T* d_out,   // [N,O]
+                                     const T* weight,  // [I,O]
+                                     int N, int I, int O);
+
 // d_in += d_out·weightᵀ (skipped when d_in is nullptr: then only the weight's half);
 // d_weight += inᵀ·d_out.
 template <class T>

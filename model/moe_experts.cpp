@@ -80,8 +80,8 @@ void shared_rows_backward(T* d_in, MoeSaved<T>& s, const T* d_out, const MoeWeig
                           const MoeDims& d, int row, int rows) {
   const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.Fs;
   const int64_t n = static_cast<int64_t>(rows) * d.Fs;
-  std::fill_n(&s.sd_h[rf], n, T(0));
-  linear_backward_input(&s.sd_h[rf], d_out + rd, w.shared_w2, rows, d.Fs, d.D);
+  // sd_h is written, not added into zeros: swiglu_backward reads it as x + 0, the same bits.
+  linear_backward_input_overwrite(&s.sd_h[rf], d_out + rd, w.shared_w2, rows, d.Fs, d.D);
   swiglu_backward(&s.sd_g[rf], &s.sd_v[rf], &s.sd_h[rf], &s.sg[rf], &s.sv[rf], n, 0.0f);
   linear_backward_input(d_in + rd, &s.sd_g[rf], w.shared_w1, rows, d.D, d.Fs);
   linear_backward_input(d_in + rd, &s.sd_v[rf], w.shared_w3, rows, d.D, d.Fs);
@@ -197,13 +197,14 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
       [&](int64_t i, int rows, int row) {
         const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.F;
         const int64_t n = static_cast<int64_t>(rows) * d.F;
-        std::fill_n(&s.d_h[rf], n, T(0));
-        std::fill_n(&s.d_x[rd], static_cast<int64_t>(rows) * d.D, T(0));
+        // d_h and d_x are written by their first GEMM, not added into zeros: their readers
+        // (swiglu_backward; the layer's scatter of d_x, after the combine) take each element
+        // as x + 0, which gives the bits of the sums into +0 (linear_backward_input_overwrite).
         // y = h·W2: d_h = d_y·W2ᵀ
-        linear_backward_input(&s.d_h[rf], &s.d_y[rd], w.w2 + i * DF, rows, d.F, d.D);
+        linear_backward_input_overwrite(&s.d_h[rf], &s.d_y[rd], w.w2 + i * DF, rows, d.F, d.D);
         swiglu_backward(&s.d_g[rf], &s.d_v[rf], &s.d_h[rf], &s.g[rf], &s.v[rf], n, d.swiglu_limit);
         // g = x·W1, v = x·W3: d_x = d_g·W1ᵀ + d_v·W3ᵀ
-        linear_backward_input(&s.d_x[rd], &s.d_g[rf], w.w1 + i * DF, rows, d.D, d.F);
+        linear_backward_input_overwrite(&s.d_x[rd], &s.d_g[rf], w.w1 + i * DF, rows, d.D, d.F);
         linear_backward_input(&s.d_x[rd], &s.d_v[rf], w.w3 + i * DF, rows, d.D, d.F);
       });
   // The weight gradients: the shared expert's three first (the largest), then three per routed

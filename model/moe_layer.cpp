@@ -195,7 +195,9 @@ template <class T> void scatter_rows_backward(T* d_in, const MoeSaved<T>& s, con
       const int p = s.plan.send_position[t * d.K + j];
       if (p < 0) continue;  // dropped: it never reached an expert
       const T* r = &s.d_rows[static_cast<size_t>(p) * D];
-      for (size_t c = 0; c < D; ++c) di[c] += r[c];
+      // + 0: the experts write d_x without zeroing it first (moe_experts_backward); this is
+      // the value their sum into +0 had.
+      for (size_t c = 0; c < D; ++c) di[c] += r[c] + T(0);
     }
   }
 }

@@ -46,10 +46,13 @@ template <class T>
     const T sig = stable_sigmoid(gc);
     const T silu = gc * sig;
     // h = silu(g')·v', g' = min(g, limit)  ->  d_g = d_h·v'·silu'(g')·[g <= limit]
-    const T dg = d_h[i] * vc * sig * (T(1) + gc * (T(1) - sig));
+    // d_h is read as d_h + 0, so a −0 counts as +0: callers may write d_h with a GEMM of beta 0
+    // (linear_backward_input_overwrite) and get the bits of one that added into zeros.
+    const T dh = d_h[i] + T(0);
+    const T dg = dh * vc * sig * (T(1) + gc * (T(1) - sig));
     d_g[i] = gi <= lim ? dg : T(0);
     // h = silu(g')·v', v' = clamp(v, ±limit)  ->  d_v = d_h·silu(g')·[|v| <= limit]
-    const T dv = d_h[i] * silu;
+    const T dv = dh * silu;
     d_v[i] = (vi >= -lim && vi <= lim) ? dv : T(0);
   }
 }

@@ -32,7 +32,9 @@ void swiglu_forward(T* h,        // [n]
 
 // Overwrites d_g and d_v: they are elementwise intermediates (the caller turns them into weight
 // and input gradients with linear_backward), so there is nothing to accumulate into.
-// Where the clamp is active (g > limit, |v| > limit) the gradient is zero.
+// Where the clamp is active (g > limit, |v| > limit) the gradient is zero. d_h is read as d_h + 0
+// (−0 as +0), so that a d_h written by linear_backward_input_overwrite gives the bits of one
+// added into zeros.
 template <class T>
 void swiglu_backward(T* d_g,        // [n]
                      T* d_v,        // [n]

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -270,6 +271,50 @@ TEST(MoeOverlap, SharedExpertOverlapIsBitwiseNeutral) {
     results.push_back(std::move(all));
   }
   EXPECT_EQ(results[0], results[1]);
+}
+
+// Output gradients so small that the experts' backward GEMMs underflow to zeros of either sign:
+// every output of the backward, signs of zeros included, keeps the bits it had when each GEMM
+// added into buffers of +0 (pinned: computed with that code). The layer now writes the first
+// GEMM of d_h and of d_x without zeroing and reads them as x + 0, which is that sum.
+TEST(MoeUnderflow, ZeroSignsOfUnderflowingGradientsKeepTheirBits) {
+  const Comm self = Comm::self();
+  EpExchange ex(self);
+  const int N = 32, V = 16;
+  const MoeDims dims{16, 8, 8, 4, 2, ScoreFunc::kSqrtSoftplus, 1.5f, 10.0f};
+  MoeHarness<float> h(dims, 1, 0, /*seed=*/11, V, N);
+  const std::vector<float> in = testing_moe::global_normal<float>("in", N * dims.D, 1.0);
+  std::vector<float> d_out = testing_moe::global_normal<float>("d_out", N * dims.D, 1.0);
+  // Every other token's gradient about 1e-44 to 1e-41: products with weights of 0.02 round to
+  // ±0 in d_h (the smaller), or later in d_x (the larger, whose d_h is a tiny subnormal).
+  const float scales[] = {1e-44f, 1e-43f, 1e-42f, 1e-41f, 1e-40f, 1e-39f, 1e-38f, 1e-37f};
+  for (int t = 0; t < N; t += 2) {
+    for (int c = 0; c < dims.D; ++c) d_out[t * dims.D + c] *= scales[(t / 2) % 8];
+  }
+  std::vector<float> out(N * dims.D), d_in(N * dims.D, 0.0f);
+  moe_forward(out.data(), h.saved, in.data(), h.weights(),
+              h.routing(RoutingMode::kTopK, nullptr, 0), dims, h.placement, ex, N);
+  moe_backward(d_in.data(), h.grads(), d_out.data(), h.saved, in.data(), h.weights(), dims, ex);
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the bits
+  size_t zeros = 0, negative_zeros = 0;
+  for (const std::vector<float>* v : {&d_in, &h.dense_grads, &h.expert_grads}) {
+    for (float x : *v) {
+      const uint32_t b = std::bit_cast<uint32_t>(x);
+      for (int i = 0; i < 4; ++i) hash = (hash ^ ((b >> (8 * i)) & 0xffu)) * 1099511628211ull;
+      zeros += x == 0.0f;
+      negative_zeros += b == 0x80000000u;
+    }
+  }
+  EXPECT_EQ(hash, 0x8b3e795a3aad22aeull);
+  EXPECT_GT(zeros, 0u);
+  EXPECT_EQ(negative_zeros, 0u);
+  // The case is exercised: the experts' raw d_h, and their raw d_x as the combine brought it
+  // back (d_rows), hold zeros of both signs.
+  for (const std::vector<float>* v : {&h.saved.d_h, &h.saved.d_rows}) {
+    const auto negative = std::count_if(
+        v->begin(), v->end(), [](float x) { return std::bit_cast<uint32_t>(x) == 0x80000000u; });
+    EXPECT_GT(negative, 0) << "no −0 to read as +0";
+  }
 }
 
 // Round-robin over all ranks: T·K mod E = 0 gives exactly equal global loads.

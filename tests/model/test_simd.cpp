@@ -58,7 +58,7 @@ TEST_P(SimdLevels, SqrtSoftplusScoresMatchTheScalarFormulaBitwise) {
   }
 }
 
-// Normal, large and tiny inputs, with and without the clamp.
+// Normal, large and tiny inputs, with and without the clamp; output gradients of −0 act as +0.
 TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
   ASSERT_EQ(simd_level(), GetParam());
   const int64_t n = 20000;
@@ -68,6 +68,7 @@ TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
     g[i] = (i % 7 == 0) ? -100.0f + 200.0f * u : 12.0f * std::sin(37.0f * u);
     v[i] = 11.0f * std::cos(23.0f * u);
     d_h[i] = (i % 5 == 0) ? 1e-30f : std::sin(5.0f * u);
+    if (i % 11 == 0) d_h[i] = (i % 2 == 0) ? -0.0f : 0.0f;
   }
   for (float limit : {10.0f, 0.0f}) {
     swiglu_forward(h.data(), g.data(), v.data(), n, limit);
@@ -77,9 +78,10 @@ TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
       const float gc = std::min(g[i], lim), vc = std::min(std::max(v[i], -lim), lim);
       const float sig = stable_sigmoid(gc);
       const float want_h = gc * sig * vc;
-      const float dg = d_h[i] * vc * sig * (1.0f + gc * (1.0f - sig));
+      const float dh = d_h[i] + 0.0f;  // −0 read as +0
+      const float dg = dh * vc * sig * (1.0f + gc * (1.0f - sig));
       const float want_dg = g[i] <= lim ? dg : 0.0f;
-      const float want_dv = (v[i] >= -lim && v[i] <= lim) ? d_h[i] * (gc * sig) : 0.0f;
+      const float want_dv = (v[i] >= -lim && v[i] <= lim) ? dh * (gc * sig) : 0.0f;
       ASSERT_EQ(bits(h[i]), bits(want_h)) << "h[" << i << "], limit " << limit;
       ASSERT_EQ(bits(d_g[i]), bits(want_dg)) << "d_g[" << i << "], limit " << limit;
       ASSERT_EQ(bits(d_v[i]), bits(want_dv)) << "d_v[" << i << "], limit " << limit;
