@@ -302,11 +302,17 @@ template <class T>
 void EpExchange::dispatch_begin(std::span<T> expert_rows, std::span<const T> send_rows,
                                 const DispatchPlan& plan, int D) {
   if (open_) throw std::logic_error("EpExchange: dispatch_begin while another dispatch is open");
-  check_plan(plan, std::max(plan.num_send(), plan.num_recv), D);
-  check_rows<T>(send_rows, plan.num_send(), D, "dispatch send_rows");
-  check_rows<T>(expert_rows, plan.num_recv, D, "dispatch expert_rows");
+  check_sides<T>(plan, send_rows, expert_rows, D, "dispatch");
   post(Direction::kToExperts, send_rows, expert_rows, plan, D, kAll);
   open_ = true;
+}
+
+template <class T>
+void EpExchange::check_sides(const DispatchPlan& plan, std::span<const T> send_rows,
+                             std::span<const T> expert_rows, int D, const char* what) const {
+  check_plan(plan, std::max(plan.num_send(), plan.num_recv), D);
+  check_rows<T>(send_rows, plan.num_send(), D, (std::string(what) + " send_rows").c_str());
+  check_rows<T>(expert_rows, plan.num_recv, D, (std::string(what) + " expert_rows").c_str());
 }
 
 void EpExchange::dispatch_end() {
@@ -326,9 +332,7 @@ template <class T>
 void EpExchange::combine(std::span<T> send_rows, std::span<const T> expert_rows,
                          const DispatchPlan& plan, int D) {
   if (open_) throw std::logic_error("EpExchange: combine while a dispatch is open");
-  check_plan(plan, std::max(plan.num_send(), plan.num_recv), D);
-  check_rows<T>(send_rows, plan.num_send(), D, "combine send_rows");
-  check_rows<T>(expert_rows, plan.num_recv, D, "combine expert_rows");
+  check_sides<T>(plan, send_rows, expert_rows, D, "combine");
   post(Direction::kToSources, expert_rows, send_rows, plan, D, kAll);
   wait_pending();
 }
@@ -357,9 +361,7 @@ void EpExchange::dispatch_begin_moving(std::vector<T>& expert_rows, std::vector<
     return dispatch_begin(std::span<T>(expert_rows), std::span<const T>(send_rows), plan, D);
   }
   if (open_) throw std::logic_error("EpExchange: dispatch_begin while another dispatch is open");
-  check_plan(plan, std::max(plan.num_send(), plan.num_recv), D);
-  check_rows<T>(std::span<const T>(send_rows), plan.num_send(), D, "dispatch send_rows");
-  check_rows<T>(std::span<const T>(expert_rows), plan.num_recv, D, "dispatch expert_rows");
+  check_sides<T>(plan, send_rows, expert_rows, D, "dispatch");
   std::swap(expert_rows, send_rows);
   open_ = true;
 }
@@ -371,9 +373,7 @@ void EpExchange::combine_moving(std::vector<T>& send_rows, std::vector<T>& exper
     return combine(std::span<T>(send_rows), std::span<const T>(expert_rows), plan, D);
   }
   if (open_) throw std::logic_error("EpExchange: combine while a dispatch is open");
-  check_plan(plan, std::max(plan.num_send(), plan.num_recv), D);
-  check_rows<T>(std::span<const T>(send_rows), plan.num_send(), D, "combine send_rows");
-  check_rows<T>(std::span<const T>(expert_rows), plan.num_recv, D, "combine expert_rows");
+  check_sides<T>(plan, send_rows, expert_rows, D, "combine");
   std::swap(send_rows, expert_rows);
 }
 

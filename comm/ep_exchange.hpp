@@ -125,6 +125,10 @@ class EpExchange {
   void copy_own_blocks(const Posting& posting, std::span<const T> from, std::span<T> to);
   // The plan was built for this EP group, its rows fit MPI's int counts, and its tags MPI's.
   void check_plan(const DispatchPlan& plan, long long rows, int D) const;
+  // check_plan for both sides, and that each side's rows fit (`what`: "dispatch" or "combine").
+  template <class T>
+  void check_sides(const DispatchPlan& plan, std::span<const T> send_rows,
+                   std::span<const T> expert_rows, int D, const char* what) const;
 
   // Completes the posted messages.
   void wait_pending();

@@ -30,23 +30,28 @@ template <class T> std::vector<T> read_all(hid_t file, const char* name, hid_t m
   return out;
 }
 
-TEST(RunStats, FileHoldsExactlyWhatTheRunComputed) {
-  const Comm world = Comm::world();
-  // One path for the whole job: rank 0's pid names it.
+// A 1-thread micro run of `steps` steps whose statistics go to a temporary file named by `tag`
+// and rank 0's pid (one path for the whole job), which `path` receives.
+TrainSummary micro_run(const Comm& world, const std::string& tag, int steps, std::string& path) {
   std::vector<int64_t> pid = {static_cast<int64_t>(getpid())};
   world.broadcast(std::span<int64_t>(pid), 0);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("moe_rt_run_stats_" + std::to_string(pid[0]) + ".h5"))
-                               .string();
+  path = (std::filesystem::temp_directory_path() / (tag + std::to_string(pid[0]) + ".h5")).string();
   RunConfig cfg;
   cfg.model_name = "micro";
   cfg.model = preset_model("micro");
-  cfg.steps = 4;
+  cfg.steps = steps;
   cfg.threads = 1;
   cfg.stats_path = path;
   cfg.overwrite = true;
-  const TrainSummary run = train_run(cfg, world, /*quiet=*/true);
+  TrainSummary run = train_run(cfg, world, /*quiet=*/true);
   world.barrier();
+  return run;
+}
+
+TEST(RunStats, FileHoldsExactlyWhatTheRunComputed) {
+  const Comm world = Comm::world();
+  std::string path;
+  const TrainSummary run = micro_run(world, "moe_rt_run_stats_", 4, path);
   if (world.rank() == 0) {
     const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
     ASSERT_GE(f, 0);
@@ -92,20 +97,9 @@ TEST(RunStats, FileHoldsExactlyWhatTheRunComputed) {
 // negative. The append used to fall outside the step's clock (a negative "unaccounted").
 TEST(RunStats, PhasesAddUpToNoMoreThanTheStep) {
   const Comm world = Comm::world();
-  std::vector<int64_t> pid = {static_cast<int64_t>(getpid())};
-  world.broadcast(std::span<int64_t>(pid), 0);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("moe_rt_phase_sum_" + std::to_string(pid[0]) + ".h5"))
-                               .string();
-  RunConfig cfg;
-  cfg.model_name = "micro";
-  cfg.model = preset_model("micro");
-  cfg.steps = 8;
-  cfg.threads = 1;
-  cfg.stats_path = path;
-  cfg.overwrite = true;
-  const TrainSummary run = train_run(cfg, world, /*quiet=*/true);
-  world.barrier();
+  std::string path;
+  constexpr int kSteps = 8;
+  const TrainSummary run = micro_run(world, "moe_rt_phase_sum_", kSteps, path);
   if (world.rank() != 0) return;
   // Sums of a few dozen durations against one difference of clock readings: rounding only.
   constexpr double kRounding = 1e-9;
@@ -120,7 +114,7 @@ TEST(RunStats, PhasesAddUpToNoMoreThanTheStep) {
   const auto phases = read_all<double>(f, "/perf/phase_time", H5T_NATIVE_DOUBLE);
   H5Fclose(f);
   const size_t W = static_cast<size_t>(world.size());
-  ASSERT_EQ(step_time.size(), static_cast<size_t>(cfg.steps));
+  ASSERT_EQ(step_time.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(phases.size(), step_time.size() * W * kNumPhases);
   for (size_t s = 0; s < step_time.size(); ++s) {
     for (size_t r = 0; r < W; ++r) {
@@ -139,26 +133,15 @@ TEST(RunStats, PhasesAddUpToNoMoreThanTheStep) {
 // the run summed them, give the phase table's mean and slowest-rank figures exactly.
 TEST(RunStats, EveryRankWritesItsOwnPhaseTimes) {
   const Comm world = Comm::world();
-  std::vector<int64_t> pid = {static_cast<int64_t>(getpid())};
-  world.broadcast(std::span<int64_t>(pid), 0);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("moe_rt_phase_rows_" + std::to_string(pid[0]) + ".h5"))
-                               .string();
-  RunConfig cfg;
-  cfg.model_name = "micro";
-  cfg.model = preset_model("micro");
-  cfg.steps = 5;
-  cfg.threads = 1;
-  cfg.stats_path = path;
-  cfg.overwrite = true;
-  const TrainSummary run = train_run(cfg, world, /*quiet=*/true);
-  world.barrier();
+  std::string path;
+  constexpr int kSteps = 5;
+  const TrainSummary run = micro_run(world, "moe_rt_phase_rows_", kSteps, path);
   if (world.rank() != 0) return;
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   ASSERT_GE(f, 0);
   const auto phases = read_all<double>(f, "/perf/phase_time", H5T_NATIVE_DOUBLE);
   H5Fclose(f);
-  const size_t W = static_cast<size_t>(world.size()), steps = static_cast<size_t>(cfg.steps);
+  const size_t W = static_cast<size_t>(world.size()), steps = static_cast<size_t>(kSteps);
   ASSERT_EQ(phases.size(), steps * W * kNumPhases);
   const auto at = [&](size_t s, size_t r, int p) { return phases[(s * W + r) * kNumPhases + p]; };
   for (size_t s = 0; s < steps; ++s) {
