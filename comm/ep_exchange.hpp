@@ -82,7 +82,8 @@ class EpExchange {
   // whole EP group, every exchange is the identity (the send order is the expert-major order:
   // comm/dispatch_plan.hpp), so these swap the two vectors instead of copying the rows: the
   // destination takes the source's buffer, and the source is left with the destination's old
-  // one, sized as before and holding stale rows. Otherwise they are the exchanges above.
+  // one, sized as before and holding stale rows. Otherwise they are the exchanges above, and the
+  // source must stay untouched until dispatch_end as there.
   template <class T>
   void dispatch_counted_begin_moving(std::vector<T>& expert_rows, std::vector<T>& send_rows,
                                      DispatchPlan& plan, int D);

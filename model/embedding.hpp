@@ -42,7 +42,9 @@ double cross_entropy_forward_backward(T* d_logits,             // [N, V]
 // the same bits at every level: the max is exact, exp is elementwise, and the sum of exp adds
 // kLanes double partial sums in a fixed order. Only the sign of a zero max can depend on the
 // lanes, and it changes nothing: exp(±0) = 1, and a row whose max is a zero of both signs has
-// two terms of 1 in its sum, so log(sum) > 0 absorbs the ±0.
+// two terms of 1 in its sum, so log(sum) > 0 absorbs the ±0. (A NaN logit, which row_max skips
+// where std::max_element may not, makes the loss and the whole row NaN either way: a
+// non-finite step, which updates nothing.)
 template <class T>
 [[gnu::always_inline]] inline void cross_entropy_row_impl(double* loss, T* dz, const T* z, int V,
                                                           int32_t y, double scale) {

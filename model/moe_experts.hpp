@@ -45,7 +45,10 @@ void moe_shared_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSa
 // d_h = d_y·W2ᵀ, h = swiglu(g, v) reversed, d_x = d_g·W1ᵀ + d_v·W3ᵀ. Then every weight gradient,
 // each a task summing its expert's rows by sequence: d_W2 from h and d_y, d_W1 and d_W3 from x and
 // d_g, d_v. With `shared_d_in`, the shared expert's rows and weight gradients are tasks of the
-// same rounds (its rows adding into shared_d_in).
+// same rounds (its rows adding into shared_d_in). The first GEMM of d_h (sd_h) and of d_x
+// overwrites (linear_backward_input_overwrite): a zero there may be −0 where a sum into zeros
+// gives +0, so their readers take each element as x + 0 (swiglu_backward; the layer's scatter
+// of d_x into the tokens' gradients).
 template <class T>
 void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeights<T>& w,
                           const MoeDims& d, T* shared_d_in, const T* d_out, const T* in);

@@ -1,5 +1,6 @@
 // The run's statistics file (docs/hdf5-schema.md): rank 0 owns the HDF5 writer; every rank takes
-// part in the small gathers that feed it (per-rank phase times, routing traces).
+// part in the gathers of the routing traces. The per-rank phase times reach rank 0 in the
+// Trainer's end-of-step all-reduce.
 // Legend: W ranks, L layers, E experts, K experts per token, N local tokens, T = W·N tokens per
 // step.
 #pragma once

@@ -205,8 +205,11 @@ StepRecord Trainer::step(int step) {
   if (stats_) {
     const std::span<double> phases = std::span<double>(slowest_).subspan(kSlowestHead);
     std::fill(phases.begin(), phases.end(), 0.0);
-    std::copy(times_.seconds.begin(), times_.seconds.end(),
-              phases.begin() + static_cast<ptrdiff_t>(world_.rank()) * kNumPhases);
+    // Durations, never negative (a checkpoint's, from MPI_Wtime, clamped should that clock step
+    // back): the max with the other ranks' zeros is exactly this rank's row.
+    std::transform(times_.seconds.begin(), times_.seconds.end(),
+                   phases.begin() + static_cast<ptrdiff_t>(world_.rank()) * kNumPhases,
+                   [](double t) { return std::max(t, 0.0); });
   }
   world_.allreduce_max(std::span<double>(slowest_));
   rec.step_time_s = slowest_[0];

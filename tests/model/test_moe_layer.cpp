@@ -285,7 +285,7 @@ TEST(MoeUnderflow, ZeroSignsOfUnderflowingGradientsKeepTheirBits) {
   MoeHarness<float> h(dims, 1, 0, /*seed=*/11, V, N);
   const std::vector<float> in = testing_moe::global_normal<float>("in", N * dims.D, 1.0);
   std::vector<float> d_out = testing_moe::global_normal<float>("d_out", N * dims.D, 1.0);
-  // Every other token's gradient about 1e-44 to 1e-41: products with weights of 0.02 round to
+  // Every other token's gradient about 1e-44 to 1e-37: products with weights of 0.02 round to
   // ±0 in d_h (the smaller), or later in d_x (the larger, whose d_h is a tiny subnormal).
   const float scales[] = {1e-44f, 1e-43f, 1e-42f, 1e-41f, 1e-40f, 1e-39f, 1e-38f, 1e-37f};
   for (int t = 0; t < N; t += 2) {
@@ -296,18 +296,16 @@ TEST(MoeUnderflow, ZeroSignsOfUnderflowingGradientsKeepTheirBits) {
               h.routing(RoutingMode::kTopK, nullptr, 0), dims, h.placement, ex, N);
   moe_backward(d_in.data(), h.grads(), d_out.data(), h.saved, in.data(), h.weights(), dims, ex);
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over the bits
-  size_t zeros = 0, negative_zeros = 0;
+  size_t zeros = 0;
   for (const std::vector<float>* v : {&d_in, &h.dense_grads, &h.expert_grads}) {
     for (float x : *v) {
       const uint32_t b = std::bit_cast<uint32_t>(x);
       for (int i = 0; i < 4; ++i) hash = (hash ^ ((b >> (8 * i)) & 0xffu)) * 1099511628211ull;
       zeros += x == 0.0f;
-      negative_zeros += b == 0x80000000u;
     }
   }
   EXPECT_EQ(hash, 0x8b3e795a3aad22aeull);
-  EXPECT_GT(zeros, 0u);
-  EXPECT_EQ(negative_zeros, 0u);
+  EXPECT_GT(zeros, 0u);  // the outputs hold zeros whose signs the hash pins
   // The case is exercised: the experts' raw d_h, and their raw d_x as the combine brought it
   // back (d_rows), hold zeros of both signs.
   for (const std::vector<float>* v : {&h.saved.d_h, &h.saved.d_rows}) {
