@@ -220,6 +220,18 @@ template <class T> void Comm::gather(std::span<const T> send, std::span<T> recv,
                            static_cast<int>(send.size()), mpi_type<T>(), root, comm_));
 }
 
+namespace {
+
+// Where the tree over n >= 2 ranks splits: after the largest power of two below n (the split of
+// model/tree_sum.hpp's tree over sequences, so that a rank's subtree is a node of it).
+int tree_split_ranks(int n) {
+  int half = 1;
+  while (half * 2 < n) half *= 2;
+  return half;
+}
+
+}  // namespace
+
 template <class T> void Comm::allreduce_sum_tree(std::span<T> data, std::span<T> scratch) const {
   if (scratch.size() < data.size()) {
     throw std::invalid_argument("Comm::allreduce_sum_tree: scratch smaller than data");
@@ -234,9 +246,7 @@ template <class T> void Comm::allreduce_sum_tree(std::span<T> data, std::span<T>
   std::array<std::pair<int, int>, 32> path;  // (lo, mid) of each node above this rank's leaf
   int depth = 0;
   while (hi - lo > 1) {
-    int half = 1;
-    while (half * 2 < hi - lo) half *= 2;
-    const int mid = lo + half;
+    const int mid = lo + tree_split_ranks(hi - lo);
     path[depth++] = {lo, mid};
     if (rank_ < mid) {
       hi = mid;
@@ -296,8 +306,7 @@ void Comm::reduce_scatter_tree(std::span<T> data, std::span<const int> counts,
                               scratch.data(), recv_counts, recv_displs, mpi_type<T>(), comm_));
   auto node = [&](auto&& self, int first, int n) -> void {
     if (n < 2) return;
-    int half = 1;
-    while (half * 2 < n) half *= 2;
+    const int half = tree_split_ranks(n);
     self(self, first, half);
     self(self, first + half, n - half);
     T* left = scratch.data() + mine * first;

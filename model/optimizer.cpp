@@ -101,8 +101,12 @@ double sum_squares(std::span<const float> values) {
   double part[kMaxChunks];
 #pragma omp parallel for schedule(static)
   for (size_t c = 0; c < chunks.count; ++c) part[c] = sum_squares_chunk(values, chunks, c);
+  return sum_squares_add_chunks(std::span<const double>(part, chunks.count));
+}
+
+double sum_squares_add_chunks(std::span<const double> chunk_sums) {
   double total = 0;
-  for (size_t c = 0; c < chunks.count; ++c) total += part[c];
+  for (double s : chunk_sums) total += s;
   return total;
 }
 

@@ -49,5 +49,7 @@ struct SumSquaresChunks {
 SumSquaresChunks sum_squares_chunks(size_t num_values);
 // Chunk c's sum of squares.
 double sum_squares_chunk(std::span<const float> values, const SumSquaresChunks& chunks, size_t c);
+// The chunks' sums added as sum_squares adds them: in order, from chunk 0.
+double sum_squares_add_chunks(std::span<const double> chunk_sums);
 
 }  // namespace moe

@@ -525,10 +525,9 @@ void Trainer::reduce_expert_replicas() {
 // non-finite loss or norm (the same on every rank: both are global) updates nothing.
 void Trainer::optimize(StepRecord& rec, int step) {
   ScopedPhase timer(&times_, Phase::kOptimizer);
-  // The dense sum of squares as sum_squares adds it: its chunks in order, from 0.
-  double dense_sq = 0.0;
-  const double* parts = dense_norm_parts();
-  for (size_t c = 0; c < dense_chunks_.count; ++c) dense_sq += parts[c];
+  // The dense sum of squares as sum_squares adds it, from the chunks' sums.
+  const double dense_sq =
+      sum_squares_add_chunks(std::span<const double>(dense_norm_parts(), dense_chunks_.count));
   rec.grad_norm = std::sqrt(dense_sq + expert_norm_sq_);
   const float lr = lr_at_step(step, lr_horizon(cfg_), cfg_.warmup_steps,
                               static_cast<float>(cfg_.lr), kMinLrRatio);
