@@ -1,6 +1,7 @@
 // bench_gemm_shapes: moe_rt's fixed-order GEMM (model/gemm/) against OpenBLAS's sgemm on the
-// deepseek4-tiny step's own GEMM shapes, side by side, each call on one thread (as the model runs
-// them inside its tasks), plus one large call split over the model's threads.
+// deepseek4-tiny step's own GEMM shapes and deepseek4-fine's expert shapes, side by side, each
+// call on one thread (as the model runs them inside its tasks), plus one large call split over
+// the model's threads.
 //
 // For each shape: the median over --repeats of calls timed for --seconds each, in GFLOP/s, the
 // two libraries alternating repeat by repeat so that both see the same machine; ratio =
@@ -33,7 +34,7 @@ struct Shape {
 };
 
 // Every GEMM of a deepseek4-tiny step (model/attention.cpp, model/moe_layer.cpp, model/model.cpp),
-// per sequence or per expert, with the transpositions the model uses.
+// per sequence or per expert, with the transpositions the model uses; then deepseek4-fine's own.
 const std::vector<Shape> kShapes = {
     {"attn q/o proj fwd", false, false, 256, 128, 128, 0},
     {"attn k/v proj fwd", false, false, 256, 32, 128, 0},
@@ -54,6 +55,15 @@ const std::vector<Shape> kShapes = {
     {"LM head fwd", false, false, 256, 2048, 128, 0},
     {"LM head d_in", false, true, 256, 128, 2048, 0},
     {"LM head d_weight", true, false, 128, 2048, 256, 0},
+    // deepseek4-fine's experts (F = 56, 64 experts, top-8: about 256 rows each over 8 sequences,
+    // 32 of one sequence) and its router (E = 64).
+    {"fine fwd W1/W3, 256 rows", false, false, 256, 56, 128, 0},
+    {"fine fwd W2, 256 rows", false, false, 256, 128, 56, 0},
+    {"fine d_h, 256 rows", false, true, 256, 56, 128, 0},
+    {"fine d_x, 256 rows", false, true, 256, 128, 56, 1},
+    {"fine d_weight W1/W3, 1 seq", true, false, 128, 56, 32, 0},
+    {"fine d_weight W2, 1 seq", true, false, 56, 128, 32, 0},
+    {"fine router d_weight", true, false, 128, 64, 256, 0},
 };
 
 double flops(const Shape& s) {

@@ -15,6 +15,9 @@ struct F32x16 {
   static constexpr int kLanes = 16;
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static void store(T* p, R v) { _mm512_storeu_ps(p, v); }
+  static R load_first(const T* p, int count) { return _mm512_maskz_loadu_ps(mask(count), p); }
+  static void store_first(T* p, R v, int count) { _mm512_mask_storeu_ps(p, mask(count), v); }
+  static __mmask16 mask(int count) { return static_cast<__mmask16>((1u << count) - 1); }
   static R set1(T x) { return _mm512_set1_ps(x); }
   static R zero() { return _mm512_setzero_ps(); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
@@ -28,6 +31,9 @@ struct F64x8 {
   static constexpr int kLanes = 8;
   static R load(const T* p) { return _mm512_loadu_pd(p); }
   static void store(T* p, R v) { _mm512_storeu_pd(p, v); }
+  static R load_first(const T* p, int count) { return _mm512_maskz_loadu_pd(mask(count), p); }
+  static void store_first(T* p, R v, int count) { _mm512_mask_storeu_pd(p, mask(count), v); }
+  static __mmask8 mask(int count) { return static_cast<__mmask8>((1u << count) - 1); }
   static R set1(T x) { return _mm512_set1_pd(x); }
   static R zero() { return _mm512_setzero_pd(); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }

@@ -119,8 +119,9 @@ template <class T, int NR>
 // One MR×NR tile of C (m×n of it inside C) from an A panel and a B panel over all of K: for each
 // k, MR values of A's column k at ap (then ap += a_step) and NR values of B's row k at bp (then
 // bp += b_step), packed (steps MR and NR) or read where they lie (steps lda and ldb).
-// V is the level's vector type: V::kLanes values, load/store (unaligned), set1, fma(a, b, c) =
-// a·b + c rounded once, mul, add, zero.
+// V is the level's vector type: V::kLanes values, load/store (unaligned), load_first/store_first
+// (the first `count` lanes, 0 < count < kLanes: the others neither read nor written), set1,
+// fma(a, b, c) = a·b + c rounded once, mul, add, zero.
 // With kRowsOfA, A's rows are read where they lie in an untransposed A: value r of column k at
 // ap[r·a_row] (then ap += 1), the MR rows walked front to back side by side.
 template <class V, int MR, int NV, bool kRowsOfA = false>
@@ -171,19 +172,25 @@ template <class V, int MR, int NV, bool kRowsOfA = false>
     }
     return;
   }
-  // An edge tile: through a buffer (alpha applied), then + beta·C element by element, as the
-  // vector path does lane by lane.
-  alignas(64) T tile[MR * NR];
+  // An edge tile: its first m rows, and of each row the lanes before column n, through masked
+  // loads and stores (V::load_first, V::store_first): lane by lane the arithmetic above.
+  const typename V::R vb = V::set1(beta);
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) V::store(tile + r * NR + v * V::kLanes, acc[r][v]);
-  }
-  for (int r = 0; r < m; ++r) {
+    if (r >= m) break;
     T* row = c + r * ldc;
-    for (int j = 0; j < n; ++j) {
-      const T s = tile[r * NR + j];
-      row[j] = beta == T(0) ? s : s + beta * row[j];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const int lanes = n - v * V::kLanes;
+      if (lanes <= 0) break;
+      T* p = row + v * V::kLanes;
+      if (lanes >= V::kLanes) {
+        V::store(p, beta == T(0) ? acc[r][v] : V::add(acc[r][v], V::mul(vb, V::load(p))));
+      } else {
+        V::store_first(
+            p, beta == T(0) ? acc[r][v] : V::add(acc[r][v], V::mul(vb, V::load_first(p, lanes))),
+            lanes);
+      }
     }
   }
 }

@@ -15,6 +15,9 @@ template <class Type> struct Scalar {
   static constexpr int kLanes = 1;
   static R load(const T* p) { return *p; }
   static void store(T* p, R v) { *p = v; }
+  // One lane is a whole vector: the kernels never store part of one, and never call these.
+  static R load_first(const T* p, int) { return *p; }
+  static void store_first(T* p, R v, int) { *p = v; }
   static R set1(T x) { return x; }
   static R zero() { return T(0); }
   static R fma(R a, R b, R c) { return std::fma(a, b, c); }
