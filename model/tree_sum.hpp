@@ -51,27 +51,31 @@ template <class T> class TreeSum {
     count_ = count;
     sizes_.clear();
     direct_ = nullptr;
+    into_ = false;
   }
 
   // As begin, for a sum of exactly `leaves` leaves that finish(out) adds into `out`, each leaf
-  // written by a GEMM with beta = leaf_beta(). With one leaf, leaf() is `out` itself and
-  // leaf_beta() 1: the GEMM's C = s + 1·out gives the bits of finish's out += s (IEEE addition
-  // commutes) without the leaf's buffer and its pass.
+  // written by a GEMM with beta = leaf_beta() into leaf(). A GEMM's C = s + 1·C gives the bits of
+  // C + s (IEEE addition commutes), so a leaf is added where it lies instead of through a buffer
+  // and a pass of its own: with one leaf, leaf() is `out` itself; after an odd number of leaves,
+  // leaf() is the top partial sum (one leaf, its left sibling), which push() then counts as two.
   void begin_into(size_t count, int leaves, T* out) {
     begin(count);
+    into_ = true;
     if (leaves == 1) direct_ = out;
   }
-  T leaf_beta() const { return direct_ != nullptr ? T(1) : T(0); }
+  T leaf_beta() const { return direct_ != nullptr || pairs() ? T(1) : T(0); }
 
-  // The next leaf's buffer, to be overwritten by the caller before push() (or, after begin_into
-  // of one leaf, the output to add it into).
+  // The next leaf's buffer, to be overwritten by the caller before push() (or, after begin_into,
+  // the sum to add it into where leaf_beta() is 1).
   T* leaf() {
-    if (sizes_.size() >= buffers_.size())
-      throw std::logic_error("TreeSum: more leaves than reserved");
     if (direct_ != nullptr) {
       if (!sizes_.empty()) throw std::logic_error("TreeSum: more leaves than begin_into said");
       return direct_;
     }
+    if (pairs()) return buffers_[sizes_.size() - 1].data();
+    if (sizes_.size() >= buffers_.size())
+      throw std::logic_error("TreeSum: more leaves than reserved");
     return buffers_[sizes_.size()].data();
   }
 
@@ -83,6 +87,11 @@ template <class T> class TreeSum {
   // Adds the leaf written through leaf(). Refuses, as leaf() does, a leaf past the reserved
   // buffers, so that a push without leaf() cannot merge outside them.
   void push() {
+    if (pairs()) {  // the leaf was added into its left sibling: the pair is one sum of two
+      sizes_.back() = 2;
+      while (sizes_.size() >= 2 && sizes_[sizes_.size() - 1] == sizes_[sizes_.size() - 2]) merge();
+      return;
+    }
     if (sizes_.size() >= buffers_.size()) {
       throw std::logic_error("TreeSum: more leaves than reserved");
     }
@@ -106,6 +115,9 @@ template <class T> class TreeSum {
   }
 
  private:
+  // After begin_into, the next leaf is the right sibling of the single leaf on top.
+  bool pairs() const { return into_ && !sizes_.empty() && sizes_.back() == 1; }
+
   // The top two partial sums (adjacent subtrees) become one.
   void merge() {
     const size_t top = sizes_.size() - 1;
@@ -120,6 +132,7 @@ template <class T> class TreeSum {
   std::vector<int64_t> sizes_;           // leaves under each stack entry, bottom first
   size_t count_ = 0;
   T* direct_ = nullptr;  // begin_into of one leaf: its output, written through leaf()
+  bool into_ = false;    // begun by begin_into: leaves written with leaf_beta()
 };
 
 // A node of the tree over [0, total): the sequences [first, first + count).

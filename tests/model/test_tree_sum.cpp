@@ -346,11 +346,13 @@ TEST(TreeNodes, ASubtreeIsOneNodeAndAnUnalignedRangeSeveral) {
                std::logic_error);
 }
 
-// begin_into: a sum of one leaf written by a GEMM straight into the output (beta = leaf_beta() =
-// 1) has the bits of the leaf's buffer plus finish (out += leaf); with more leaves it is begin.
-TEST(TreeSum, BeginIntoOneLeafHasTheBitsOfTheBufferedSum) {
+// begin_into: leaves written by GEMMs with beta = leaf_beta() into leaf(), which for one leaf is
+// the output itself and otherwise, after an odd number of leaves, the left sibling's sum (C =
+// s + 1·C), have the bits of every leaf in a buffer of its own added by push and finish; leaf
+// counts that are not powers of two, and leaves of no rows (K = 0: the contract's +0), included.
+TEST(TreeSum, BeginIntoHasTheBitsOfTheBufferedSum) {
   const int M = 7, N = 9, K = 13;
-  for (int leaves : {1, 2, 3}) {
+  for (int leaves : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17}) {
     const Leaves<float> a = adversarial_leaves<float>(leaves, size_t(M) * K, "tree_sum.into.a");
     const Leaves<float> b = adversarial_leaves<float>(leaves, size_t(K) * N, "tree_sum.into.b");
     const Leaves<float> start = adversarial_leaves<float>(1, size_t(M) * N, "tree_sum.into.c");
@@ -360,17 +362,37 @@ TEST(TreeSum, BeginIntoOneLeafHasTheBitsOfTheBufferedSum) {
     t2.reserve(size_t(M) * N, leaves);
     t1.begin(size_t(M) * N);
     t2.begin_into(size_t(M) * N, leaves, direct.data());
-    EXPECT_EQ(t2.leaf_beta(), leaves == 1 ? 1.0f : 0.0f);
     for (int l = 0; l < leaves; ++l) {
-      gemm<float>(false, false, M, N, K, 1.0f, a[l].data(), b[l].data(), 0.0f, t1.leaf());
+      const int rows = l % 5 == 3 ? 0 : K;
+      EXPECT_EQ(t2.leaf_beta(), leaves == 1 || l % 2 == 1 ? 1.0f : 0.0f) << "leaf " << l;
+      gemm<float>(false, false, M, N, rows, 1.0f, a[l].data(), b[l].data(), 0.0f, t1.leaf());
       t1.push();
-      gemm<float>(false, false, M, N, K, 1.0f, a[l].data(), b[l].data(), t2.leaf_beta(), t2.leaf());
+      gemm<float>(false, false, M, N, rows, 1.0f, a[l].data(), b[l].data(), t2.leaf_beta(),
+                  t2.leaf());
       t2.push();
     }
     t1.finish(buffered.data());
     t2.finish(direct.data());
     EXPECT_TRUE(same_bits(buffered, direct)) << leaves << " leaves";
   }
+}
+
+// After begin_into, begin goes back to leaves that each overwrite a buffer of their own.
+TEST(TreeSum, BeginAfterBeginIntoWritesEveryLeafAfresh) {
+  TreeSum<float> tree;
+  tree.reserve(4, 4);
+  std::vector<float> out(4, 0.0f);
+  tree.begin_into(4, 2, out.data());
+  std::fill_n(tree.leaf(), 4, 1.0f);
+  tree.push();
+  tree.begin(4);
+  std::fill_n(tree.leaf(), 4, 1.0f);
+  tree.push();
+  EXPECT_EQ(tree.leaf_beta(), 0.0f);
+  std::fill_n(tree.leaf(), 4, 2.0f);  // its own buffer: the first leaf's 1s stay
+  tree.push();
+  tree.finish(out.data());
+  EXPECT_EQ(out, std::vector<float>(4, 3.0f));
 }
 
 }  // namespace
