@@ -52,24 +52,15 @@ bool ranks_before(T value_a, int a, T value_b, int b) {
 MOE_SIMD_KERNEL(sqrt_softplus_f32, sqrt_softplus_impl, (float* s, const float* x, int64_t count),
                 (s, x, count))
 
-}  // namespace
-
-// Why not a GEMM: the logits decide which experts a token goes to, and a different rounding can
-// flip a near-tie. A BLAS library picks kernels and splits the D sum by matrix size and thread
-// count, so the same token could round differently with a different batch size, rank count or
-// --threads (model/gemm/'s chain would not, but this loop predates it and costs little). It adds d
-// = 0..D-1 in order, in T, for each (row, expert) on its own: a row's logits depend on that row
-// only, bit for bit, however the tokens are batched or spread over ranks (so the step-0 expert
-// loads are exactly the same for W = 1, 2, 4, 8). N·D·E is small next to the experts' GEMMs. (The
-// build must not use -ffast-math, which would let the compiler reorder this sum.)
+// Rows [n0, n1) of logits = in·W_g (router_logits_forward says why not a GEMM): each (row,
+// expert) adds d = 0..D-1 in order. The sums of up to kBlock experts at once in a local array the
+// compiler keeps in registers (row[] itself could alias the inputs, so each += would go through
+// memory): the same products added in the same order, only faster.
 template <class T>
-void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D, int E) {
-  // The sums of up to kBlock experts at once in a local array the compiler keeps in registers
-  // (row[] itself could alias the inputs, so each += would go through memory): the same products
-  // added in the same order, only faster.
+[[gnu::always_inline]] inline void router_logits_rows(T* logits, const T* in, const T* w_gate,
+                                                      int n0, int n1, int D, int E) {
   constexpr int kBlock = 64;
-#pragma omp parallel for schedule(static) if (N >= kParallelRows)
-  for (int n = 0; n < N; ++n) {
+  for (int n = n0; n < n1; ++n) {
     const T* x = in + int64_t{n} * D;
     T* row = logits + int64_t{n} * E;
     for (int e0 = 0; e0 < E; e0 += kBlock) {
@@ -90,6 +81,34 @@ void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D
       }
       std::copy_n(acc, width, row + e0);
     }
+  }
+}
+MOE_SIMD_KERNEL(router_logits_f32, router_logits_rows<float>,
+                (float* logits, const float* in, const float* w_gate, int n0, int n1, int D, int E),
+                (logits, in, w_gate, n0, n1, D, E))
+
+}  // namespace
+
+// Why not a GEMM: the logits decide which experts a token goes to, and a different rounding can
+// flip a near-tie. A BLAS library picks kernels and splits the D sum by matrix size and thread
+// count, so the same token could round differently with a different batch size, rank count or
+// --threads (model/gemm/'s chain would not, but this loop predates it and costs little). It adds d
+// = 0..D-1 in order, in T, for each (row, expert) on its own: a row's logits depend on that row
+// only, bit for bit, however the tokens are batched or spread over ranks (so the step-0 expert
+// loads are exactly the same for W = 1, 2, 4, 8). N·D·E is small next to the experts' GEMMs. (The
+// build must not use -ffast-math, which would let the compiler reorder this sum.)
+template <class T>
+void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D, int E) {
+  if constexpr (std::is_same_v<T, float>) {
+    // At the CPU's vector width: each lane is one (row, expert) sum, the same products and adds.
+    constexpr int kRowsPerChunk = 16;
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
+    for (int n0 = 0; n0 < N; n0 += kRowsPerChunk) {
+      router_logits_f32(logits, in, w_gate, n0, std::min(N, n0 + kRowsPerChunk), D, E);
+    }
+  } else {
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
+    for (int n = 0; n < N; ++n) router_logits_rows(logits, in, w_gate, n, n + 1, D, E);
   }
 }
 

@@ -59,6 +59,32 @@ TEST_P(SimdLevels, SqrtSoftplusScoresMatchTheScalarFormulaBitwise) {
 }
 
 // Normal, large and tiny inputs, with and without the clamp; output gradients of −0 act as +0.
+// The router's logits: each (row, expert) the plain loop's sum over d in order, of products and
+// adds rounded one by one, for E = 8 (tiny), 64 (fine) and 100 (a block of 64 and a part), rows
+// of mixed magnitudes whose sums cancel, and zeros of both signs.
+TEST_P(SimdLevels, RouterLogitsMatchThePlainLoopBitwise) {
+  ASSERT_EQ(simd_level(), GetParam());
+  const int N = 37, D = 24;
+  for (int E : {8, 64, 100}) {
+    std::vector<float> in(static_cast<size_t>(N) * D), w(static_cast<size_t>(D) * E);
+    for (size_t i = 0; i < in.size(); ++i) {
+      in[i] = std::ldexp(std::sin(1.7f * static_cast<float>(i)), static_cast<int>(i % 9) - 4);
+    }
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.3f * std::cos(0.37f * static_cast<float>(i));
+    in[0] = -0.0f, in[D] = 0.0f, w[1] = -0.0f;
+    std::vector<float> logits(static_cast<size_t>(N) * E);
+    router_logits_forward(logits.data(), in.data(), w.data(), N, D, E);
+    for (int n = 0; n < N; ++n) {
+      for (int e = 0; e < E; ++e) {
+        float sum = 0.0f;
+        for (int d = 0; d < D; ++d) sum += in[size_t(n) * D + d] * w[size_t(d) * E + e];
+        ASSERT_EQ(bits(logits[size_t(n) * E + e]), bits(sum))
+            << "E " << E << ", row " << n << ", expert " << e;
+      }
+    }
+  }
+}
+
 TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
   ASSERT_EQ(simd_level(), GetParam());
   const int64_t n = 20000;
