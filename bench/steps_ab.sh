@@ -2,7 +2,10 @@
 # Whole deepseek4-tiny steps of two moe_rt binaries, alternating run by run, so that both see the
 # same machine: for comparing a change's cost (e.g. the project's GEMM against an OpenBLAS build
 # of an earlier commit). Prints each run's median tokens/s (moe_rt's summary line, steps after the
-# first) and, per layout, the median over the runs of each binary and their ratio.
+# first) and, per layout, the median over the runs of each binary and their ratio, then the ratio
+# of each round's pair (new/old, the two runs next to each other in time) as a median and range:
+# on a machine whose speed drifts between runs (a shared virtual machine), the pairs' ratios
+# spread less than the runs do.
 # Usage: bench/steps_ab.sh OLD_MOE_RT NEW_MOE_RT [RUNS=3] [STEPS=20]
 # Layouts: 1 rank x 1 thread, 1 rank x 2 threads, 2 ranks, 8 ranks (1 sequence per rank); LAYOUTS
 # picks some, e.g. LAYOUTS="1 2" for the first two. OLD_ARGS and NEW_ARGS add moe_rt options to
@@ -20,7 +23,7 @@ for layout in "${layouts[@]}"; do
   read -r np extra <<<"$layout"
   flags=(-np "$np" --bind-to none)
   ((np > $(nproc))) && flags+=(--oversubscribe)
-  : >"$tmp/old" && : >"$tmp/new"
+  : >"$tmp/old" && : >"$tmp/new" && : >"$tmp/pairs"
   for ((r = 0; r < runs; ++r)); do
     for which in old new; do
       bin=$old args=${OLD_ARGS:-}
@@ -31,7 +34,10 @@ for layout in "${layouts[@]}"; do
       echo "$tps" >>"$tmp/$which"
       echo "  ranks $np ${extra:-} $which: $tps tokens/s"
     done
+    awk -v a="$(tail -n 1 "$tmp/new")" -v b="$(tail -n 1 "$tmp/old")" \
+      'BEGIN {printf "%.4f\n", a / b}' >>"$tmp/pairs"
   done
   o=$(median <"$tmp/old") n=$(median <"$tmp/new")
   echo "ranks $np ${extra:-}: old median $o, new median $n tokens/s, new/old $(awk -v a="$n" -v b="$o" 'BEGIN {printf "%.3f", a / b}')"
+  echo "ranks $np ${extra:-}: pairs new/old median $(median <"$tmp/pairs"), from $(sort -n "$tmp/pairs" | head -n 1) to $(sort -n "$tmp/pairs" | tail -n 1)"
 done

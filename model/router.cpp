@@ -52,6 +52,21 @@ bool ranks_before(T value_a, int a, T value_b, int b) {
 MOE_SIMD_KERNEL(sqrt_softplus_f32, sqrt_softplus_impl, (float* s, const float* x, int64_t count),
                 (s, x, count))
 
+// sqrt(softplus)'s backward for `count` floats, score_backward's loop with its branch as a select:
+// a lane with s = 0 computes a term and keeps dx as it was, so each level's loop vectorises, and
+// the lanes that add do score_backward's operations.
+[[gnu::always_inline]] inline void sqrt_softplus_backward_impl(float* dx, const float* ds,
+                                                               const float* x, const float* s,
+                                                               int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float term = ds[i] * stable_sigmoid(x[i]) / (2.0f * s[i]);
+    dx[i] = s[i] > 0.0f ? dx[i] + term : dx[i];
+  }
+}
+MOE_SIMD_KERNEL(sqrt_softplus_backward_f32, sqrt_softplus_backward_impl,
+                (float* dx, const float* ds, const float* x, const float* s, int64_t count),
+                (dx, ds, x, s, count))
+
 // Rows [n0, n1) of logits = in·W_g (router_logits_forward says why not a GEMM): each (row,
 // expert) adds d = 0..D-1 in order. The sums of up to kBlock experts at once in a local array the
 // compiler keeps in registers (row[] itself could alias the inputs, so each += would go through
@@ -153,6 +168,18 @@ template <class T> void score_forward(T* scores, const T* logits, int N, int E, 
 template <class T>
 void score_backward(T* d_logits, const T* d_scores, const T* logits, const T* scores, int N, int E,
                     ScoreFunc f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (f == ScoreFunc::kSqrtSoftplus) {  // the same bits as the loop below, vectorised
+      constexpr int kRowsPerChunk = 16;
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
+      for (int n0 = 0; n0 < N; n0 += kRowsPerChunk) {
+        const int64_t first = int64_t{n0} * E, count = int64_t{std::min(kRowsPerChunk, N - n0)} * E;
+        sqrt_softplus_backward_f32(d_logits + first, d_scores + first, logits + first,
+                                   scores + first, count);
+      }
+      return;
+    }
+  }
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n = 0; n < N; ++n) {
     const T* x = logits + int64_t{n} * E;

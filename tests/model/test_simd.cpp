@@ -59,6 +59,31 @@ TEST_P(SimdLevels, SqrtSoftplusScoresMatchTheScalarFormulaBitwise) {
 }
 
 // Normal, large and tiny inputs, with and without the clamp; output gradients of −0 act as +0.
+// The sqrt(softplus) scores' backward: d_x += d_s·σ(x)/(2s) where s > 0, dx untouched where the
+// score underflowed to 0 (its sign of zero kept), logits from -900 to 900 and zeros of both signs.
+TEST_P(SimdLevels, SqrtSoftplusBackwardMatchesTheScalarFormulaBitwise) {
+  ASSERT_EQ(simd_level(), GetParam());
+  const int E = 64, N = 53;
+  std::vector<float> x(static_cast<size_t>(N) * E), s(x.size()), ds(x.size()), dx(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float u = static_cast<float>(i) / static_cast<float>(x.size());
+    x[i] = (i % 3 == 0) ? -900.0f + 1800.0f * u : 20.0f * std::sin(91.0f * u);
+    ds[i] = std::cos(7.0f * static_cast<float>(i));
+    dx[i] = i % 5 == 0 ? -0.0f : 0.01f * std::sin(3.0f * static_cast<float>(i));
+  }
+  x[0] = 0.0f, x[1] = -0.0f, x[2] = -745.5f, x[3] = -200.0f;
+  score_forward(s.data(), x.data(), N, E, ScoreFunc::kSqrtSoftplus);
+  ASSERT_EQ(s[2], 0.0f);  // an underflowed score, whose lane must keep dx
+  std::vector<float> want = dx;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (s[i] > 0.0f) want[i] += ds[i] * stable_sigmoid(x[i]) / (2.0f * s[i]);
+  }
+  score_backward(dx.data(), ds.data(), x.data(), s.data(), N, E, ScoreFunc::kSqrtSoftplus);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(bits(dx[i]), bits(want[i])) << "x = " << x[i] << ", s = " << s[i];
+  }
+}
+
 // The router's logits: each (row, expert) the plain loop's sum over d in order, of products and
 // adds rounded one by one, for E = 8 (tiny), 64 (fine) and 100 (a block of 64 and a part), rows
 // of mixed magnitudes whose sums cancel, and zeros of both signs.
