@@ -98,6 +98,14 @@ template <class T>
     }
   }
 }
+// body(n0, n1) over the rows [0, N) in chunks of 16, on the threads when there are enough rows:
+// the vectorised kernels' calls, each over whole rows.
+template <class Body> void for_row_chunks(int N, Body&& body) {
+  constexpr int kRowsPerChunk = 16;
+#pragma omp parallel for schedule(static) if (N >= kParallelRows)
+  for (int n0 = 0; n0 < N; n0 += kRowsPerChunk) body(n0, std::min(N, n0 + kRowsPerChunk));
+}
+
 MOE_SIMD_KERNEL(router_logits_f32, router_logits_rows<float>,
                 (float* logits, const float* in, const float* w_gate, int n0, int n1, int D, int E),
                 (logits, in, w_gate, n0, n1, D, E))
@@ -116,11 +124,7 @@ template <class T>
 void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D, int E) {
   if constexpr (std::is_same_v<T, float>) {
     // At the CPU's vector width: each lane is one (row, expert) sum, the same products and adds.
-    constexpr int kRowsPerChunk = 16;
-#pragma omp parallel for schedule(static) if (N >= kParallelRows)
-    for (int n0 = 0; n0 < N; n0 += kRowsPerChunk) {
-      router_logits_f32(logits, in, w_gate, n0, std::min(N, n0 + kRowsPerChunk), D, E);
-    }
+    for_row_chunks(N, [&](int n0, int n1) { router_logits_f32(logits, in, w_gate, n0, n1, D, E); });
   } else {
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
     for (int n = 0; n < N; ++n) router_logits_rows(logits, in, w_gate, n, n + 1, D, E);
@@ -130,12 +134,10 @@ void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D
 template <class T> void score_forward(T* scores, const T* logits, int N, int E, ScoreFunc f) {
   if constexpr (std::is_same_v<T, float>) {
     if (f == ScoreFunc::kSqrtSoftplus) {  // the same bits as the loop below, vectorised
-      constexpr int kRowsPerChunk = 16;
-#pragma omp parallel for schedule(static) if (N >= kParallelRows)
-      for (int n0 = 0; n0 < N; n0 += kRowsPerChunk) {
-        const int64_t first = int64_t{n0} * E, count = int64_t{std::min(kRowsPerChunk, N - n0)} * E;
+      for_row_chunks(N, [&](int n0, int n1) {
+        const int64_t first = int64_t{n0} * E, count = int64_t{n1 - n0} * E;
         sqrt_softplus_f32(scores + first, logits + first, count);
-      }
+      });
       return;
     }
   }
@@ -170,13 +172,11 @@ void score_backward(T* d_logits, const T* d_scores, const T* logits, const T* sc
                     ScoreFunc f) {
   if constexpr (std::is_same_v<T, float>) {
     if (f == ScoreFunc::kSqrtSoftplus) {  // the same bits as the loop below, vectorised
-      constexpr int kRowsPerChunk = 16;
-#pragma omp parallel for schedule(static) if (N >= kParallelRows)
-      for (int n0 = 0; n0 < N; n0 += kRowsPerChunk) {
-        const int64_t first = int64_t{n0} * E, count = int64_t{std::min(kRowsPerChunk, N - n0)} * E;
+      for_row_chunks(N, [&](int n0, int n1) {
+        const int64_t first = int64_t{n0} * E, count = int64_t{n1 - n0} * E;
         sqrt_softplus_backward_f32(d_logits + first, d_scores + first, logits + first,
                                    scores + first, count);
-      }
+      });
       return;
     }
   }
