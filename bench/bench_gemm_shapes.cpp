@@ -1,7 +1,7 @@
 // bench_gemm_shapes: moe_rt's fixed-order GEMM (model/gemm/) against OpenBLAS's sgemm on the
-// deepseek4-tiny step's own GEMM shapes and deepseek4-fine's expert shapes, side by side, each
-// call on one thread (as the model runs them inside its tasks), plus one large call split over
-// the model's threads.
+// deepseek4-tiny step's own GEMM shapes and deepseek4-fine's expert and router shapes, side by
+// side, each call on one thread (as the model runs them inside its tasks), plus one large call
+// split over the model's threads.
 //
 // For each shape: the median over --repeats of calls timed for --seconds each, in GFLOP/s, the
 // two libraries alternating repeat by repeat so that both see the same machine; ratio =
@@ -11,6 +11,7 @@
 // Legend: M, N, K as in C[M,N] = op(A)[M,K]·op(B)[K,N]; n/t: op transposes (t) or not (n).
 // deepseek4-tiny: S = 256 tokens a sequence, D = F = 128, V = 2048, 4 heads of 32 (1 KV head),
 // window 128, E = 8 experts, top-3: an expert sees about 96 rows per sequence of the batch.
+// deepseek4-fine: E = 64 experts of F = 56, top-8: about 32 rows per sequence.
 //
 // Run: build/bench/bench_gemm_shapes [--seconds 0.1] [--repeats 7] [--threads 2] [--level avx2]
 #include <omp.h>

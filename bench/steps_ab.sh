@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Whole deepseek4-tiny steps of two moe_rt binaries, alternating run by run, so that both see the
-# same machine: for comparing a change's cost (e.g. the project's GEMM against an OpenBLAS build
-# of an earlier commit). Prints each run's median tokens/s (moe_rt's summary line, steps after the
+# same machine (old first in even rounds, new first in odd ones): for comparing a change's cost
+# (e.g. the project's GEMM against an OpenBLAS build of an earlier commit). Prints each run's median tokens/s (moe_rt's summary line, steps after the
 # first) and, per layout, the median over the runs of each binary and their ratio, then the ratio
 # of each round's pair (new/old, the two runs next to each other in time) as a median and range:
 # on a machine whose speed drifts between runs (a shared virtual machine), the pairs' ratios
@@ -25,12 +25,19 @@ for layout in "${layouts[@]}"; do
   ((np > $(nproc))) && flags+=(--oversubscribe)
   : >"$tmp/old" && : >"$tmp/new" && : >"$tmp/pairs"
   for ((r = 0; r < runs; ++r)); do
-    for which in old new; do
+    # Old first in even rounds, new first in odd ones, so that a steady drift favours neither.
+    order=(old new)
+    ((r % 2)) && order=(new old)
+    for which in "${order[@]}"; do
       bin=$old args=${OLD_ARGS:-}
       [[ $which == new ]] && bin=$new args=${NEW_ARGS:-}
       # shellcheck disable=SC2086
       tps=$(mpiexec "${flags[@]}" "$bin" --steps "$steps" --stats none $extra $args |
         sed -n 's/^summary: .* median \([0-9]*\) tokens\/s/\1/p')
+      if [[ -z $tps || $tps == 0 ]]; then
+        echo "steps_ab.sh: no tokens/s in the summary of $bin (ranks $np ${extra:-} $args)" >&2
+        exit 1
+      fi
       echo "$tps" >>"$tmp/$which"
       echo "  ranks $np ${extra:-} $which: $tps tokens/s"
     done

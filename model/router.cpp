@@ -14,7 +14,7 @@
 #include "model/config.hpp"
 #include "model/parallel.hpp"
 #include "model/rng.hpp"
-#include "model/simd.hpp"
+#include "model/router_simd.hpp"
 #include "model/swiglu.hpp"
 #include "numeric/det_math.hpp"
 
@@ -40,64 +40,6 @@ bool ranks_before(T value_a, int a, T value_b, int b) {
   return value_a > value_b || (value_a == value_b && a < b);
 }
 
-// sqrt(softplus(x)) of `count` floats: stable_softplus's operations through det's branch-free
-// lanes, so each level's loop vectorises and returns stable_softplus's bits (the lanes are exp's
-// and log1p's bits over the softplus's range: tests/model/test_det_math.cpp).
-[[gnu::always_inline]] inline void sqrt_softplus_impl(float* s, const float* x, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    const double y = det::log1p_unit_lanes(det::exp_nonpositive_lanes(-std::abs(double(x[i]))));
-    s[i] = std::sqrt(std::max(x[i], 0.0f) + static_cast<float>(y));
-  }
-}
-MOE_SIMD_KERNEL(sqrt_softplus_f32, sqrt_softplus_impl, (float* s, const float* x, int64_t count),
-                (s, x, count))
-
-// sqrt(softplus)'s backward for `count` floats, score_backward's loop with its branch as a select:
-// a lane with s = 0 computes a term and keeps dx as it was, so each level's loop vectorises, and
-// the lanes that add do score_backward's operations.
-[[gnu::always_inline]] inline void sqrt_softplus_backward_impl(float* dx, const float* ds,
-                                                               const float* x, const float* s,
-                                                               int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    const float term = ds[i] * stable_sigmoid(x[i]) / (2.0f * s[i]);
-    dx[i] = s[i] > 0.0f ? dx[i] + term : dx[i];
-  }
-}
-MOE_SIMD_KERNEL(sqrt_softplus_backward_f32, sqrt_softplus_backward_impl,
-                (float* dx, const float* ds, const float* x, const float* s, int64_t count),
-                (dx, ds, x, s, count))
-
-// Rows [n0, n1) of logits = in·W_g (router_logits_forward says why not a GEMM): each (row,
-// expert) adds d = 0..D-1 in order. The sums of up to kBlock experts at once in a local array the
-// compiler keeps in registers (row[] itself could alias the inputs, so each += would go through
-// memory): the same products added in the same order, only faster.
-template <class T>
-[[gnu::always_inline]] inline void router_logits_rows(T* logits, const T* in, const T* w_gate,
-                                                      int n0, int n1, int D, int E) {
-  constexpr int kBlock = 64;
-  for (int n = n0; n < n1; ++n) {
-    const T* x = in + int64_t{n} * D;
-    T* row = logits + int64_t{n} * E;
-    for (int e0 = 0; e0 < E; e0 += kBlock) {
-      const int width = std::min(kBlock, E - e0);
-      T acc[kBlock] = {};
-      if (width == kBlock) {
-        for (int d = 0; d < D; ++d) {
-          const T xd = x[d];
-          const T* w = w_gate + int64_t{d} * E + e0;
-          for (int i = 0; i < kBlock; ++i) acc[i] += xd * w[i];
-        }
-      } else {
-        for (int d = 0; d < D; ++d) {
-          const T xd = x[d];
-          const T* w = w_gate + int64_t{d} * E + e0;
-          for (int i = 0; i < width; ++i) acc[i] += xd * w[i];
-        }
-      }
-      std::copy_n(acc, width, row + e0);
-    }
-  }
-}
 // body(n0, n1) over the rows [0, N) in chunks of 16, on the threads when there are enough rows:
 // the vectorised kernels' calls, each over whole rows.
 template <class Body> void for_row_chunks(int N, Body&& body) {
@@ -105,10 +47,6 @@ template <class Body> void for_row_chunks(int N, Body&& body) {
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int n0 = 0; n0 < N; n0 += kRowsPerChunk) body(n0, std::min(N, n0 + kRowsPerChunk));
 }
-
-MOE_SIMD_KERNEL(router_logits_f32, router_logits_rows<float>,
-                (float* logits, const float* in, const float* w_gate, int n0, int n1, int D, int E),
-                (logits, in, w_gate, n0, n1, D, E))
 
 }  // namespace
 
@@ -124,7 +62,8 @@ template <class T>
 void router_logits_forward(T* logits, const T* in, const T* w_gate, int N, int D, int E) {
   if constexpr (std::is_same_v<T, float>) {
     // At the CPU's vector width: each lane is one (row, expert) sum, the same products and adds.
-    for_row_chunks(N, [&](int n0, int n1) { router_logits_f32(logits, in, w_gate, n0, n1, D, E); });
+    for_row_chunks(
+        N, [&](int n0, int n1) { router_logits_rows_f32(logits, in, w_gate, n0, n1, D, E); });
   } else {
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
     for (int n = 0; n < N; ++n) router_logits_rows(logits, in, w_gate, n, n + 1, D, E);
@@ -136,7 +75,7 @@ template <class T> void score_forward(T* scores, const T* logits, int N, int E, 
     if (f == ScoreFunc::kSqrtSoftplus) {  // the same bits as the loop below, vectorised
       for_row_chunks(N, [&](int n0, int n1) {
         const int64_t first = int64_t{n0} * E, count = int64_t{n1 - n0} * E;
-        sqrt_softplus_f32(scores + first, logits + first, count);
+        sqrt_softplus_rows_f32(scores + first, logits + first, count);
       });
       return;
     }
@@ -174,8 +113,8 @@ void score_backward(T* d_logits, const T* d_scores, const T* logits, const T* sc
     if (f == ScoreFunc::kSqrtSoftplus) {  // the same bits as the loop below, vectorised
       for_row_chunks(N, [&](int n0, int n1) {
         const int64_t first = int64_t{n0} * E, count = int64_t{n1 - n0} * E;
-        sqrt_softplus_backward_f32(d_logits + first, d_scores + first, logits + first,
-                                   scores + first, count);
+        sqrt_softplus_backward_rows_f32(d_logits + first, d_scores + first, logits + first,
+                                        scores + first, count);
       });
       return;
     }

@@ -56,9 +56,11 @@ template <class T> class TreeSum {
 
   // As begin, for a sum of exactly `leaves` leaves that finish(out) adds into `out`, each leaf
   // written by a GEMM with beta = leaf_beta() into leaf(). A GEMM's C = s + 1·C gives the bits of
-  // C + s (IEEE addition commutes), so a leaf is added where it lies instead of through a buffer
-  // and a pass of its own: with one leaf, leaf() is `out` itself; after an odd number of leaves,
-  // leaf() is the top partial sum (one leaf, its left sibling), which push() then counts as two.
+  // C + s (IEEE addition commutes; only of two NaNs may the payload kept differ, in a step that
+  // stops on its non-finite values anyway), so a leaf is added where it lies instead of through a
+  // buffer and a pass of its own: with one leaf, leaf() is `out` itself; after an odd number of
+  // leaves, leaf() is the top partial sum (one leaf, its left sibling), which push() then counts as
+  // two.
   void begin_into(size_t count, int leaves, T* out) {
     begin(count);
     into_ = true;
@@ -87,6 +89,9 @@ template <class T> class TreeSum {
   // Adds the leaf written through leaf(). Refuses, as leaf() does, a leaf past the reserved
   // buffers, so that a push without leaf() cannot merge outside them.
   void push() {
+    if (direct_ != nullptr && !sizes_.empty()) {
+      throw std::logic_error("TreeSum: more leaves than begin_into said");
+    }
     if (pairs()) {  // the leaf was added into its left sibling: the pair is one sum of two
       sizes_.back() = 2;
       while (sizes_.size() >= 2 && sizes_[sizes_.size() - 1] == sizes_[sizes_.size() - 2]) merge();

@@ -58,7 +58,6 @@ TEST_P(SimdLevels, SqrtSoftplusScoresMatchTheScalarFormulaBitwise) {
   }
 }
 
-// Normal, large and tiny inputs, with and without the clamp; output gradients of −0 act as +0.
 // The sqrt(softplus) scores' backward: d_x += d_s·σ(x)/(2s) where s > 0, dx untouched where the
 // score underflowed to 0 (its sign of zero kept), logits from -900 to 900 and zeros of both signs.
 TEST_P(SimdLevels, SqrtSoftplusBackwardMatchesTheScalarFormulaBitwise) {
@@ -110,6 +109,7 @@ TEST_P(SimdLevels, RouterLogitsMatchThePlainLoopBitwise) {
   }
 }
 
+// Normal, large and tiny inputs, with and without the clamp; output gradients of −0 act as +0.
 TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
   ASSERT_EQ(simd_level(), GetParam());
   const int64_t n = 20000;

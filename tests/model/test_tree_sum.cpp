@@ -377,6 +377,18 @@ TEST(TreeSum, BeginIntoHasTheBitsOfTheBufferedSum) {
   }
 }
 
+// begin_into of one leaf writes it into the output: a second leaf is refused, not added.
+TEST(TreeSum, BeginIntoOneLeafRefusesASecond) {
+  TreeSum<float> tree;
+  tree.reserve(4, 4);
+  std::vector<float> out(4, 0.0f);
+  tree.begin_into(4, 1, out.data());
+  std::fill_n(tree.leaf(), 4, 1.0f);
+  tree.push();
+  EXPECT_THROW(tree.leaf(), std::logic_error);
+  EXPECT_THROW(tree.push(), std::logic_error);
+}
+
 // After begin_into, begin goes back to leaves that each overwrite a buffer of their own.
 TEST(TreeSum, BeginAfterBeginIntoWritesEveryLeafAfresh) {
   TreeSum<float> tree;

@@ -1,0 +1,55 @@
+// The router's row loops that run at the CPU's vector width (model/simd.hpp): its logits and its
+// sqrt(softplus) scores with their backward, in float, for model/router.cpp. Each gives the bits
+// of the plain loop router.cpp documents, at every level (tests/model/test_simd.cpp).
+// Legend: D model width, E experts; rows [n0, n1) of N.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace moe {
+
+// Rows [n0, n1) of logits = in·W_g (router_logits_forward says why not a GEMM): each (row,
+// expert) adds d = 0..D-1 in order. The sums of up to kBlock experts at once in a local array the
+// compiler keeps in registers (row[] itself could alias the inputs, so each += would go through
+// memory): the same products added in the same order, only faster.
+template <class T>
+[[gnu::always_inline]] inline void router_logits_rows(T* logits, const T* in, const T* w_gate,
+                                                      int n0, int n1, int D, int E) {
+  constexpr int kBlock = 64;
+  for (int n = n0; n < n1; ++n) {
+    const T* x = in + int64_t{n} * D;
+    T* row = logits + int64_t{n} * E;
+    for (int e0 = 0; e0 < E; e0 += kBlock) {
+      const int width = std::min(kBlock, E - e0);
+      T acc[kBlock] = {};
+      if (width == kBlock) {
+        for (int d = 0; d < D; ++d) {
+          const T xd = x[d];
+          const T* w = w_gate + int64_t{d} * E + e0;
+          for (int i = 0; i < kBlock; ++i) acc[i] += xd * w[i];
+        }
+      } else {
+        for (int d = 0; d < D; ++d) {
+          const T xd = x[d];
+          const T* w = w_gate + int64_t{d} * E + e0;
+          for (int i = 0; i < width; ++i) acc[i] += xd * w[i];
+        }
+      }
+      std::copy_n(acc, width, row + e0);
+    }
+  }
+}
+
+// router_logits_rows in float, at the level simd_level() names: each lane one (row, expert) sum.
+void router_logits_rows_f32(float* logits, const float* in, const float* w_gate, int n0, int n1,
+                            int D, int E);
+
+// s = sqrt(softplus(x)) of `count` floats: the bits of sqrt(stable_softplus(x)).
+void sqrt_softplus_rows_f32(float* s, const float* x, int64_t count);
+
+// dx += ds·σ(x)/(2s) of `count` floats where s > 0; dx is kept as it was where s is 0 or NaN.
+void sqrt_softplus_backward_rows_f32(float* dx, const float* ds, const float* x, const float* s,
+                                     int64_t count);
+
+}  // namespace moe
