@@ -65,13 +65,14 @@ fi
 # Python analysis tools (scripts/moe_stats.py) and the python tests: numpy, h5py, matplotlib,
 # pandas (export), pyarrow (export --format parquet), tensorboard (its event writer and reader),
 # pytest; tokenizers (Hugging Face's, for scripts/prepare_data.py's BPE tokenizer); setuptools
-# (builds pyproject.toml's package offline: tests/python/test_packaging.py), nbclient, nbformat
+# and wheel (build pyproject.toml's package offline: tests/python/test_packaging.py; setuptools
+# before 70.1, as a pyenv Python 3.11 brings, has no bdist_wheel of its own), nbclient, nbformat
 # and ipykernel (run docs/notebooks/: tests/python/test_notebook.py); mlflow (the mlflow command
 # and its test: pip's mlflow-skinny, MLflow's client and file store without its server). Import
 # names are pip names except those of pip_name.
 py=${PYTHON:-python3}
 py_modules=(numpy h5py matplotlib pandas pyarrow tensorboard pytest tokenizers
-            setuptools nbclient nbformat ipykernel mlflow)
+            setuptools wheel nbclient nbformat ipykernel mlflow)
 declare -A pip_name=([mlflow]=mlflow-skinny)
 pip_names() {  # the pip names of the modules given, space-separated
   local m names=()
@@ -95,7 +96,7 @@ if [[ -n "$missing_py" ]]; then
     debian_py=()
     for m in $missing_py; do
       case "$m" in
-        numpy|h5py|matplotlib|pandas|pytest|setuptools|nbclient|nbformat|ipykernel)
+        numpy|h5py|matplotlib|pandas|pytest|setuptools|wheel|nbclient|nbformat|ipykernel)
           debian_py+=("python3-$m") ;;
       esac
     done
