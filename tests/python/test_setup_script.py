@@ -43,8 +43,8 @@ def test_a_python_package_that_cannot_be_installed_fails_setup(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("setup: ")]
     assert errors == [f"setup: error: {bin_dir / 'python'} cannot import pyarrow after the "
                       f"install (required: numpy h5py matplotlib pandas pyarrow tensorboard "
-                      f"pytest tokenizers setuptools nbclient nbformat ipykernel mlflow); the "
-                      f"log follows"], proc.stderr
+                      f"pytest tokenizers setuptools wheel nbclient nbformat ipykernel mlflow); "
+                      f"the log follows"], proc.stderr
     assert "Could not find a version" in proc.stderr          # pip's own reason, from the log
     assert not (bin_dir / "calls").exists()                   # nothing asked of apt or sudo
     assert [p for p in os.listdir(tmp_path) if p.startswith("moe_rt_setup.")] == []
