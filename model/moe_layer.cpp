@@ -202,21 +202,24 @@ template <class T> void scatter_rows_backward(T* d_in, const MoeSaved<T>& s, con
   }
 }
 
+// A hint that the D values at `row` are read (kWrite: written) soon; no value depends on it. The
+// weighted sums use it for the combined rows, which lie in the exchange's order, not the tokens'.
+template <int kWrite = 0, class T> void prefetch_row(const T* row, size_t D) {
+  for (size_t c = 0; c < D; c += 64 / sizeof(T)) __builtin_prefetch(row + c, kWrite);
+}
+
 // out[t] += Σ_j w[t,j]·y[t,j], over the combined rows.
 template <class T> void weighted_sum_forward(T* out, const MoeSaved<T>& s, const MoeDims& d) {
   const size_t D = d.D;
   const int N = s.N;
-  const size_t line = 64 / sizeof(T);
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int t = 0; t < N; ++t) {
     T* o = out + t * D;
-    // The next token's rows, in the exchange's order, fetched while this one's are added (a
-    // hint, as in weighted_sum_backward).
-    for (int j = 0; t + 1 < N && j < d.K; ++j) {
-      const int p = s.plan.send_position[(t + 1) * d.K + j];
-      if (p < 0) continue;
-      for (size_t c = 0; c < D; c += line) {
-        __builtin_prefetch(&s.y_rows[static_cast<size_t>(p) * D + c]);
+    // The next token's rows, fetched while this one's are added.
+    if (t + 1 < N) {
+      for (int j = 0; j < d.K; ++j) {
+        const int p = s.plan.send_position[(t + 1) * d.K + j];
+        if (p >= 0) prefetch_row(&s.y_rows[static_cast<size_t>(p) * D], D);
       }
     }
     for (int j = 0; j < d.K; ++j) {
@@ -236,19 +239,14 @@ template <class T> void weighted_sum_backward(MoeSaved<T>& s, const T* d_out, co
   const int NK = s.N * d.K;
   s.d_weights.resize(static_cast<size_t>(NK));
   s.d_rows.resize(static_cast<size_t>(s.plan.num_send()) * D);
-  // The combined rows lie in the exchange's order, not the tokens': the rows a few assignments
-  // ahead are fetched while this one's dot runs (a hint: no value depends on it).
-  constexpr int kAhead = 4;
-  const size_t line = 64 / sizeof(T);
+  constexpr int kAhead = 4;  // the rows this many assignments ahead are fetched meanwhile
 #pragma omp parallel for schedule(static) if (NK >= kParallelRows)
   for (int a = 0; a < NK; ++a) {
     const int t = a / d.K;
     if (a + kAhead < NK && s.plan.send_position[a + kAhead] >= 0) {
       const size_t ahead = static_cast<size_t>(s.plan.send_position[a + kAhead]) * D;
-      for (size_t c = 0; c < D; c += line) {
-        __builtin_prefetch(&s.y_rows[ahead + c]);
-        __builtin_prefetch(&s.d_rows[ahead + c], 1);
-      }
+      prefetch_row(&s.y_rows[ahead], D);
+      prefetch_row<1>(&s.d_rows[ahead], D);
     }
     if (s.plan.send_position[a] < 0) {
       s.d_weights[a] = 0;
