@@ -39,8 +39,9 @@ struct Shape {
 const std::vector<Shape> kShapes = {
     {"attn q/o proj fwd", false, false, 256, 128, 128, 0},
     {"attn k/v proj fwd", false, false, 256, 32, 128, 0},
-    {"attn scores q·kT (tile)", false, true, 64, 128, 32, 0},
-    {"attn p·v (tile)", false, false, 64, 32, 128, 0},
+    {"attn scores q·kT (tile)", false, false, 32, 159, 32, 0},
+    {"attn p·v, d_q (tile)", false, false, 32, 32, 159, 0},
+    {"attn d_k, d_v (tile)", true, false, 159, 32, 32, 1},
     {"attn d_in (q/o)", false, true, 256, 128, 128, 1},
     {"attn d_in (k/v)", false, true, 256, 128, 32, 1},
     {"attn d_weight (q/o)", true, false, 128, 128, 256, 0},

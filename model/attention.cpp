@@ -130,7 +130,7 @@ template <class T> void scratch_reserve(AttnSaved<T>& saved, const AttnDims& d, 
   for (std::vector<T>* v : {&saved.d_concat, &saved.d_q, &saved.d_k_heads, &saved.d_v_heads}) {
     v->assign(n(z.d_q), T(0));
   }
-  for (std::vector<T>* v : {&saved.d_k, &saved.d_v}) v->assign(n(z.d_kv), T(0));
+  for (std::vector<T>* v : {&saved.d_k, &saved.d_v, &saved.kv_t}) v->assign(n(z.d_kv), T(0));
   saved.d_probs.assign(n(z.d_probs), T(0));
   saved.threads = threads;
 }
@@ -167,10 +167,28 @@ static QueryTile query_tile(int t, int S, int Wk) {
   return {s0, s1, std::max(0, s0 - Wk + 1)};
 }
 
-// Masked softmax attention of one sequence: probs[H, S, Kt] and concat[S, HD] from q, k, v. Per
-// head and query tile: scores by one GEMM, the mask and row softmax in place, then one GEMM P·v.
+// kv_t[c·S + s] = kv[s·KD + c]: a sequence's keys (or values) transposed once, so that the
+// query tiles' GEMMs read kᵀ's columns in place instead of each packing its window of k anew (four
+// heads and about five overlapping tiles per key). The same values reach the same FMA chains.
+template <class T> static void transpose_kv(T* kv_t, const T* kv, int S, int KD) {
+  for (int s = 0; s < S; ++s) {
+    const T* row = kv + int64_t{s} * KD;
+    for (int c = 0; c < KD; ++c) kv_t[int64_t{c} * S + s] = row[c];
+  }
+}
+
+// A hint that the n values at p are read (kWrite: written) soon; no value depends on it. The
+// query tiles' probabilities: a tile's block lies in one piece, but its GEMMs walk it column
+// block by column block across all of its rows, a pattern the hardware's prefetchers follow late.
+template <int kWrite = 0, class T> static void prefetch_block(const T* p, int64_t n) {
+  for (int64_t c = 0; c < n; c += 64 / int64_t(sizeof(T))) __builtin_prefetch(p + c, kWrite, 3);
+}
+
+// Masked softmax attention of one sequence: probs[H, S, Kt] and concat[S, HD] from q, k_t (k
+// transposed, [KD, S]) and v. Per head and query tile: scores by one GEMM, the mask and row
+// softmax in place, then one GEMM P·v.
 template <class T>
-static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v,
+static void core_forward(T* concat, T* probs, const T* q, const T* k_t, const T* v,
                          const AttnDims& d) {
   const int S = d.S, hd = d.hd, HD = d.H * hd, KD = d.KVH * hd, Wk = attn_keys_per_row(d);
   const int Kt = attn_keys_per_tile(d), group = d.H / d.KVH;
@@ -184,9 +202,14 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v
       const auto [s0, s1, lo] = query_tile(t, S, Wk);
       const int m = s1 - s0, n = s1 - lo;
       T* p = probs + (int64_t{h} * S + s0) * Kt;  // [m, n] of row length Kt
+      // The next tile's block of probabilities, written next where one thread runs a head's tasks
+      // in order (elsewhere a hint for a block another thread writes, which costs little).
+      if (s1 < S) {
+        prefetch_block<1>(p + int64_t{m} * Kt, int64_t{std::min(S - s1, kQueryTile)} * Kt);
+      }
       // z[s, j] = q_s·k_j/sqrt(hd) for every query of the tile and every key any of them sees
-      gemm_ld(false, true, m, n, hd, scale, q + int64_t{s0} * HD + h * hd, HD,
-              k + int64_t{lo} * KD + g * hd, KD, T(0), p, Kt);
+      gemm_ld(false, false, m, n, hd, scale, q + int64_t{s0} * HD + h * hd, HD,
+              k_t + int64_t{g} * hd * S + lo, S, T(0), p, Kt);
       for (int r = 0; r < m; ++r) {
         const int s = s0 + r;
         const int first = std::max(0, s - Wk + 1) - lo, last = s - lo;  // visible columns
@@ -199,13 +222,14 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k, const T* v
   });
 }
 
-// Backward of core_forward for one sequence, from d_concat: d_q = ∂L/∂q (every row and head
-// written once), d_k, d_v += ∂L/∂k, ∂L/∂v. Each head is a task of its own with its own scratch:
-// d_p [H, Tq, Kt], and its share of d_k and d_v in d_k_heads, d_v_heads [H, S, hd]; the heads of a
-// kv group are then added in head order, so the sums do not depend on the threads.
+// Backward of core_forward for one sequence, from d_concat and v_t (v transposed, [KD, S]):
+// d_q = ∂L/∂q (every row and head written once), d_k, d_v += ∂L/∂k, ∂L/∂v. Each head is a task of
+// its own with its own scratch: d_p [H, Tq, Kt], and its share of d_k and d_v in d_k_heads,
+// d_v_heads [H, S, hd]; the heads of a kv group are then added in head order, so the sums do not
+// depend on the threads.
 template <class T>
 static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p_heads, T* d_k_heads, T* d_v_heads,
-                          const T* d_concat, const T* probs, const T* q, const T* k, const T* v,
+                          const T* d_concat, const T* probs, const T* q, const T* k, const T* v_t,
                           const AttnDims& d) {
   const int S = d.S, hd = d.hd, HD = d.H * hd, KD = d.KVH * hd, Wk = attn_keys_per_row(d);
   const int Kt = attn_keys_per_tile(d), group = d.H / d.KVH;
@@ -222,12 +246,16 @@ static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p_heads, T* d_k_heads, T*
       const auto [s0, s1, lo] = query_tile(t, S, Wk);
       const int m = s1 - s0, n = s1 - lo;
       const T* p = probs + (int64_t{h} * S + s0) * Kt;  // [m, n] of row length Kt
+      // The saved probabilities were written in the forward, long before: this tile's block (the
+      // first tile) and the next one's are fetched ahead of the GEMMs that read them.
+      if (t == 0) prefetch_block(p, int64_t{m} * Kt);
+      if (s1 < S) prefetch_block(p + int64_t{m} * Kt, int64_t{std::min(S - s1, kQueryTile)} * Kt);
       const T* d_o = d_concat + int64_t{s0} * HD + h * hd;
       const T* q_h = q + int64_t{s0} * HD + h * hd;
       const T* k_g = k + int64_t{lo} * KD + g * hd;
-      const T* v_g = v + int64_t{lo} * KD + g * hd;
       // o_s = Σ_j P[s, j]·v_j  ->  d_P = d_o·vᵀ
-      gemm_ld(false, true, m, n, hd, T(1), d_o, HD, v_g, KD, T(0), d_p, Kt);
+      gemm_ld(false, false, m, n, hd, T(1), d_o, HD, v_t + int64_t{g} * hd * S + lo, S, T(0), d_p,
+              Kt);
       // o_s = Σ_j P[s, j]·v_j  ->  d_v += Pᵀ·d_o
       gemm_ld(true, false, n, hd, m, T(1), p, Kt, d_o, HD, T(1), d_v_h + int64_t{lo} * hd, hd);
       // P = softmax_row(z)  ->  d_z, in place of d_P
@@ -275,9 +303,13 @@ void attention_forward(T* out, AttnSaved<T>& saved, const T* in, const AttnWeigh
   check_call("attention_forward", B, saved.max_B, d, rope);
   saved.B = B;
   const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Kt = attn_keys_per_tile(d);
+  if (B > 1 && omp_get_max_threads() > saved.threads) {
+    scratch_reserve(saved, d, omp_get_max_threads());
+  }
   // Each sequence on its own, projections included (see top): a task per sequence when there are
   // several (the work inside then runs on the task's thread), else the sequence's own tasks.
   auto sequence = [&](int64_t b) {
+    const size_t t = B > 1 ? static_cast<size_t>(omp_get_thread_num()) : 0;
     const int64_t row0 = b * S;
     const T* x = in + row0 * D;
     T* q = saved.q.data() + row0 * HD;
@@ -289,7 +321,9 @@ void attention_forward(T* out, AttnSaved<T>& saved, const T* in, const AttnWeigh
     linear_forward(v, x, w.wv, S, D, KD);
     rope_forward(q, rope, d.H);
     rope_forward(k, rope, d.KVH);
-    core_forward(concat, saved.probs.data() + b * d.H * S * Kt, q, k, v, d);
+    T* k_t = saved.kv_t.data() + t * S * KD;
+    transpose_kv(k_t, k, S, KD);
+    core_forward(concat, saved.probs.data() + b * d.H * S * Kt, q, k_t, v, d);
     linear_forward(out + row0 * D, concat, w.wo, S, HD, D);
   };
   if (B > 1) {
@@ -348,9 +382,11 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     // concat = softmax(q·kᵀ/sqrt(hd) + mask)·v  ->  d_q, d_k, d_v
     std::fill(d_k, d_k + int64_t{S} * KD, T(0));
     std::fill(d_v, d_v + int64_t{S} * KD, T(0));
+    T* v_t = saved.kv_t.data() + t * S * KD;
+    transpose_kv(v_t, v, S, KD);
     core_backward(d_q, d_k, d_v, saved.d_probs.data() + t * d.H * std::min(S, kQueryTile) * Kt,
                   saved.d_k_heads.data() + t * S * HD, saved.d_v_heads.data() + t * S * HD,
-                  d_concat, saved.probs.data() + b * d.H * S * Kt, q, k, v, d);
+                  d_concat, saved.probs.data() + b * d.H * S * Kt, q, k, v_t, d);
     // q = rope(in·Wq), k = rope(in·Wk)  ->  gradients of the unrotated projections
     rope_backward(d_q, rope, d.H);
     rope_backward(d_k, rope, d.KVH);

@@ -43,9 +43,10 @@ int attn_keys_per_tile(const AttnDims& dims);
 struct AttnSavedSizes {
   // q and concat [B, S, HD]; k, v [B, S, KD]; probs [B, H, S, Kt].
   double q = 0, kv = 0, probs = 0;
-  // Backward scratch of one sequence, one set per thread when there are several sequences (one
-  // set for one sequence, whose tasks share it): d_q, d_concat, d_k_heads, d_v_heads
-  // [S, HD]; d_k, d_v [S, KD]; d_probs [H, min(S, query tile), Kt].
+  // Scratch of one sequence, one set per thread when there are several sequences (one set for
+  // one sequence, whose tasks share it): d_q, d_concat, d_k_heads, d_v_heads [S, HD]; d_k, d_v
+  // and kv_t (k transposed in the forward, v in the backward) [S, KD]; d_probs
+  // [H, min(S, query tile), Kt].
   double d_q = 0, d_kv = 0, d_probs = 0;
   int threads = 1;
   // The weight gradients' per-sequence leaves, [Wq, Wk, Wv, Wo] one after the other: Wq and Wo
@@ -54,7 +55,7 @@ struct AttnSavedSizes {
   double tree_q = 0, tree_kv = 0;
   int leaf_sets = 0;
   double activations() const {
-    return 2 * q + 2 * kv + probs + threads * (4 * d_q + 2 * d_kv + d_probs);
+    return 2 * q + 2 * kv + probs + threads * (4 * d_q + 3 * d_kv + d_probs);
   }
   double trees() const { return leaf_sets * (2 * tree_q + 2 * tree_kv); }
 };
@@ -99,13 +100,14 @@ template <class T> struct AttnSaved {
                           //   see the key; columns >= n unused
   std::vector<T> concat;  // [max_B·S, H·hd] heads' outputs P_h·v_g side by side
 
-  // Backward temporaries of one sequence, one set per thread ([threads, …]) when max_B > 1: a task
-  // per sequence uses its thread's set.
+  // Temporaries of one sequence, one set per thread ([threads, …]) when max_B > 1: a task per
+  // sequence uses its thread's set.
   int threads = 0;
   std::vector<T> d_concat;  // [S, H·hd]
   std::vector<T> d_q;       // [S, H·hd]
   std::vector<T> d_k, d_v;  // [S, KVH·hd]
   std::vector<T> d_probs;   // [H, Tq, Kt] per head one tile of ∂L/∂P, then of ∂L/∂scores
+  std::vector<T> kv_t;      // [KD, S] k (forward) or v (backward) transposed, kv_t[c·S + s]
   std::vector<T> d_k_heads, d_v_heads;  // [H, S, hd] each head's share of d_k, d_v, summed
                                         //   over the heads of a group in head order
   // With several sequences, each one's weight-gradient leaves [max_B, Wq | Wk | Wv | Wo], added

@@ -204,7 +204,7 @@ TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
             acts.d_logits, acts.d_resid, acts.d_normed, acts.d_final);
         values += 2.0 * static_cast<double>(acts.row_loss.capacity());  // doubles
         for (const AttnSaved<float>& a : acts.attn) {
-          add(a.q, a.k, a.v, a.probs, a.concat, a.d_concat, a.d_q, a.d_k, a.d_v, a.d_probs,
+          add(a.q, a.k, a.v, a.probs, a.concat, a.d_concat, a.d_q, a.d_k, a.d_v, a.kv_t, a.d_probs,
               a.d_k_heads, a.d_v_heads);
           values += static_cast<double>(a.leaves.capacity());
         }
