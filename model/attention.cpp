@@ -30,6 +30,7 @@
 #include "model/fast_exp.hpp"
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
+#include "model/prefetch.hpp"
 #include "model/softmax_rows.hpp"
 #include "numeric/det_math.hpp"
 
@@ -177,13 +178,6 @@ template <class T> static void transpose_kv(T* kv_t, const T* kv, int S, int KD)
   }
 }
 
-// A hint that the n values at p are read (kWrite: written) soon; no value depends on it. The
-// query tiles' probabilities: a tile's block lies in one piece, but its GEMMs walk it column
-// block by column block across all of its rows, a pattern the hardware's prefetchers follow late.
-template <int kWrite = 0, class T> static void prefetch_block(const T* p, int64_t n) {
-  for (int64_t c = 0; c < n; c += 64 / int64_t(sizeof(T))) __builtin_prefetch(p + c, kWrite, 3);
-}
-
 // Masked softmax attention of one sequence: probs[H, S, Kt] and concat[S, HD] from q, k_t (k
 // transposed, [KD, S]) and v. Per head and query tile: scores by one GEMM, the mask and row
 // softmax in place, then one GEMM P·v.
@@ -205,7 +199,7 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k_t, const T*
       // The next tile's block of probabilities, written next where one thread runs a head's tasks
       // in order (elsewhere a hint for a block another thread writes, which costs little).
       if (s1 < S) {
-        prefetch_block<1>(p + int64_t{m} * Kt, int64_t{std::min(S - s1, kQueryTile)} * Kt);
+        prefetch_values<1>(p + int64_t{m} * Kt, size_t(std::min(S - s1, kQueryTile)) * Kt);
       }
       // z[s, j] = q_s·k_j/sqrt(hd) for every query of the tile and every key any of them sees
       gemm_ld(false, false, m, n, hd, scale, q + int64_t{s0} * HD + h * hd, HD,
@@ -248,8 +242,8 @@ static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p_heads, T* d_k_heads, T*
       const T* p = probs + (int64_t{h} * S + s0) * Kt;  // [m, n] of row length Kt
       // The saved probabilities were written in the forward, long before: this tile's block (the
       // first tile) and the next one's are fetched ahead of the GEMMs that read them.
-      if (t == 0) prefetch_block(p, int64_t{m} * Kt);
-      if (s1 < S) prefetch_block(p + int64_t{m} * Kt, int64_t{std::min(S - s1, kQueryTile)} * Kt);
+      if (t == 0) prefetch_values(p, size_t(m) * Kt);
+      if (s1 < S) prefetch_values(p + int64_t{m} * Kt, size_t(std::min(S - s1, kQueryTile)) * Kt);
       const T* d_o = d_concat + int64_t{s0} * HD + h * hd;
       const T* q_h = q + int64_t{s0} * HD + h * hd;
       const T* k_g = k + int64_t{lo} * KD + g * hd;

@@ -6,8 +6,10 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "model/blas.hpp"
+#include "model/prefetch.hpp"
 
 namespace moe {
 
@@ -94,21 +96,34 @@ void expert_weight_grad(T* d_weight, TreeSum<T>& tree, const T* in, const T* d_o
                         const ExpertGradLayout& layout) {
   const int max_local = plan.placement.max_local(), Bs = rows.per_source;
   const size_t IO = static_cast<size_t>(I) * O;
+  // The group's sequence q: source s's sequence b, after the source's earlier sequences; its
+  // first row and its number of rows.
+  auto leaf_rows = [&](int q) {
+    const int local = q - layout.group_first, s = local / Bs, b = local % Bs;
+    const size_t block = static_cast<size_t>(s) * max_local + i;
+    const int* counts = &rows.recv[block * Bs];
+    int row = plan.recv_block_offsets[block];
+    for (int e = 0; e < b; ++e) row += counts[e];
+    return std::pair<int64_t, int>{row, counts[b]};
+  };
   const std::vector<TreeNode>& nodes = rows.nodes[i];
   for (size_t n = 0; n < nodes.size(); ++n) {
     const TreeNode node = nodes[n];
     T* out = d_weight + static_cast<int64_t>(n) * layout.plane_stride;
     tree.begin_into(IO, node.count, out);  // one sequence: straight into the gradient
     for (int q = node.first; q < node.first + node.count; ++q) {
-      // The group's sequence q: source s's sequence b, after the source's earlier sequences.
-      const int local = q - layout.group_first, s = local / Bs, b = local % Bs;
-      const size_t block = static_cast<size_t>(s) * max_local + i;
-      const int* counts = &rows.recv[block * Bs];
-      int row = plan.recv_block_offsets[block];
-      for (int e = 0; e < b; ++e) row += counts[e];
+      const auto [row, count] = leaf_rows(q);
+      // The next leaf's rows (of this node or the next one), fetched during this leaf's GEMM:
+      // written long before, by the exchange and the rows' backward, they come from far caches.
+      const bool last = q + 1 == node.first + node.count;
+      if (!last || n + 1 < nodes.size()) {
+        const auto [next, next_count] = leaf_rows(last ? nodes[n + 1].first : q + 1);
+        prefetch_values(in + next * I, static_cast<size_t>(next_count) * I);
+        prefetch_values(d_out + next * O, static_cast<size_t>(next_count) * O);
+      }
       // out = in·W  ->  d_W_leaf[I,O] = in_qᵀ[I,rows]·d_out_q[rows,O] (zero without rows)
-      gemm<T>(true, false, I, O, counts[b], T(1), in + static_cast<int64_t>(row) * I,
-              d_out + static_cast<int64_t>(row) * O, tree.leaf_beta(), tree.leaf());
+      gemm<T>(true, false, I, O, count, T(1), in + row * I, d_out + row * O, tree.leaf_beta(),
+              tree.leaf());
       tree.push();
     }
     tree.finish(out);

@@ -17,6 +17,7 @@
 #include "model/moe_experts.hpp"
 #include "model/parallel.hpp"
 #include "model/phase_timer.hpp"
+#include "model/prefetch.hpp"
 #include "model/router.hpp"
 #include "model/z_loss.hpp"
 
@@ -202,12 +203,6 @@ template <class T> void scatter_rows_backward(T* d_in, const MoeSaved<T>& s, con
   }
 }
 
-// A hint that the D values at `row` are read (kWrite: written) soon; no value depends on it. The
-// weighted sums use it for the combined rows, which lie in the exchange's order, not the tokens'.
-template <int kWrite = 0, class T> void prefetch_row(const T* row, size_t D) {
-  for (size_t c = 0; c < D; c += 64 / sizeof(T)) __builtin_prefetch(row + c, kWrite);
-}
-
 // out[t] += Σ_j w[t,j]·y[t,j], over the combined rows.
 template <class T> void weighted_sum_forward(T* out, const MoeSaved<T>& s, const MoeDims& d) {
   const size_t D = d.D;
@@ -215,11 +210,12 @@ template <class T> void weighted_sum_forward(T* out, const MoeSaved<T>& s, const
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int t = 0; t < N; ++t) {
     T* o = out + t * D;
-    // The next token's rows, fetched while this one's are added.
+    // The next token's rows, fetched while this one's are added: the combined rows lie in the
+    // exchange's order, not the tokens'.
     if (t + 1 < N) {
       for (int j = 0; j < d.K; ++j) {
         const int p = s.plan.send_position[(t + 1) * d.K + j];
-        if (p >= 0) prefetch_row(&s.y_rows[static_cast<size_t>(p) * D], D);
+        if (p >= 0) prefetch_values(&s.y_rows[static_cast<size_t>(p) * D], D);
       }
     }
     for (int j = 0; j < d.K; ++j) {
@@ -245,8 +241,8 @@ template <class T> void weighted_sum_backward(MoeSaved<T>& s, const T* d_out, co
     const int t = a / d.K;
     if (a + kAhead < NK && s.plan.send_position[a + kAhead] >= 0) {
       const size_t ahead = static_cast<size_t>(s.plan.send_position[a + kAhead]) * D;
-      prefetch_row(&s.y_rows[ahead], D);
-      prefetch_row<1>(&s.d_rows[ahead], D);
+      prefetch_values(&s.y_rows[ahead], D);
+      prefetch_values<1>(&s.d_rows[ahead], D);
     }
     if (s.plan.send_position[a] < 0) {
       s.d_weights[a] = 0;
