@@ -316,7 +316,9 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
   const size_t last = 2 * static_cast<size_t>(c.layers);
   rmsnorm_forward(a.final_normed.data(), rstd + last * N, resid + last * ND, dense + m.final_norm,
                   N, D, c.norm_eps);
-  seq_linear_forward(a.logits.data(), a.final_normed.data(), dense + m.lm_head, a.B, S, D, V);
+  // All B·S rows in one call: a row's logits do not depend on the call's rows (model/gemm/), and
+  // the [D, V] weight is packed once rather than once per sequence.
+  linear_forward(a.logits.data(), a.final_normed.data(), dense + m.lm_head, N, D, V);
   cross_entropy_forward_backward(a.d_logits.data(), a.row_loss.data(), a.logits.data(), b.targets,
                                  N, V, b.loss_scale);
   // The loss summed per sequence, the sequences along the fixed tree (model/tree_sum.hpp).
@@ -344,7 +346,7 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     ScopedPhase timer(a.times, Phase::kOther);
     const size_t last = 2 * static_cast<size_t>(c.layers);
     parallel_zero(a.d_final.data(), a.d_final.size());
-    seq_linear_backward_input(a.d_final.data(), a.d_logits.data(), dense + m.lm_head, B, S, D, V);
+    linear_backward_input(a.d_final.data(), a.d_logits.data(), dense + m.lm_head, N, D, V);
     seq_linear_weight_backward(dd + m.lm_head, a.grad_tree, a.d_logits.data(),
                                a.final_normed.data(), B, S, D, V);
     parallel_zero(a.d_resid.data(), a.d_resid.size());

@@ -5,28 +5,10 @@
 
 #include "model/blas.hpp"
 #include "model/embedding.hpp"
-#include "model/linear.hpp"
 #include "model/parallel.hpp"
 #include "model/rmsnorm.hpp"
 
 namespace moe {
-
-template <class T>
-void seq_linear_forward(T* out, const T* in, const T* weight, int B, int S, int I, int O) {
-  for (int b = 0; b < B; ++b) {
-    const int64_t row0 = int64_t{b} * S;
-    linear_forward(out + row0 * O, in + row0 * I, weight, S, I, O);
-  }
-}
-
-template <class T>
-void seq_linear_backward_input(T* d_in, const T* d_out, const T* weight, int B, int S, int I,
-                               int O) {
-  for (int b = 0; b < B; ++b) {
-    const int64_t row0 = int64_t{b} * S;
-    linear_backward_input(d_in + row0 * I, d_out + row0 * O, weight, S, I, O);
-  }
-}
 
 template <class T>
 void seq_linear_weight_backward(T* d_weight, TreeSum<T>& tree, const T* d_out, const T* in, int B,
@@ -67,8 +49,6 @@ void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const 
 }
 
 #define MOE_PER_SEQUENCE_INSTANTIATE(T)                                                           \
-  template void seq_linear_forward<T>(T*, const T*, const T*, int, int, int, int);                \
-  template void seq_linear_backward_input<T>(T*, const T*, const T*, int, int, int, int);         \
   template void seq_linear_weight_backward<T>(T*, TreeSum<T>&, const T*, const T*, int, int, int, \
                                               int);                                               \
   template void seq_rmsnorm_backward<T>(T*, T*, std::vector<T>&, const T*, const T*, const T*,    \

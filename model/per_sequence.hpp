@@ -1,8 +1,8 @@
 // Token-row operations done sequence by sequence, so that no bit depends on how many sequences a
 // rank holds (and, with Comm::allreduce_sum_tree, not on the rank count):
-//  - GEMMs whose rows are tokens run on one sequence's S rows at a time (a row's bits no longer
-//    depend on the call's row count with the project's GEMM, model/gemm/, but the calls stay
-//    per sequence, where the weight gradients need them anyway);
+//  - a GEMM whose rows are tokens gives each row the same bits whatever the call's row count
+//    (model/gemm/), so only the weight gradients need sequences: the LM head's forward and input
+//    gradient run on all B·S rows at once (linear.hpp), packing the [D, V] weight once;
 //  - weight gradients, sums over tokens, are summed per sequence and the partial sums added along
 //    the fixed tree of model/tree_sum.hpp. Each adds the tree's sum into the gradient, as the
 //    plain backward functions add theirs.
@@ -15,15 +15,6 @@
 #include "model/tree_sum.hpp"
 
 namespace moe {
-
-// out[B·S, O] = in·weight, one sequence at a time (overwrites out).
-template <class T>
-void seq_linear_forward(T* out, const T* in, const T* weight, int B, int S, int I, int O);
-
-// d_in[B·S, I] += d_out·weightᵀ, one sequence at a time.
-template <class T>
-void seq_linear_backward_input(T* d_in, const T* d_out, const T* weight, int B, int S, int I,
-                               int O);
 
 // d_weight[I,O] += Σ_b in_bᵀ·d_out_b (the weight's half of linear_backward).
 template <class T>
