@@ -57,6 +57,10 @@ const std::vector<Shape> kShapes = {
     {"LM head fwd", false, false, 256, 2048, 128, 0},
     {"LM head d_in", false, true, 256, 128, 2048, 0},
     {"LM head d_weight", true, false, 128, 2048, 256, 0},
+    // The LM head's forward and input gradient take all of a rank's rows in one call: these are
+    // 8 sequences' (1 rank × 8); one sequence's (8 ranks × 1) are the rows above.
+    {"LM head fwd, 8 seqs", false, false, 2048, 2048, 128, 0},
+    {"LM head d_in, 8 seqs", false, true, 2048, 128, 2048, 0},
     // deepseek4-fine's experts (F = 56, 64 experts, top-8: about 256 rows each over 8 sequences,
     // 32 of one sequence) and its router (E = 64).
     {"fine fwd W1/W3, 256 rows", false, false, 256, 56, 128, 0},
