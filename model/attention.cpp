@@ -124,7 +124,8 @@ AttnSavedSizes attn_saved_sizes(int max_B, const AttnDims& d, int threads) {
 
 namespace {
 
-// One sequence's backward scratch (AttnSavedSizes) for `threads` threads.
+// One sequence's scratch, the forward's kv_t and the backward's (AttnSavedSizes), for `threads`
+// threads.
 template <class T> void scratch_reserve(AttnSaved<T>& saved, const AttnDims& d, int threads) {
   const AttnSavedSizes z = attn_saved_sizes(1, d, 1);
   auto n = [&](double elements) { return static_cast<size_t>(elements) * threads; };
@@ -196,9 +197,11 @@ static void core_forward(T* concat, T* probs, const T* q, const T* k_t, const T*
       const auto [s0, s1, lo] = query_tile(t, S, Wk);
       const int m = s1 - s0, n = s1 - lo;
       T* p = probs + (int64_t{h} * S + s0) * Kt;  // [m, n] of row length Kt
-      // The next tile's block of probabilities, written next where one thread runs a head's tasks
-      // in order (elsewhere a hint for a block another thread writes, which costs little).
-      if (s1 < S) {
+      // The next tile's block of probabilities, written next by this thread where it runs the
+      // head's tiles in order (a sequence's tasks inside a task per sequence, or one thread).
+      // With a team sharing the tiles the next block is another thread's: no hint then, which
+      // would pull that thread's lines away.
+      if (s1 < S && omp_get_num_threads() == 1) {
         prefetch_values<1>(p + int64_t{m} * Kt, size_t(std::min(S - s1, kQueryTile)) * Kt);
       }
       // z[s, j] = q_s·k_j/sqrt(hd) for every query of the tile and every key any of them sees

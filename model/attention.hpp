@@ -45,8 +45,8 @@ struct AttnSavedSizes {
   double q = 0, kv = 0, probs = 0;
   // Scratch of one sequence, one set per thread when there are several sequences (one set for
   // one sequence, whose tasks share it): d_q, d_concat, d_k_heads, d_v_heads [S, HD]; d_k, d_v
-  // and kv_t (k transposed in the forward, v in the backward) [S, KD]; d_probs
-  // [H, min(S, query tile), Kt].
+  // [S, KD]; kv_t [KD, S] (k transposed in the forward, v in the backward: d_kv values too);
+  // d_probs [H, min(S, query tile), Kt].
   double d_q = 0, d_kv = 0, d_probs = 0;
   int threads = 1;
   // The weight gradients' per-sequence leaves, [Wq, Wk, Wv, Wo] one after the other: Wq and Wo
@@ -116,7 +116,8 @@ template <class T> struct AttnSaved {
 };
 
 // Checks dims (positive sizes, KVH divides H, hd even, W >= 0) and sizes saved for max_B sequences
-// and the OpenMP threads a parallel region gets now (a backward with more threads adds scratch).
+// and the OpenMP threads a parallel region gets now (a forward or backward with more threads adds
+// scratch).
 template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& dims);
 
 // out[B·S, D] = Attn(in) for B independent sequences (B <= saved.max_B; rope made for dims' S, hd,

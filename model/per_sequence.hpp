@@ -2,7 +2,7 @@
 // rank holds (and, with Comm::allreduce_sum_tree, not on the rank count):
 //  - a GEMM whose rows are tokens gives each row the same bits whatever the call's row count
 //    (model/gemm/), so only the weight gradients need sequences: the LM head's forward and input
-//    gradient run on all B·S rows at once (linear.hpp), packing the [D, V] weight once;
+//    gradient run on all B·S rows at once (model.cpp), packing the [D, V] weight once;
 //  - weight gradients, sums over tokens, are summed per sequence and the partial sums added along
 //    the fixed tree of model/tree_sum.hpp. Each adds the tree's sum into the gradient, as the
 //    plain backward functions add theirs.
