@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Whole deepseek4-tiny steps of two moe_rt binaries, alternating run by run, so that both see the
 # same machine (old first in even rounds, new first in odd ones): for comparing a change's cost
-# (e.g. the project's GEMM against an OpenBLAS build of an earlier commit). Prints each run's median tokens/s (moe_rt's summary line, steps after the
-# first) and, per layout, the median over the runs of each binary and their ratio, then the ratio
-# of each round's pair (new/old, the two runs next to each other in time) as a median and range:
-# on a machine whose speed drifts between runs (a shared virtual machine), the pairs' ratios
-# spread less than the runs do.
+# (e.g. the project's GEMM against an OpenBLAS build of an earlier commit). Prints each run's
+# median tokens/s (moe_rt's summary line, steps after the first) and, per layout, the median over
+# the runs of each binary and their ratio, then the ratio of each round's pair (new/old, the two
+# runs next to each other in time) as a median and range: on a machine whose speed drifts between
+# runs (a shared virtual machine), the pairs' ratios spread less than the runs do.
 # Usage: bench/steps_ab.sh OLD_MOE_RT NEW_MOE_RT [RUNS=3] [STEPS=20]
 # Layouts: 1 rank x 1 thread, 1 rank x 2 threads, 2 ranks, 8 ranks (1 sequence per rank); LAYOUTS
 # picks some, e.g. LAYOUTS="1 2" for the first two. OLD_ARGS and NEW_ARGS add moe_rt options to

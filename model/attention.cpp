@@ -137,6 +137,14 @@ template <class T> void scratch_reserve(AttnSaved<T>& saved, const AttnDims& d, 
   saved.threads = threads;
 }
 
+// A call on B sequences runs one task per sequence, each with its thread's scratch: grown here
+// when the region has more threads than were reserved for (one sequence uses set 0).
+template <class T> void scratch_for_threads(AttnSaved<T>& saved, const AttnDims& d, int B) {
+  if (B > 1 && omp_get_max_threads() > saved.threads) {
+    scratch_reserve(saved, d, omp_get_max_threads());
+  }
+}
+
 }  // namespace
 
 template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d) {
@@ -300,9 +308,7 @@ void attention_forward(T* out, AttnSaved<T>& saved, const T* in, const AttnWeigh
   check_call("attention_forward", B, saved.max_B, d, rope);
   saved.B = B;
   const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Kt = attn_keys_per_tile(d);
-  if (B > 1 && omp_get_max_threads() > saved.threads) {
-    scratch_reserve(saved, d, omp_get_max_threads());
-  }
+  scratch_for_threads(saved, d, B);
   // Each sequence on its own, projections included (see top): a task per sequence when there are
   // several (the work inside then runs on the task's thread), else the sequence's own tasks.
   auto sequence = [&](int64_t b) {
@@ -340,9 +346,7 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
                                 " but the last forward had B=" + std::to_string(saved.B));
   }
   const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Kt = attn_keys_per_tile(d);
-  if (B > 1 && omp_get_max_threads() > saved.threads) {
-    scratch_reserve(saved, d, omp_get_max_threads());
-  }
+  scratch_for_threads(saved, d, B);
   // Weight gradients by sequence, added along the fixed tree (model/tree_sum.hpp): with several
   // sequences each one's leaves go to its set in saved.leaves, [Wq | Wk | Wv | Wo], summed once all
   // are in; one sequence adds into the gradients directly (beta 1: the bits of 0 + its sum).
