@@ -14,12 +14,14 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "model/blas.hpp"
+#include "model/gemm/gemm.hpp"
 
 namespace moe::bench {
 
@@ -142,6 +144,16 @@ inline std::string arg_text(int argc, char** argv, const char* name, const std::
 inline long long arg_int(int argc, char** argv, const char* name, long long fallback) {
   const std::string v = arg_text(argc, argv, name, "");
   return v.empty() ? fallback : std::atoll(v.c_str());
+}
+
+// `--level L`: runs the GEMMs at instruction-set level L (model/gemm/gemm.hpp) instead of the
+// best this CPU has; unknown or absent levels are refused with the reason.
+inline void force_gemm_level_arg(int argc, char** argv) {
+  const std::string level = arg_text(argc, argv, "--level", "");
+  if (level.empty()) return;
+  const auto parsed = gemm_level_parse(level);
+  if (!parsed) throw std::invalid_argument("--level: unknown GEMM level '" + level + "'");
+  gemm_level_force(*parsed);
 }
 
 inline bool arg_flag(int argc, char** argv, const char* name) {

@@ -135,12 +135,7 @@ int run(int argc, char** argv) {
   const double seconds = std::atof(arg_text(argc, argv, "--seconds", "0.1").c_str());
   const int repeats = static_cast<int>(arg_int(argc, argv, "--repeats", 7));
   const int threads = static_cast<int>(arg_int(argc, argv, "--threads", 2));
-  const std::string level = arg_text(argc, argv, "--level", "");
-  if (!level.empty()) {
-    const auto parsed = gemm_level_parse(level);
-    if (!parsed) throw std::invalid_argument("--level: unknown GEMM level '" + level + "'");
-    gemm_level_force(*parsed);
-  }
+  force_gemm_level_arg(argc, argv);
   const Comm world = Comm::world();
   print_banner(world, "bench_gemm_shapes",
                "moe_rt's GEMM against OpenBLAS sgemm on deepseek4-tiny's shapes (GFLOP/s)", 1);

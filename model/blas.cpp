@@ -133,6 +133,55 @@ template void gemm_ld<float>(bool, bool, int, int, int, float, const float*, int
 template void gemm_ld<double>(bool, bool, int, int, int, double, const double*, int, const double*,
                               int, double, double*, int, std::source_location);
 
+template <class T>
+void gemm_leaf_tree(int M, int N, const T* A, int lda, const T* B, int ldb, T* C, int ldc,
+                    std::span<const int64_t> first, std::span<const int> rows, std::span<T> scratch,
+                    std::source_location where) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  const char* call = std::is_same_v<T, float> ? "sgemm leaf tree" : "dgemm leaf tree";
+  int64_t K = 0;  // the leaves' rows, for the message
+  for (int r : rows) K += r;
+  const GemmShape shape{true, false, M, N, static_cast<int>(std::min<int64_t>(K, INT_MAX))};
+  MOE_BLAS_CHECK(M >= 0 && N >= 0 && first.size() == rows.size() && fits_int(int64_t(rows.size())),
+                 call, shape, where);
+  MOE_BLAS_CHECK(lda >= std::max(1, M) && ldb >= std::max(1, N) && ldc >= std::max(1, N), call,
+                 shape, where);
+  MOE_BLAS_CHECK(fits_int(int64_t{M} * ldc), call, shape, where);
+  for (size_t q = 0; q < rows.size(); ++q) {
+    MOE_BLAS_CHECK(rows[q] >= 0 && first[q] >= 0, call, shape, where);
+  }
+  if (M == 0 || N == 0 || rows.empty()) return;
+  MOE_BLAS_CHECK(C != nullptr, call, shape, where);
+  const int leaves = static_cast<int>(rows.size());
+  MOE_BLAS_CHECK(scratch.size() >= gemm_leaf_tree_scratch<T>(M, N, leaves), call, shape, where);
+  if (K == 0) {
+    // Every leaf the empty chain +0, and so their sum: C = C + 0, as the tree's finish adds it.
+    for (int i = 0; i < M; ++i) {
+      T* c = C + int64_t{i} * ldc;
+      for (int j = 0; j < N; ++j) c[j] = c[j] + T(0);
+    }
+    return;
+  }
+  MOE_BLAS_CHECK(A != nullptr && B != nullptr, call, shape, where);
+  gemm_detail::gemm_leaf_tree_run<T>(
+      {M, N, A, lda, B, ldb, C, ldc, first.data(), rows.data(), leaves}, scratch.data());
+}
+
+template void gemm_leaf_tree<float>(int, int, const float*, int, const float*, int, float*, int,
+                                    std::span<const int64_t>, std::span<const int>,
+                                    std::span<float>, std::source_location);
+template void gemm_leaf_tree<double>(int, int, const double*, int, const double*, int, double*, int,
+                                     std::span<const int64_t>, std::span<const int>,
+                                     std::span<double>, std::source_location);
+
+template <class T> size_t gemm_leaf_tree_scratch(int M, int N, int leaves) {
+  if (M <= 0 || N <= 0 || leaves <= 0) return 0;
+  return static_cast<size_t>(gemm_detail::gemm_leaf_tree_scratch<T>(M, N, leaves));
+}
+
+template size_t gemm_leaf_tree_scratch<float>(int, int, int);
+template size_t gemm_leaf_tree_scratch<double>(int, int, int);
+
 void blas_set_threads(int n) {
   if (n < 1) {
     throw BlasError("blas_set_threads refused: thread count must be >= 1, got " +

@@ -8,7 +8,10 @@
 // K top-k, V vocab).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <source_location>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -48,6 +51,24 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* 
              const T* B, int ldb,    // [K,N], or [N,K] if trans_b, rows ldb apart
              T beta, T* C, int ldc,  // [M,N], rows ldc apart
              std::source_location where = std::source_location::current());
+
+// A weight gradient summed by leaves along model/tree_sum.hpp's tree: C[M,N] += the tree sum over
+// q = 0 … n−1 of A_qᵀ·B_q, where leaf q is rows [first[q], first[q] + rows[q]) of A (M values of
+// each, rows lda apart) and of B (N values, rows ldb apart), n = first.size() = rows.size().
+// Bit for bit a TreeSum of n leaves, leaf q gemm(true, false, M, N, rows[q], 1, A_q, B_q, 0, ·)
+// (an empty leaf +0), finished into C; but in one pass per register tile of C, whose leaves'
+// sums stay in registers and the level-1 cache. `scratch` holds the partial sums:
+// gemm_leaf_tree_scratch(M, N, n) values at least. Splits into tasks as gemm does, changing no
+// bit. Throws BlasError on a negative dimension or row count, spans of different lengths, leading
+// dimensions below M, N or N, a first row below 0, too little scratch, or a null pointer to a
+// non-empty operand.
+template <class T>
+void gemm_leaf_tree(int M, int N, const T* A, int lda, const T* B, int ldb, T* C, int ldc,
+                    std::span<const int64_t> first, std::span<const int> rows, std::span<T> scratch,
+                    std::source_location where = std::source_location::current());
+
+// The scratch gemm_leaf_tree needs for M×N over `leaves` leaves, at any GEMM level this CPU has.
+template <class T> size_t gemm_leaf_tree_scratch(int M, int N, int leaves);
 
 // The model's threads from now on (OpenMP: the parallel loops and tasks of model/, and the blocks
 // a large GEMM is split into); n >= 1, else BlasError.

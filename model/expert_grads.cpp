@@ -6,6 +6,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "model/blas.hpp"
@@ -91,11 +92,10 @@ void expert_seq_rows_exchange(ExpertSeqRows& rows, const DispatchPlan& plan, int
 }
 
 template <class T>
-void expert_weight_grad(T* d_weight, TreeSum<T>& tree, const T* in, const T* d_out, int I, int O,
-                        int i, const DispatchPlan& plan, const ExpertSeqRows& rows,
+void expert_weight_grad(T* d_weight, std::span<T> scratch, const T* in, const T* d_out, int I,
+                        int O, int i, const DispatchPlan& plan, const ExpertSeqRows& rows,
                         const ExpertGradLayout& layout) {
   const int max_local = plan.placement.max_local(), Bs = rows.per_source;
-  const size_t IO = static_cast<size_t>(I) * O;
   // The group's sequence q: source s's sequence b, after the source's earlier sequences; its
   // first row and its number of rows.
   auto leaf_rows = [&](int q) {
@@ -106,34 +106,32 @@ void expert_weight_grad(T* d_weight, TreeSum<T>& tree, const T* in, const T* d_o
     for (int e = 0; e < b; ++e) row += counts[e];
     return std::pair<int64_t, int>{row, counts[b]};
   };
+  // Each node's leaves, as rows of `in` and `d_out`.
+  thread_local std::vector<int64_t> first;
+  thread_local std::vector<int> counts;
   const std::vector<TreeNode>& nodes = rows.nodes[i];
   for (size_t n = 0; n < nodes.size(); ++n) {
     const TreeNode node = nodes[n];
-    T* out = d_weight + static_cast<int64_t>(n) * layout.plane_stride;
-    tree.begin_into(IO, node.count, out);  // one sequence: straight into the gradient
-    for (int q = node.first; q < node.first + node.count; ++q) {
-      const auto [row, count] = leaf_rows(q);
-      // The next leaf's rows (of this node or the next one), fetched during this leaf's GEMM:
-      // written long before, by the exchange and the rows' backward, they come from far caches.
-      const bool last = q + 1 == node.first + node.count;
-      if (!last || n + 1 < nodes.size()) {
-        const auto [next, next_count] = leaf_rows(last ? nodes[n + 1].first : q + 1);
-        prefetch_values(in + next * I, static_cast<size_t>(next_count) * I);
-        prefetch_values(d_out + next * O, static_cast<size_t>(next_count) * O);
-      }
-      // out = in·W  ->  d_W_leaf[I,O] = in_qᵀ[I,rows]·d_out_q[rows,O] (zero without rows)
-      gemm<T>(true, false, I, O, count, T(1), in + row * I, d_out + row * O, tree.leaf_beta(),
-              tree.leaf());
-      tree.push();
+    first.resize(static_cast<size_t>(node.count));
+    counts.resize(first.size());
+    for (size_t q = 0; q < first.size(); ++q) {
+      std::tie(first[q], counts[q]) = leaf_rows(node.first + static_cast<int>(q));
+      // Written long before, by the exchange and the rows' backward, the leaves' rows come from
+      // far caches: asked for at once, they arrive together rather than a row at a time.
+      prefetch_values(in + first[q] * I, static_cast<size_t>(counts[q]) * I);
+      prefetch_values(d_out + first[q] * O, static_cast<size_t>(counts[q]) * O);
     }
-    tree.finish(out);
+    // out = in·W  ->  d_W[I,O] += the tree sum over the node's leaves of in_qᵀ·d_out_q
+    gemm_leaf_tree<T>(I, O, in, I, d_out, O,
+                      d_weight + static_cast<int64_t>(n) * layout.plane_stride, O, first, counts,
+                      scratch);
   }
 }
 
-template void expert_weight_grad<float>(float*, TreeSum<float>&, const float*, const float*, int,
+template void expert_weight_grad<float>(float*, std::span<float>, const float*, const float*, int,
                                         int, int, const DispatchPlan&, const ExpertSeqRows&,
                                         const ExpertGradLayout&);
-template void expert_weight_grad<double>(double*, TreeSum<double>&, const double*, const double*,
+template void expert_weight_grad<double>(double*, std::span<double>, const double*, const double*,
                                          int, int, int, const DispatchPlan&, const ExpertSeqRows&,
                                          const ExpertGradLayout&);
 

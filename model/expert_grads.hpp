@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -71,11 +72,11 @@ void expert_seq_rows_exchange(ExpertSeqRows& rows, const DispatchPlan& plan, int
                               const ExpertGradLayout& layout, const Comm& ep);
 
 // d_weight (plane n for node n) += the tree sum over node n's sequences of inᵀ·d_out on local
-// expert i's rows of each. `in` [R, I] and `d_out` [R, O] are the owner's expert-major rows;
-// `tree` has room for I·O values and P·Bs leaves.
+// expert i's rows of each (gemm_leaf_tree). `in` [R, I] and `d_out` [R, O] are the owner's
+// expert-major rows; `scratch` holds gemm_leaf_tree_scratch(I, O, P·Bs) values.
 template <class T>
 void expert_weight_grad(T* d_weight,  // [I, O] plane 0
-                        TreeSum<T>& tree, const T* in, const T* d_out, int I, int O, int i,
+                        std::span<T> scratch, const T* in, const T* d_out, int I, int O, int i,
                         const DispatchPlan& plan, const ExpertSeqRows& rows,
                         const ExpertGradLayout& layout);
 

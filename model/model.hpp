@@ -102,7 +102,8 @@ struct ModelMemory {
 // extra planes, the gathered planes of every group and the tree's scratch (runtime/run/trainer.cpp,
 // model/expert_grads.hpp) count with the parameters.
 // `max_local`: the most experts a rank holds in a layer (model_placement_max_local); 0: those of
-// the contiguous layout. `threads`: the rank's OpenMP threads (a weight-gradient tree each).
+// the contiguous layout. `threads`: the rank's OpenMP threads (a weight-gradient task's leaf-tree
+// scratch each).
 ModelMemory model_memory_estimate(const ModelConfig& cfg, int ep_size, int world_size = 0,
                                   int max_local = 0, int threads = 1);
 

@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include "model/expert_grads.hpp"
@@ -50,16 +51,14 @@ void expert_row_tasks(std::vector<int>& chunk_offsets, const std::vector<int>& o
   });
 }
 
-// The tree the calling thread's weight-gradient task sums its leaves in: one per thread, added
-// here when a region has more threads than moe_saved_reserve saw.
-template <class T> TreeSum<T>& thread_tree(MoeSaved<T>& s) {
-  return s.expert_trees[static_cast<size_t>(omp_get_thread_num())];
+// The leaf-tree scratch of the calling thread's weight-gradient task: one per thread, added here
+// when a region has more threads than moe_saved_reserve saw.
+template <class T> std::span<T> thread_scratch(MoeSaved<T>& s) {
+  return s.leaf_scratch[static_cast<size_t>(omp_get_thread_num())];
 }
-template <class T> void trees_for_threads(MoeSaved<T>& s) {
+template <class T> void scratch_for_threads(MoeSaved<T>& s) {
   const size_t threads = static_cast<size_t>(std::max(omp_get_max_threads(), 1));
-  while (s.expert_trees.size() < threads) {
-    s.expert_trees.emplace_back().reserve(s.tree_width, s.tree_leaves);
-  }
+  while (s.leaf_scratch.size() < threads) s.leaf_scratch.emplace_back(s.leaf_scratch_values);
 }
 
 // The shared expert on rows [row, row + rows) of one sequence: out = swiglu(in·S1, in·S3)·S2.
@@ -87,31 +86,32 @@ void shared_rows_backward(T* d_in, MoeSaved<T>& s, const T* d_out, const MoeWeig
   linear_backward_input(d_in + rd, &s.sd_v[rf], w.shared_w3, rows, d.D, d.Fs);
 }
 
-// The shared expert's weight gradient m (0: S2, 1: S1, 2: S3) by sequence, in the thread's tree.
+// The shared expert's weight gradient m (0: S2, 1: S1, 2: S3) by sequence, in the thread's
+// scratch.
 template <class T>
 void shared_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const T* d_out, const T* in,
                         const MoeDims& d, int m) {
   const auto [B, S] = moe_sequences(s, s.N);
-  TreeSum<T>& tree = thread_tree(s);
+  const std::span<T> scratch = thread_scratch(s);
   if (m == 0) {
-    seq_linear_weight_backward(gr.shared_w2, tree, d_out, s.sh.data(), B, S, d.Fs, d.D);
+    seq_linear_weight_backward(gr.shared_w2, scratch, d_out, s.sh.data(), B, S, d.Fs, d.D);
   } else {
-    seq_linear_weight_backward(m == 1 ? gr.shared_w1 : gr.shared_w3, tree,
+    seq_linear_weight_backward(m == 1 ? gr.shared_w1 : gr.shared_w3, scratch,
                                m == 1 ? s.sd_g.data() : s.sd_v.data(), in, B, S, d.D, d.Fs);
   }
 }
 
 // Routed expert i's weight gradient m (0: W2, 1: W1, 2: W3) by sequence over its rows, in the
-// thread's tree.
+// thread's scratch.
 template <class T>
 void expert_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeDims& d, int i, int m) {
   const size_t at = static_cast<size_t>(i) * d.D * d.F;
-  TreeSum<T>& tree = thread_tree(s);
+  const std::span<T> scratch = thread_scratch(s);
   if (m == 0) {
-    expert_weight_grad(gr.w2 + at, tree, s.h.data(), s.d_y.data(), d.F, d.D, i, s.plan,
+    expert_weight_grad(gr.w2 + at, scratch, s.h.data(), s.d_y.data(), d.F, d.D, i, s.plan,
                        s.expert_rows, s.expert_layout);
   } else {
-    expert_weight_grad(m == 1 ? gr.w1 + at : gr.w3 + at, tree, s.x.data(),
+    expert_weight_grad(m == 1 ? gr.w1 + at : gr.w3 + at, scratch, s.x.data(),
                        m == 1 ? s.d_g.data() : s.d_v.data(), d.D, d.F, i, s.plan, s.expert_rows,
                        s.expert_layout);
   }
@@ -170,7 +170,7 @@ void moe_shared_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSa
   if (d.Fs == 0) return;
   const auto [B, S] = moe_sequences(s, N);
   shared_resize(s, d, N, true);
-  trees_for_threads(s);
+  scratch_for_threads(s);
   parallel_tasks(B, [&](int64_t b) {
     shared_rows_backward(d_in, s, d_out, w, d, static_cast<int>(b) * S, S);
   });
@@ -190,7 +190,7 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
   s.d_h.resize(static_cast<size_t>(R) * d.F);
   s.d_g.resize(s.d_h.size());
   s.d_v.resize(s.d_h.size());
-  trees_for_threads(s);
+  scratch_for_threads(s);
   expert_row_tasks(
       s.chunk_offsets, s.plan.expert_offsets, shared ? B : 0, S,
       [&](int row, int rows) { shared_rows_backward(shared_d_in, s, d_out, w, d, row, rows); },

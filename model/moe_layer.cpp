@@ -84,9 +84,16 @@ MoeSavedSizes moe_saved_sizes(double N, const MoeDims& d, int ep_size, int max_l
   z.RF = z.R * d.F;
   z.NFs = n * d.Fs;
   z.router_leaves = max_sequences > 1 ? static_cast<double>(max_sequences) * d.D * d.E : 0.0;
-  z.expert_tree = static_cast<double>(d.D) * std::max(d.F, d.Fs);
-  z.expert_tree_depth = tree_sum_depth(ep_size * std::max(max_sequences, 1));
-  z.expert_trees = std::max(threads, 1);
+  // The routed experts' leaves are the EP group's sequences, the shared expert's the rank's own.
+  const int routed = ep_size * std::max(max_sequences, 1), shared = std::max(max_sequences, 1);
+  size_t scratch = std::max(gemm_leaf_tree_scratch<float>(d.D, d.F, routed),
+                            gemm_leaf_tree_scratch<float>(d.F, d.D, routed));
+  if (d.Fs > 0) {
+    scratch = std::max({scratch, gemm_leaf_tree_scratch<float>(d.D, d.Fs, shared),
+                        gemm_leaf_tree_scratch<float>(d.Fs, d.D, shared)});
+  }
+  z.leaf_scratch = static_cast<double>(scratch);
+  z.leaf_scratches = std::max(threads, 1);
   return z;
 }
 
@@ -112,10 +119,8 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
   for (auto* v : {&s.sg, &s.sv, &s.sh, &s.sd_g, &s.sd_v, &s.sd_h}) v->reserve(n(z.NFs));
   s.max_sequences = max_sequences;
   s.router_leaves.assign(n(z.router_leaves), T(0));
-  s.tree_width = n(z.expert_tree);
-  s.tree_leaves = ep_size * std::max(max_sequences, 1);
-  s.expert_trees.resize(z.expert_trees);
-  for (TreeSum<T>& tree : s.expert_trees) tree.reserve(s.tree_width, s.tree_leaves);
+  s.leaf_scratch_values = n(z.leaf_scratch);
+  s.leaf_scratch.assign(z.leaf_scratches, std::vector<T>(s.leaf_scratch_values));
   s.chunk_offsets.reserve(static_cast<size_t>(max_local) + 1);
 }
 

@@ -144,13 +144,12 @@ template <class T> struct MoeSaved {
   std::vector<T> router_leaves;  // [max_sequences, D·E] each sequence's router gradient, when
                                  //   there are several, added along the tree afterwards
   // The routed and shared experts' weight gradients by sequence (model/expert_grads.hpp): where
-  // the EP group's sequences lie (the run sets it), the rows behind each leaf, and one tree per
-  // thread for the weight-gradient tasks that run at once.
+  // the EP group's sequences lie (the run sets it), the rows behind each leaf, and per thread the
+  // scratch of a weight-gradient task's leaf tree (gemm_leaf_tree), for the tasks that run at once.
   ExpertGradLayout expert_layout;
   ExpertSeqRows expert_rows;
-  std::vector<TreeSum<T>> expert_trees;  // [threads], each tree_width values, tree_leaves leaves
-  size_t tree_width = 0;
-  int tree_leaves = 0;
+  std::vector<std::vector<T>> leaf_scratch;  // [threads][leaf_scratch_values]
+  size_t leaf_scratch_values = 0;
   std::vector<int> chunk_offsets;  // [local experts + 1]: each expert's first row task
 };
 
@@ -164,25 +163,23 @@ struct MoeSavedSizes {
                    //   send arrays [N, K]
   double R = 0;    // rows received
   double NKD = 0;  // send_rows, y_rows, d_rows [N·K, D]
-  double RD = 0, RF = 0;      // x, y, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
-  double NFs = 0;             // the shared expert's sg, sv, sh, sd_g, sd_v, sd_h [N, Fs]
-  double router_leaves = 0;   // the router's weight-gradient leaves: max_sequences·D·E when
-                              //   max_sequences > 1
-  double expert_tree = 0;     // an expert weight-gradient tree's width, D·max(F, Fs)
-  int expert_tree_depth = 1;  // its buffers (tree_sum_depth(ep_size·max_sequences))
-  int expert_trees = 0;       // one per thread
+  double RD = 0, RF = 0;     // x, y, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
+  double NFs = 0;            // the shared expert's sg, sv, sh, sd_g, sd_v, sd_h [N, Fs]
+  double router_leaves = 0;  // the router's weight-gradient leaves: max_sequences·D·E when
+                             //   max_sequences > 1
+  double leaf_scratch = 0;   // a weight-gradient task's leaf-tree scratch: the most
+                             //   gemm_leaf_tree_scratch of the routed and shared weights' shapes
+  int leaf_scratches = 0;    // one per thread
   double activations() const { return 5 * NE + 7 * NK + 3 * NKD + 4 * RD + 6 * RF + 6 * NFs; }
-  double trees() const {
-    return router_leaves + double(expert_trees) * expert_tree_depth * expert_tree;
-  }
+  double trees() const { return router_leaves + double(leaf_scratches) * leaf_scratch; }
 };
 MoeSavedSizes moe_saved_sizes(double N, const MoeDims& dims, int ep_size, int max_local,
                               int max_sequences, int threads);
 
 // Reserves room for N local tokens, in at most `max_sequences` sequences, on an EP group of
 // `ep_size` ranks owning at most `max_local` experts each: R <= ep_size · N · min(K, max_local);
-// the weight-gradient trees for the OpenMP threads a parallel region gets now
-// (omp_get_max_threads; a backward with more threads adds trees).
+// the weight-gradient tasks' leaf-tree scratch for the OpenMP threads a parallel region gets now
+// (omp_get_max_threads; a backward with more threads adds scratch).
 // The default suits routing without a sequence length (seq_len 0: all N tokens one sequence).
 template <class T>
 void moe_saved_reserve(MoeSaved<T>& saved, int N, const MoeDims& dims, int ep_size, int max_local,

@@ -25,6 +25,17 @@ void seq_linear_weight_backward(T* d_weight, TreeSum<T>& tree, const T* d_out, c
 }
 
 template <class T>
+void seq_linear_weight_backward(T* d_weight, std::span<T> scratch, const T* d_out, const T* in,
+                                int B, int S, int I, int O) {
+  thread_local std::vector<int64_t> first;
+  thread_local std::vector<int> rows;
+  first.resize(static_cast<size_t>(std::max(B, 0)));
+  rows.assign(first.size(), S);
+  for (size_t b = 0; b < first.size(); ++b) first[b] = static_cast<int64_t>(b) * S;
+  gemm_leaf_tree<T>(I, O, in, I, d_out, O, d_weight, O, first, rows, scratch);
+}
+
+template <class T>
 void seq_rmsnorm_backward(T* d_in, T* d_weight, std::vector<T>& leaves, const T* d_out, const T* in,
                           const T* weight, const T* rstd, int B, int S, int D) {
   if (B < 1) return;
@@ -48,12 +59,14 @@ void seq_embedding_backward(T* d_table, TreeSum<T>& tree, const T* d_out, const 
   tree.finish(d_table);
 }
 
-#define MOE_PER_SEQUENCE_INSTANTIATE(T)                                                           \
-  template void seq_linear_weight_backward<T>(T*, TreeSum<T>&, const T*, const T*, int, int, int, \
-                                              int);                                               \
-  template void seq_rmsnorm_backward<T>(T*, T*, std::vector<T>&, const T*, const T*, const T*,    \
-                                        const T*, int, int, int);                                 \
-  template void seq_embedding_backward<T>(T*, TreeSum<T>&, const T*, const int32_t*, int, int,    \
+#define MOE_PER_SEQUENCE_INSTANTIATE(T)                                                            \
+  template void seq_linear_weight_backward<T>(T*, std::span<T>, const T*, const T*, int, int, int, \
+                                              int);                                                \
+  template void seq_linear_weight_backward<T>(T*, TreeSum<T>&, const T*, const T*, int, int, int,  \
+                                              int);                                                \
+  template void seq_rmsnorm_backward<T>(T*, T*, std::vector<T>&, const T*, const T*, const T*,     \
+                                        const T*, int, int, int);                                  \
+  template void seq_embedding_backward<T>(T*, TreeSum<T>&, const T*, const int32_t*, int, int,     \
                                           int, int);
 MOE_PER_SEQUENCE_INSTANTIATE(float)
 MOE_PER_SEQUENCE_INSTANTIATE(double)

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/tree_sum.hpp"
@@ -22,6 +23,12 @@ void seq_linear_weight_backward(T* d_weight,       // [I,O] +=
                                 TreeSum<T>& tree,  // room for I·O values, B leaves
                                 const T* d_out,    // [B·S, O]
                                 const T* in,       // [B·S, I]
+                                int B, int S, int I, int O);
+// The same in one gemm_leaf_tree, the same bits: `scratch` holds gemm_leaf_tree_scratch(I, O, B)
+// values. Faster on narrow weights and short sequences (docs/performance.md); the LM head's
+// [D, V] keeps the tree above, whose leaves are whole GEMMs.
+template <class T>
+void seq_linear_weight_backward(T* d_weight, std::span<T> scratch, const T* d_out, const T* in,
                                 int B, int S, int I, int O);
 
 // rmsnorm_backward, sequence by sequence: d_in as there; d_weight[D] += the tree over sequences

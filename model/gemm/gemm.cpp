@@ -176,5 +176,59 @@ template <class T> void gemm_run(const GemmCall<T>& g) {
 template void gemm_run<float>(const GemmCall<float>&);
 template void gemm_run<double>(const GemmCall<double>&);
 
+// The partial sums' slots start on a cache line: the caller's scratch (a std::vector's 16-byte
+// alignment) is rounded up, for which the scratch counts a line's worth of elements more.
+constexpr int64_t kLineBytes = 64;
+
+template <class T> T* line_aligned(T* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<T*>((at + kLineBytes - 1) / kLineBytes * kLineBytes);
+}
+
+template <class T> int64_t gemm_leaf_tree_scratch(int M, int N, int leaves) {
+  int64_t most = 0;
+  for (GemmLevel level :
+       {GemmLevel::kPortable, GemmLevel::kFma128, GemmLevel::kAvx2, GemmLevel::kAvx512}) {
+    if (gemm_level_supported(level)) {
+      most = std::max(most, kernels_of<T>(level).leaf_tree_elements(M, N, leaves));
+    }
+  }
+  return most + kLineBytes / static_cast<int64_t>(sizeof(T)) - 1;
+}
+
+template <class T> void gemm_leaf_tree_run(const LeafTreeCall<T>& g, T* scratch) {
+  const GemmKernelsOf<T>& k = kernels_of<T>(gemm_level());
+  scratch = line_aligned(scratch);
+  const int threads = omp_get_max_threads();
+  int64_t flops = 0;
+  for (int q = 0; q < g.leaves; ++q) flops += 2 * int64_t{g.M} * g.N * g.rows[q];
+  if (omp_get_level() > 0 || threads < 2 || static_cast<double>(flops) < kSplitFlops) {
+    k.leaf_tree_block(g, 0, g.M, 0, g.N, scratch);
+    return;
+  }
+  // Tasks of whole column panels (or row panels, where C has fewer columns than rows), each with
+  // the scratch of its own tiles (the elements of the block before it); every tile is a
+  // computation of its own, so the split changes no bit.
+  const bool split_cols = g.M <= g.N;
+  const int panel = split_cols ? k.nr : k.mr, extent = split_cols ? g.N : g.M;
+  const int panels = (extent + panel - 1) / panel, tasks = std::min(panels, threads);
+  const int width = (panels + tasks - 1) / tasks * panel;
+  parallel_tasks((extent + width - 1) / width, [&](int64_t task) {
+    const int first = static_cast<int>(task) * width, count = std::min(width, extent - first);
+    if (split_cols) {
+      k.leaf_tree_block(g, 0, g.M, first, count,
+                        scratch + k.leaf_tree_elements(g.M, first, g.leaves));
+    } else {
+      k.leaf_tree_block(g, first, count, 0, g.N,
+                        scratch + k.leaf_tree_elements(first, g.N, g.leaves));
+    }
+  });
+}
+
+template int64_t gemm_leaf_tree_scratch<float>(int, int, int);
+template int64_t gemm_leaf_tree_scratch<double>(int, int, int);
+template void gemm_leaf_tree_run<float>(const LeafTreeCall<float>&, float*);
+template void gemm_leaf_tree_run<double>(const LeafTreeCall<double>&, double*);
+
 }  // namespace gemm_detail
 }  // namespace moe

@@ -11,6 +11,7 @@
 // Legend: M, N, K the GEMM's dimensions.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -42,6 +43,13 @@ namespace gemm_detail {
 // cut into blocks of C that run as tasks on the model's threads; inside one, it runs on the
 // calling thread. Either way every element is computed as the contract says.
 template <class T> void gemm_run(const GemmCall<T>& g);
+// The scratch a leaf tree of M×N over `leaves` leaves needs at any level this CPU has (its partial
+// sums: a register tile's worth per tile of C and level of the tree).
+template <class T> int64_t gemm_leaf_tree_scratch(int M, int N, int leaves);
+// Runs one validated leaf tree (gemm_call.hpp) with gemm_leaf_tree_scratch(M, N, leaves) values
+// of scratch, split into tasks as gemm_run splits a call; each element is computed as
+// gemm_leaf_tree's contract (model/blas.hpp) says, whoever computes it.
+template <class T> void gemm_leaf_tree_run(const LeafTreeCall<T>& g, T* scratch);
 }  // namespace gemm_detail
 
 }  // namespace moe

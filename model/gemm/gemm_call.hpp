@@ -22,12 +22,33 @@ template <class T> struct GemmCall {
   int64_t ldc;
 };
 
+// A sum of weight-gradient leaves along model/tree_sum.hpp's tree, validated: C[M,N] += the
+// tree sum over leaves q = 0 … leaves−1 of A_qᵀ·B_q, leaf q being the rows [first[q],
+// first[q] + rows[q]) of A (rows lda apart, M values used of each) and of B (rows ldb apart, N
+// used). M, N, leaves >= 1; rows[q] >= 0 (an empty leaf is +0).
+template <class T> struct LeafTreeCall {
+  int M, N;
+  const T* A;
+  int64_t lda;
+  const T* B;
+  int64_t ldb;
+  T* C;
+  int64_t ldc;
+  const int64_t* first;
+  const int* rows;
+  int leaves;
+};
+
 // One level's kernels for one element type: `block` computes C[i0:i0+m, j0:j0+n] on the calling
 // thread with `pack_elements(m, n, K)` elements of scratch.
 template <class T> struct GemmKernelsOf {
   int mr, nr;
   int64_t (*pack_elements)(int m, int n, int K);
   void (*block)(const GemmCall<T>& g, int i0, int m, int j0, int n, T* pack);
+  // The same for a leaf tree: C[i0:i0+m, j0:j0+n] with `leaf_tree_elements(m, n, leaves)`
+  // elements of scratch (its partial sums).
+  int64_t (*leaf_tree_elements)(int m, int n, int leaves);
+  void (*leaf_tree_block)(const LeafTreeCall<T>& g, int i0, int m, int j0, int n, T* stack);
 };
 
 struct GemmKernels {

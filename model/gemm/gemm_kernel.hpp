@@ -345,6 +345,197 @@ template <class V, int MR, int NV>
   }
 }
 
+// A leaf tree (LeafTreeCall), tile by tile of C: each leaf's chain runs in registers over the
+// leaf's rows, read where they lie (A's MR values of a row side by side, B's NR); its sum then
+// merges, still in registers, with the partial sums of equal size below it (TreeSum's binary
+// counter, model/tree_sum.hpp), which wait in `stack`, a tile-sized slot per level; what is left
+// at the end merges from the right, and the total is added to C. Each addition is one a TreeSum
+// of per-leaf GEMMs makes, between the same two values (IEEE addition commutes), so the bits are
+// theirs, without the passes over M×N buffers that pair and add the leaves. The leaves go in
+// groups of up to kLeafGroupBytes of B's panel columns, every tile through one group before the
+// next, so that a panel's rows stay in the level-1 cache while A's row tiles pass.
+constexpr int64_t kLeafGroupBytes = 32 * 1024;
+
+// The partial sums a leaf tree keeps at once: floor(log2(leaves)) + 1 (tree_sum_depth's count,
+// here with internal linkage).
+inline int leaf_tree_depth(int leaves) {
+  int depth = 1;
+  while (depth < 31 && (int64_t{1} << depth) <= leaves) ++depth;
+  return depth;
+}
+
+// Leaves [q0, q1) of a call, after the leaves before q0 left partial sums of `sizes[0, depth)`
+// leaves; a tile's level d at its slot + d·level_stride.
+struct LeafGroup {
+  int q0, q1;
+  const int* sizes;
+  int depth;
+  int64_t level_stride;
+};
+
+// TreeSum::push's counter: a leaf merges with every partial sum of its own size on top.
+inline void leaf_tree_push(int* sizes, int& depth) {
+  int size = 1;
+  while (depth > 0 && sizes[depth - 1] == size) {
+    --depth;
+    size *= 2;
+  }
+  sizes[depth++] = size;
+}
+
+// One group on one tile of m <= R rows and n columns (W vectors' worth) at (i0, j0), with R×W
+// registers; the tile's level-0 slot at `slot`. kRowsFull: m is R (else a row past m reads row
+// m−1 again, never stored, so that no load passes A's M values); kMasked: the last vector holds
+// fewer than its lanes and is loaded through a mask.
+template <class V, int R, int W, bool kRowsFull, bool kMasked>
+[[gnu::always_inline]] inline void leaf_tree_tile(const LeafTreeCall<typename V::T>& g,
+                                                  const LeafGroup& group, int i0, int m, int j0,
+                                                  int n, typename V::T* slot) {
+  using T = typename V::T;
+  using Reg = typename V::R;
+  constexpr int L = V::kLanes;
+  const int last = n - (W - 1) * L;  // lanes of the last vector
+  int row_of[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) row_of[r] = kRowsFull ? r : lesser(r, m - 1);
+  int sizes[32];
+  int depth = group.depth;
+  for (int d = 0; d < depth; ++d) sizes[d] = group.sizes[d];
+  auto add_level = [&](Reg(&acc)[R][W], int d) {
+    const T* p = slot + d * group.level_stride;
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) acc[r][v] = V::add(acc[r][v], V::load(p + (r * W + v) * L));
+    }
+  };
+  Reg acc[R][W];
+  auto zero = [&] {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) acc[r][v] = V::zero();
+    }
+  };
+  zero();
+  for (int q = group.q0; q < group.q1; ++q) {
+    if (q > group.q0) zero();
+    const T* ap = g.A + g.first[q] * g.lda + i0;
+    const T* bp = g.B + g.first[q] * g.ldb + j0;
+    for (int k = 0; k < g.rows[q]; ++k) {
+      Reg b[W];
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) {
+        b[v] = kMasked && v == W - 1 ? V::load_first(bp + v * L, last) : V::load(bp + v * L);
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const Reg a = V::set1(ap[kRowsFull ? r : row_of[r]]);
+#pragma GCC unroll 4
+        for (int v = 0; v < W; ++v) acc[r][v] = V::fma(a, b[v], acc[r][v]);
+      }
+      ap += g.lda;
+      bp += g.ldb;
+    }
+    int size = 1;
+    while (depth > 0 && sizes[depth - 1] == size) {
+      add_level(acc, --depth);
+      size *= 2;
+    }
+    T* top = slot + depth * group.level_stride;
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < W; ++v) V::store(top + (r * W + v) * L, acc[r][v]);
+    }
+    sizes[depth++] = size;
+  }
+  if (group.q1 < g.leaves || group.q0 == group.q1) return;
+  // TreeSum::finish: what is left merges from the right (acc holds the top), then C += the total.
+  for (int d = depth - 2; d >= 0; --d) add_level(acc, d);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    if (r >= m) break;
+    T* c = g.C + static_cast<int64_t>(i0 + r) * g.ldc + j0;
+#pragma GCC unroll 4
+    for (int v = 0; v < W; ++v) {
+      if (kMasked && v == W - 1) {
+        V::store_first(c + v * L, V::add(acc[r][v], V::load_first(c + v * L, last)), last);
+      } else {
+        V::store(c + v * L, V::add(acc[r][v], V::load(c + v * L)));
+      }
+    }
+  }
+}
+
+// leaf_tree_tile for m <= R rows with W vectors, the last of them holding n − (W−1)·lanes.
+template <class V, int R, int W>
+[[gnu::always_inline]] inline void leaf_tree_tile_as(const LeafTreeCall<typename V::T>& g,
+                                                     const LeafGroup& group, int i0, int m, int j0,
+                                                     int n, typename V::T* slot) {
+  const bool masked = n % V::kLanes != 0;
+  if (m == R) {
+    if (masked) return leaf_tree_tile<V, R, W, true, true>(g, group, i0, m, j0, n, slot);
+    return leaf_tree_tile<V, R, W, true, false>(g, group, i0, m, j0, n, slot);
+  }
+  if (masked) return leaf_tree_tile<V, R, W, false, true>(g, group, i0, m, j0, n, slot);
+  leaf_tree_tile<V, R, W, false, false>(g, group, i0, m, j0, n, slot);
+}
+
+// The same with the fewest vectors that hold n columns (W of them at most).
+template <class V, int R, int W>
+[[gnu::always_inline]] inline void leaf_tree_tile_rows(const LeafTreeCall<typename V::T>& g,
+                                                       const LeafGroup& group, int i0, int m,
+                                                       int j0, int n, typename V::T* slot) {
+  if constexpr (W > 1) {
+    if (n <= (W - 1) * V::kLanes) {
+      return leaf_tree_tile_rows<V, R, W - 1>(g, group, i0, m, j0, n, slot);
+    }
+  }
+  leaf_tree_tile_as<V, R, W>(g, group, i0, m, j0, n, slot);
+}
+
+// Elements of scratch a leaf tree's block of m×n needs: a tile-sized slot per tile and level.
+template <class V, int MR, int NV> int64_t level_leaf_tree_elements(int m, int n, int leaves) {
+  constexpr int NR = NV * V::kLanes;
+  const int64_t tiles = int64_t{(m + MR - 1) / MR} * ((n + NR - 1) / NR);
+  return leaf_tree_depth(leaves) * tiles * MR * NR;
+}
+
+// C[i0:i0+m, j0:j0+n] of a leaf tree: group by group, a column panel at a time, each through the
+// narrowest register tile that covers it (as `tile` picks one).
+template <class V, int MR, int NV>
+void level_leaf_tree_block(const LeafTreeCall<typename V::T>& g, int i0, int m, int j0, int n,
+                           typename V::T* stack) {
+  using T = typename V::T;
+  constexpr int NR = NV * V::kLanes, third = MR % 3 == 0 ? MR / 3 : MR;
+  constexpr int64_t kGroupRows = greater<int64_t>(1, kLeafGroupBytes / (NR * int64_t(sizeof(T))));
+  const int tiles_m = (m + MR - 1) / MR;
+  const int64_t level_stride = int64_t{tiles_m} * ((n + NR - 1) / NR) * MR * NR;
+  int sizes[32];
+  int depth = 0;
+  for (int q0 = 0, q1 = 0; q0 < g.leaves; q0 = q1) {
+    int64_t rows = g.rows[q0];
+    for (q1 = q0 + 1; q1 < g.leaves && rows + g.rows[q1] <= kGroupRows; ++q1) rows += g.rows[q1];
+    const LeafGroup group{q0, q1, sizes, depth, level_stride};
+    for (int jr = 0; jr < n; jr += NR) {
+      const int nt = lesser(NR, n - jr);
+      for (int ir = 0; ir < m; ir += MR) {
+        const int mt = lesser(MR, m - ir);
+        T* slot = stack + (int64_t{jr / NR} * tiles_m + ir / MR) * MR * NR;
+        if (mt <= third) {
+          leaf_tree_tile_rows<V, third, NV>(g, group, i0 + ir, mt, j0 + jr, nt, slot);
+        } else if (mt <= 2 * third && 2 * third < MR) {
+          leaf_tree_tile_rows<V, 2 * third, NV>(g, group, i0 + ir, mt, j0 + jr, nt, slot);
+        } else {
+          leaf_tree_tile_rows<V, MR, NV>(g, group, i0 + ir, mt, j0 + jr, nt, slot);
+        }
+      }
+    }
+    for (int q = q0; q < q1; ++q) leaf_tree_push(sizes, depth);
+  }
+}
+
 // A level's table (gemm_call.hpp): MR×(NV·lanes) tiles of V32 (float) and V64 (double).
 template <class V, int MR, int NV> int64_t level_pack_elements(int m, int n, int K) {
   return pack_elements<typename V::T, MR, NV * V::kLanes>(m, n, K);
@@ -355,8 +546,10 @@ void level_block(const GemmCall<typename V::T>& g, int i0, int m, int j0, int n,
   gemm_block<V, MR, NV>(g, i0, m, j0, n, pack);
 }
 template <class V32, class V64, int MR, int NV> constexpr GemmKernels level_kernels() {
-  return {{MR, NV * V32::kLanes, level_pack_elements<V32, MR, NV>, level_block<V32, MR, NV>},
-          {MR, NV * V64::kLanes, level_pack_elements<V64, MR, NV>, level_block<V64, MR, NV>}};
+  return {{MR, NV * V32::kLanes, level_pack_elements<V32, MR, NV>, level_block<V32, MR, NV>,
+           level_leaf_tree_elements<V32, MR, NV>, level_leaf_tree_block<V32, MR, NV>},
+          {MR, NV * V64::kLanes, level_pack_elements<V64, MR, NV>, level_block<V64, MR, NV>,
+           level_leaf_tree_elements<V64, MR, NV>, level_leaf_tree_block<V64, MR, NV>}};
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -224,6 +225,110 @@ TEST_P(GemmLevels, AgreesWithOpenBlasWithinRounding) {
       }
     }
   }
+}
+
+// The tree of model/tree_sum.hpp written recursively: a range of n leaves splits after the
+// largest power of two below n.
+template <class T>
+std::vector<T> tree_of(const std::vector<std::vector<T>>& leaves, size_t lo, size_t hi) {
+  if (hi - lo == 1) return leaves[lo];
+  size_t p = 1;
+  while (2 * p < hi - lo) p *= 2;
+  std::vector<T> left = tree_of(leaves, lo, lo + p);
+  const std::vector<T> right = tree_of(leaves, lo + p, hi);
+  for (size_t e = 0; e < left.size(); ++e) left[e] = left[e] + right[e];
+  return left;
+}
+
+// gemm_leaf_tree against its contract: each leaf the plain fma chain over its rows (an empty
+// leaf +0), the leaves added along the tree above, the total added to C; every element of C's
+// storage bit for bit. Leaves of any row count (0 included) lie apart with gaps between them in
+// operands with padded rows.
+template <class T>
+void expect_leaf_tree(int M, int N, const std::vector<int>& rows, int pad, uint32_t seed) {
+  const int lda = M + pad, ldb = N + pad, ldc = N + pad;
+  std::vector<int64_t> first(rows.size());
+  int64_t next = 1;
+  for (size_t q = 0; q < rows.size(); ++q) {
+    first[q] = next;
+    next += rows[q] + static_cast<int64_t>(q % 3);  // a gap of 0, 1 or 2 rows
+  }
+  const std::vector<T> A = random_values<T>(size_t(next) * lda, seed);
+  const std::vector<T> B = random_values<T>(size_t(next) * ldb, seed + 1);
+  std::vector<T> C = random_values<T>(size_t(M) * ldc, seed + 2), want = C;
+  std::vector<std::vector<T>> leaves;
+  for (size_t q = 0; q < rows.size(); ++q) {
+    leaves.emplace_back(size_t(M) * N);
+    gemm_contract<T>(true, false, M, N, rows[q], T(1), A.data() + first[q] * lda, lda,
+                     B.data() + first[q] * ldb, ldb, T(0), leaves.back().data(), N);
+  }
+  const std::vector<T> total = tree_of(leaves, 0, leaves.size());
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) want[size_t(i) * ldc + j] += total[size_t(i) * N + j];
+  }
+  std::vector<T> scratch(gemm_leaf_tree_scratch<T>(M, N, static_cast<int>(rows.size())));
+  gemm_leaf_tree<T>(M, N, A.data(), lda, B.data(), ldb, C.data(), ldc, first, rows, scratch);
+  for (size_t e = 0; e < C.size(); ++e) {
+    ASSERT_EQ(bits(C[e]), bits(want[e]))
+        << "element " << e << " (row " << e / ldc << ", column " << e % ldc << ") of M=" << M
+        << " N=" << N << " over " << rows.size() << " leaves, pad=" << pad << ": " << C[e]
+        << " against " << want[e];
+  }
+}
+
+// Around every level's tiles, trees of 1 to 13 leaves (every shape of the tree's finish), leaves
+// short and long enough to go in groups of one and of several, empty ones, and large calls split
+// over three threads.
+TEST_P(GemmLevels, LeafTreeIsTheTreeOfPerLeafGemms) {
+  uint32_t seed = 200;
+  for (int threads : {1, 3}) {
+    blas_set_threads(threads);
+    for (int M : {1, 5, 13, 56, 128}) {
+      for (int N : {1, 3, 17, 56, 100}) {
+        for (const std::vector<int>& rows :
+             std::vector<std::vector<int>>{{7},
+                                           {0},
+                                           {3, 0},
+                                           {5, 9, 1},
+                                           {32, 32, 31, 32, 30, 32, 32, 33},
+                                           {100, 0, 97, 120, 101},
+                                           {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}}) {
+          const int pad = (M + N + int(rows.size())) % 3 == 0 ? 3 : 0;
+          expect_leaf_tree<float>(M, N, rows, pad, seed++);
+          expect_leaf_tree<double>(M, N, rows, pad, seed++);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+    // deepseek4-tiny's shared expert (8 sequences of 256 rows) and a leaf tree split into tasks.
+    expect_leaf_tree<float>(128, 128, std::vector<int>(8, 256), 0, seed++);
+    expect_leaf_tree<float>(300, 40, std::vector<int>(6, 150), 1, seed++);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Arguments that cannot hold are refused before anything is read or written.
+TEST_P(GemmLevels, LeafTreeRefusesBadArguments) {
+  const std::vector<float> A(64 * 8, 1.0f), B(64 * 8, 1.0f);
+  std::vector<float> C(8 * 8, 0.0f), scratch(gemm_leaf_tree_scratch<float>(8, 8, 2));
+  const std::vector<int64_t> first{0, 4};
+  const std::vector<int> rows{4, 4};
+  auto call = [&](int M, int lda, std::span<const int64_t> f, std::span<const int> r,
+                  std::span<float> s) {
+    gemm_leaf_tree<float>(M, 8, A.data(), lda, B.data(), 8, C.data(), 8, f, r, s);
+  };
+  EXPECT_NO_THROW(call(8, 8, first, rows, scratch));
+  EXPECT_THROW(call(8, 7, first, rows, scratch), BlasError);   // lda < M
+  EXPECT_THROW(call(-1, 8, first, rows, scratch), BlasError);  // M < 0
+  EXPECT_THROW(call(8, 8, first, std::span(rows).first(1), scratch), BlasError);
+  const std::vector<int> negative{4, -1};
+  EXPECT_THROW(call(8, 8, first, negative, scratch), BlasError);
+  EXPECT_THROW(call(8, 8, first, rows, std::span(scratch).first(scratch.size() - 1)), BlasError);
+  const std::vector<float> before = C;
+  EXPECT_THROW(
+      gemm_leaf_tree<float>(8, 8, nullptr, 8, B.data(), 8, C.data(), 8, first, rows, scratch),
+      BlasError);
+  EXPECT_EQ(C, before);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, GemmLevels,

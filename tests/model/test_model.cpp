@@ -151,9 +151,9 @@ TEST(ModelMemory, ParameterBytesMatchTheLayout) {
 }
 
 // The weight-gradient trees keep bit_width(B) buffers of each gradient they sum (the LM head's and
-// embedding's [V, D] among them, and per thread one of the experts' widest, [D, max(F, Fs)]), and
-// attention keeps every sequence's leaves when there are several: the estimate counts exactly what
-// model_acts_reserve reserves.
+// embedding's [V, D] among them), the experts' leaf trees per thread the scratch of the widest
+// (gemm_leaf_tree_scratch), and attention keeps every sequence's leaves when there are several:
+// the estimate counts exactly what model_acts_reserve reserves.
 TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
   ModelConfig c = micro_config();
   const int threads_before = omp_get_max_threads();
@@ -172,7 +172,7 @@ TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
         }
         for (const MoeSaved<float>& m : acts.moe) {
           values += m.router_leaves.capacity();
-          for (const TreeSum<float>& t : m.expert_trees) values += t.reserved_values();
+          for (const std::vector<float>& t : m.leaf_scratch) values += t.capacity();
         }
         const ModelMemory memory = model_memory_estimate(c, 1, 0, 0, threads);
         EXPECT_EQ(memory.tree_bytes, static_cast<double>(sizeof(float) * values))
@@ -214,8 +214,8 @@ TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
               m.plan.send_position, m.send_rows, m.y_rows, m.d_rows, m.x, m.y, m.d_y, m.d_x, m.g,
               m.v, m.h, m.d_g, m.d_v, m.d_h, m.sg, m.sv, m.sh, m.sd_g, m.sd_v, m.sd_h);
           values += static_cast<double>(m.router_leaves.capacity());
-          for (const TreeSum<float>& t : m.expert_trees) {
-            values += static_cast<double>(t.reserved_values());
+          for (const std::vector<float>& t : m.leaf_scratch) {
+            values += static_cast<double>(t.capacity());
           }
         }
         EXPECT_EQ(model_memory_estimate(c, 1, 0, 0, omp_get_max_threads()).act_bytes, 4.0 * values)
