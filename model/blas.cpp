@@ -139,8 +139,8 @@ void gemm_leaf_tree(int M, int N, const T* A, int lda, const T* B, int ldb, T* C
                     std::source_location where) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
   const char* call = std::is_same_v<T, float> ? "sgemm leaf tree" : "dgemm leaf tree";
-  int64_t K = 0;  // the leaves' rows, for the message
-  for (int r : rows) K += r;
+  int64_t K = 0;  // the leaves' rows, for the message (a negative count is refused below)
+  for (int r : rows) K += std::max(r, 0);
   const GemmShape shape{true, false, M, N, static_cast<int>(std::min<int64_t>(K, INT_MAX))};
   MOE_BLAS_CHECK(M >= 0 && N >= 0 && first.size() == rows.size() && fits_int(int64_t(rows.size())),
                  call, shape, where);

@@ -55,9 +55,9 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* 
 // A weight gradient summed by leaves along model/tree_sum.hpp's tree: C[M,N] += the tree sum over
 // q = 0 … n−1 of A_qᵀ·B_q, where leaf q is rows [first[q], first[q] + rows[q]) of A (M values of
 // each, rows lda apart) and of B (N values, rows ldb apart), n = first.size() = rows.size().
-// Bit for bit a TreeSum of n leaves, leaf q gemm(true, false, M, N, rows[q], 1, A_q, B_q, 0, ·)
-// (an empty leaf +0), finished into C; but in one pass per register tile of C, whose leaves'
-// sums stay in registers and the level-1 cache. `scratch` holds the partial sums:
+// Bit for bit a TreeSum of n leaves, leaf q gemm_ld(true, false, M, N, rows[q], 1, A_q, lda, B_q,
+// ldb, 0, ·) (an empty leaf +0), finished into C; but in one pass per register tile of C, whose
+// leaves' sums stay in registers and the level-1 cache. `scratch` holds the partial sums:
 // gemm_leaf_tree_scratch(M, N, n) values at least. Splits into tasks as gemm does, changing no
 // bit. Throws BlasError on a negative dimension or row count, spans of different lengths, leading
 // dimensions below M, N or N, a first row below 0, too little scratch, or a null pointer to a

@@ -85,6 +85,8 @@ MoeSavedSizes moe_saved_sizes(double N, const MoeDims& d, int ep_size, int max_l
   z.NFs = n * d.Fs;
   z.router_leaves = max_sequences > 1 ? static_cast<double>(max_sequences) * d.D * d.E : 0.0;
   // The routed experts' leaves are the EP group's sequences, the shared expert's the rank's own.
+  // Counted in floats for MoeSaved<double> too: at every level a double tile is as tall as a
+  // float one and at most as wide, so a double leaf tree never needs more elements.
   const int routed = ep_size * std::max(max_sequences, 1), shared = std::max(max_sequences, 1);
   size_t scratch = std::max(gemm_leaf_tree_scratch<float>(d.D, d.F, routed),
                             gemm_leaf_tree_scratch<float>(d.F, d.D, routed));

@@ -243,9 +243,12 @@ std::vector<T> tree_of(const std::vector<std::vector<T>>& leaves, size_t lo, siz
 // gemm_leaf_tree against its contract: each leaf the plain fma chain over its rows (an empty
 // leaf +0), the leaves added along the tree above, the total added to C; every element of C's
 // storage bit for bit. Leaves of any row count (0 included) lie apart with gaps between them in
-// operands with padded rows.
+// operands with padded rows. With `scale`, A's values are multiplied by it and B's by −scale,
+// and C holds zeros of both signs: products that round to −0 (scale 1e-30 in float), so that
+// leaf sums are −0.
 template <class T>
-void expect_leaf_tree(int M, int N, const std::vector<int>& rows, int pad, uint32_t seed) {
+void expect_leaf_tree(int M, int N, const std::vector<int>& rows, int pad, uint32_t seed,
+                      T scale = T(1)) {
   const int lda = M + pad, ldb = N + pad, ldc = N + pad;
   std::vector<int64_t> first(rows.size());
   int64_t next = 1;
@@ -253,9 +256,15 @@ void expect_leaf_tree(int M, int N, const std::vector<int>& rows, int pad, uint3
     first[q] = next;
     next += rows[q] + static_cast<int64_t>(q % 3);  // a gap of 0, 1 or 2 rows
   }
-  const std::vector<T> A = random_values<T>(size_t(next) * lda, seed);
-  const std::vector<T> B = random_values<T>(size_t(next) * ldb, seed + 1);
-  std::vector<T> C = random_values<T>(size_t(M) * ldc, seed + 2), want = C;
+  std::vector<T> A = random_values<T>(size_t(next) * lda, seed);
+  std::vector<T> B = random_values<T>(size_t(next) * ldb, seed + 1);
+  std::vector<T> C = random_values<T>(size_t(M) * ldc, seed + 2);
+  if (scale != T(1)) {
+    for (T& a : A) a = std::abs(a) * scale;
+    for (T& b : B) b = -std::abs(b) * scale;
+    for (size_t e = 0; e < C.size(); ++e) C[e] = e % 2 ? T(0) : -T(0);
+  }
+  std::vector<T> want = C;
   std::vector<std::vector<T>> leaves;
   for (size_t q = 0; q < rows.size(); ++q) {
     leaves.emplace_back(size_t(M) * N);
@@ -276,23 +285,23 @@ void expect_leaf_tree(int M, int N, const std::vector<int>& rows, int pad, uint3
   }
 }
 
-// Around every level's tiles, trees of 1 to 13 leaves (every shape of the tree's finish), leaves
-// short and long enough to go in groups of one and of several, empty ones, and large calls split
-// over three threads.
+// Around every level's tiles: trees of every size from 1 to 13 leaves (every shape of the tree's
+// finish), leaves short and long, empty ones among others, and large calls split over three
+// threads; then calls whose leaves span several groups at every level (a group holds at most 2048
+// rows, at the portable level), and leaf sums of −0.
 TEST_P(GemmLevels, LeafTreeIsTheTreeOfPerLeafGemms) {
   uint32_t seed = 200;
+  std::vector<std::vector<int>> trees = {
+      {0}, {3, 0}, {32, 32, 31, 32, 30, 32, 32, 33}, {100, 0, 97, 120, 101}};
+  for (int n = 1; n <= 13; ++n) {
+    trees.emplace_back();
+    for (int q = 0; q < n; ++q) trees.back().push_back((q * 7 + n) % 11);  // some of them 0
+  }
   for (int threads : {1, 3}) {
     blas_set_threads(threads);
     for (int M : {1, 5, 13, 56, 128}) {
       for (int N : {1, 3, 17, 56, 100}) {
-        for (const std::vector<int>& rows :
-             std::vector<std::vector<int>>{{7},
-                                           {0},
-                                           {3, 0},
-                                           {5, 9, 1},
-                                           {32, 32, 31, 32, 30, 32, 32, 33},
-                                           {100, 0, 97, 120, 101},
-                                           {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}}) {
+        for (const std::vector<int>& rows : trees) {
           const int pad = (M + N + int(rows.size())) % 3 == 0 ? 3 : 0;
           expect_leaf_tree<float>(M, N, rows, pad, seed++);
           expect_leaf_tree<double>(M, N, rows, pad, seed++);
@@ -305,6 +314,15 @@ TEST_P(GemmLevels, LeafTreeIsTheTreeOfPerLeafGemms) {
     expect_leaf_tree<float>(300, 40, std::vector<int>(6, 150), 1, seed++);
     if (HasFatalFailure()) return;
   }
+  blas_set_threads(1);
+  for (const std::vector<int>& rows : std::vector<std::vector<int>>{
+           {1500, 700, 0, 1900, 2100, 30}, {4100}, {900, 1300, 1100, 2500, 600, 800, 1000}}) {
+    expect_leaf_tree<float>(5, 3, rows, 1, seed++);
+    expect_leaf_tree<double>(7, 6, rows, 0, seed++);
+    if (HasFatalFailure()) return;
+  }
+  expect_leaf_tree<float>(13, 33, {5, 9, 1, 0, 4}, 2, seed++, 1e-30f);
+  expect_leaf_tree<double>(13, 33, {5, 9, 1, 0, 4}, 2, seed++, 1e-200);
 }
 
 // Arguments that cannot hold are refused before anything is read or written.
@@ -324,10 +342,16 @@ TEST_P(GemmLevels, LeafTreeRefusesBadArguments) {
   const std::vector<int> negative{4, -1};
   EXPECT_THROW(call(8, 8, first, negative, scratch), BlasError);
   EXPECT_THROW(call(8, 8, first, rows, std::span(scratch).first(scratch.size() - 1)), BlasError);
+  const std::vector<int64_t> before_start{-1, 4};
+  EXPECT_THROW(call(8, 8, before_start, rows, scratch), BlasError);
   const std::vector<float> before = C;
-  EXPECT_THROW(
-      gemm_leaf_tree<float>(8, 8, nullptr, 8, B.data(), 8, C.data(), 8, first, rows, scratch),
-      BlasError);
+  auto with = [&](const float* a, int ldb, float* c, int ldc) {
+    gemm_leaf_tree<float>(8, 8, a, 8, B.data(), ldb, c, ldc, first, rows, scratch);
+  };
+  EXPECT_THROW(with(nullptr, 8, C.data(), 8), BlasError);
+  EXPECT_THROW(with(A.data(), 7, C.data(), 8), BlasError);  // ldb < N
+  EXPECT_THROW(with(A.data(), 8, C.data(), 7), BlasError);  // ldc < N
+  EXPECT_THROW(with(A.data(), 8, nullptr, 8), BlasError);
   EXPECT_EQ(C, before);
 }
 
