@@ -147,30 +147,40 @@ std::string_view gemm_level_description() {
 
 namespace gemm_detail {
 
-template <class T> void gemm_run(const GemmCall<T>& g) {
-  const GemmKernelsOf<T>& k = kernels_of<T>(gemm_level());
+namespace {
+
+// block(i0, m, j0, n) over all of an M×N output of `flops` flops: at once on the calling thread
+// inside the model's parallel regions, on one thread, or below kSplitFlops; else as one task a
+// thread, each packing its own operands. The split is along the dimension whose split repeats the
+// smaller packing (column blocks each pack all of A's M×K, row blocks all of B's K×N), in whole
+// register panels of mr rows or nr columns. (Four tasks a thread packed the LM head's [2048, 128]
+// weight eight times over.) Which task computes an element changes none of its bits.
+template <class Block> void run_split(int M, int N, int mr, int nr, double flops, Block&& block) {
   const int threads = omp_get_max_threads();
-  if (omp_get_level() > 0 || threads < 2 || 2.0 * g.M * g.N * g.K < kSplitFlops) {
-    run_block(k, g, 0, g.M, 0, g.N);
+  if (omp_get_level() > 0 || threads < 2 || flops < kSplitFlops) {
+    block(0, M, 0, N);
     return;
   }
-  // One task a thread, each packing its own operands: split along the dimension whose split
-  // repeats the smaller packing (column blocks each pack all of A's M×K, row blocks all of B's
-  // K×N), in whole register panels. (Four tasks a thread packed the LM head's [2048, 128] weight
-  // eight times over.) Which task computes an element changes none of its bits.
-  const int col_panels = (g.N + k.nr - 1) / k.nr, row_panels = (g.M + k.mr - 1) / k.mr;
-  const int want = threads;
-  const bool split_cols = int64_t{g.M} <= int64_t{g.N};  // A (M×K) is the smaller to repeat
-  const int col_tasks = split_cols ? std::min(col_panels, want) : 1;
-  const int row_tasks = split_cols ? 1 : std::min(row_panels, want);
-  const int cols = (col_panels + col_tasks - 1) / col_tasks * k.nr;
-  const int rows = (row_panels + row_tasks - 1) / row_tasks * k.mr;
-  const int num_col = (g.N + cols - 1) / cols, num_row = (g.M + rows - 1) / rows;
-  parallel_tasks(int64_t{num_col} * num_row, [&](int64_t task) {
-    const int i0 = static_cast<int>(task % num_row) * rows;
-    const int j0 = static_cast<int>(task / num_row) * cols;
-    run_block(k, g, i0, std::min(rows, g.M - i0), j0, std::min(cols, g.N - j0));
+  const bool split_cols = M <= N;  // A (M×K) is the smaller to repeat
+  const int panel = split_cols ? nr : mr, extent = split_cols ? N : M;
+  const int panels = (extent + panel - 1) / panel, tasks = std::min(panels, threads);
+  const int width = (panels + tasks - 1) / tasks * panel;
+  parallel_tasks((extent + width - 1) / width, [&](int64_t task) {
+    const int first = static_cast<int>(task) * width, count = std::min(width, extent - first);
+    if (split_cols) {
+      block(0, M, first, count);
+    } else {
+      block(first, count, 0, N);
+    }
   });
+}
+
+}  // namespace
+
+template <class T> void gemm_run(const GemmCall<T>& g) {
+  const GemmKernelsOf<T>& k = kernels_of<T>(gemm_level());
+  run_split(g.M, g.N, k.mr, k.nr, 2.0 * g.M * g.N * g.K,
+            [&](int i0, int m, int j0, int n) { run_block(k, g, i0, m, j0, n); });
 }
 
 template void gemm_run<float>(const GemmCall<float>&);
@@ -199,29 +209,14 @@ template <class T> int64_t gemm_leaf_tree_scratch(int M, int N, int leaves) {
 template <class T> void gemm_leaf_tree_run(const LeafTreeCall<T>& g, T* scratch) {
   const GemmKernelsOf<T>& k = kernels_of<T>(gemm_level());
   scratch = line_aligned(scratch);
-  const int threads = omp_get_max_threads();
-  int64_t flops = 0;
-  for (int q = 0; q < g.leaves; ++q) flops += 2 * int64_t{g.M} * g.N * g.rows[q];
-  if (omp_get_level() > 0 || threads < 2 || static_cast<double>(flops) < kSplitFlops) {
-    k.leaf_tree_block(g, 0, g.M, 0, g.N, scratch);
-    return;
-  }
-  // Tasks of whole column panels (or row panels, where C has fewer columns than rows), each with
-  // the scratch of its own tiles (the elements of the block before it); every tile is a
-  // computation of its own, so the split changes no bit.
-  const bool split_cols = g.M <= g.N;
-  const int panel = split_cols ? k.nr : k.mr, extent = split_cols ? g.N : g.M;
-  const int panels = (extent + panel - 1) / panel, tasks = std::min(panels, threads);
-  const int width = (panels + tasks - 1) / tasks * panel;
-  parallel_tasks((extent + width - 1) / width, [&](int64_t task) {
-    const int first = static_cast<int>(task) * width, count = std::min(width, extent - first);
-    if (split_cols) {
-      k.leaf_tree_block(g, 0, g.M, first, count,
-                        scratch + k.leaf_tree_elements(g.M, first, g.leaves));
-    } else {
-      k.leaf_tree_block(g, first, count, 0, g.N,
-                        scratch + k.leaf_tree_elements(first, g.N, g.leaves));
-    }
+  double flops = 0;
+  for (int q = 0; q < g.leaves; ++q) flops += 2.0 * g.M * g.N * g.rows[q];
+  // Each task with the scratch of its own tiles: the elements of the block before it (a split is
+  // along one dimension, in whole panels).
+  run_split(g.M, g.N, k.mr, k.nr, flops, [&](int i0, int m, int j0, int n) {
+    const int64_t before =
+        j0 > 0 ? k.leaf_tree_elements(g.M, j0, g.leaves) : k.leaf_tree_elements(i0, g.N, g.leaves);
+    k.leaf_tree_block(g, i0, m, j0, n, scratch + before);
   });
 }
 

@@ -171,8 +171,8 @@ TEST_F(Threads, ExpertRowsSplitIntoChunksGiveTheSameBitsOnOneTwoAndThreeThreads)
   }
 }
 
-// Buffers reserved for one thread and a step on three: the per-thread weight-gradient trees (at the
-// first backward) and attention scratch (at the first forward) are added, with the same bits.
+// Buffers reserved for one thread and a step on three: the per-thread weight-gradient scratch (at
+// the first backward) and attention scratch (at the first forward) are added, with the same bits.
 TEST_F(Threads, PerThreadBuffersGrowWhenTheThreadsDo) {
   ModelConfig c = three_layers();
   c.batch_per_rank = 4;
