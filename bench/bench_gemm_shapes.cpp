@@ -13,11 +13,17 @@
 // window 128, E = 8 experts, top-3: an expert sees about 96 rows per sequence of the batch.
 // deepseek4-fine: E = 64 experts of F = 56, top-8: about 32 rows per sequence.
 //
+// With --against narrow the second column is moe_rt's GEMM held to its narrow register tiles
+// (model/gemm/gemm.cpp: a level's wide tiles, avx512's 6×64, run where a call's columns fill
+// them), in place of OpenBLAS: ratio = as it runs / narrow tiles only.
+//
 // Run: build/bench/bench_gemm_shapes [--seconds 0.1] [--repeats 7] [--threads 2] [--level avx2]
+//      [--against openblas|narrow]
 #include <omp.h>
 
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -111,13 +117,26 @@ void openblas(const Shape& s, Operands& o) {
   reference_sgemm(s.ta, s.tb, s.M, s.N, s.K, o.A.data(), o.B.data(), s.beta, o.C.data());
 }
 
-// One table row: both libraries, alternating, `repeats` times.
-void measure(const Shape& s, double seconds, int repeats, int threads) {
+// moe_rt's GEMM with its narrow tiles only, then back to the default.
+void ours_narrow(const Shape& s, Operands& o) {
+  using gemm_detail::WideTiles;
+  gemm_detail::gemm_wide_tiles_force(WideTiles::kNever);
+  ours(s, o);
+  gemm_detail::gemm_wide_tiles_force(WideTiles::kWhereTheyPay);
+}
+
+// One table row: both libraries (or moe_rt as it runs and with narrow tiles only), alternating,
+// `repeats` times.
+void measure(const Shape& s, double seconds, int repeats, int threads, bool narrow) {
   Operands o(s);
   std::vector<double> mine, theirs;
   for (int r = 0; r < repeats; ++r) {
     blas_set_threads(threads);
     mine.push_back(rate(s, seconds, [&] { ours(s, o); }));
+    if (narrow) {
+      theirs.push_back(rate(s, seconds, [&] { ours_narrow(s, o); }));
+      continue;
+    }
     const LibraryThreads library(threads);
     theirs.push_back(rate(s, seconds, [&] { openblas(s, o); }));
   }
@@ -129,9 +148,16 @@ void measure(const Shape& s, double seconds, int repeats, int threads) {
 
 int run(int argc, char** argv) {
   if (arg_flag(argc, argv, "--help")) {
-    std::printf("usage: bench_gemm_shapes [--seconds S] [--repeats R] [--threads T] [--level L]\n");
+    std::printf(
+        "usage: bench_gemm_shapes [--seconds S] [--repeats R] [--threads T] [--level L]\n"
+        "                         [--against openblas|narrow]\n");
     return 0;
   }
+  const std::string against = arg_text(argc, argv, "--against", "openblas");
+  if (against != "openblas" && against != "narrow") {
+    throw std::invalid_argument("--against: 'openblas' or 'narrow', not '" + against + "'");
+  }
+  const bool narrow = against == "narrow";
   const double seconds = std::atof(arg_text(argc, argv, "--seconds", "0.1").c_str());
   const int repeats = static_cast<int>(arg_int(argc, argv, "--repeats", 7));
   const int threads = static_cast<int>(arg_int(argc, argv, "--threads", 2));
@@ -140,15 +166,15 @@ int run(int argc, char** argv) {
   print_banner(world, "bench_gemm_shapes",
                "moe_rt's GEMM against OpenBLAS sgemm on deepseek4-tiny's shapes (GFLOP/s)", 1);
   std::printf("%-26s %-2s %5s %5s %5s %3s %8s %8s %6s %6s %6s\n", "# use", "op", "M", "N", "K",
-              "thr", "moe_rt", "OpenBLAS", "min", "min", "ratio");
-  for (const Shape& s : kShapes) measure(s, seconds, repeats, 1);
+              "thr", "moe_rt", narrow ? "narrow" : "OpenBLAS", "min", "min", "ratio");
+  for (const Shape& s : kShapes) measure(s, seconds, repeats, 1, narrow);
   // The LM head's forward called outside the model's tasks (one sequence's rows, and 8
   // sequences' in one call): split over the model's threads (and OpenBLAS over as many of its own).
   if (threads > 1) {
     for (const Shape& s : kShapes) {
       const std::string_view use(s.use);
       if (use == "LM head fwd" || use == "LM head fwd, 8 seqs") {
-        measure(s, seconds, repeats, threads);
+        measure(s, seconds, repeats, threads, narrow);
       }
     }
   }

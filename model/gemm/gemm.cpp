@@ -83,9 +83,37 @@ template <class T> T* pack_space(int64_t elements) {
 // tasks: below it a task's packing costs more than the thread saves.
 constexpr double kSplitFlops = 4e6;
 
+// Where wide tiles run (gemm_wide_tiles_force): a WideTiles.
+std::atomic<int> g_wide_tiles{static_cast<int>(gemm_detail::WideTiles::kWhereTheyPay)};
+
+// Whether a block of n columns runs in a level's wide tiles (mr/2 × 2·nr, gemm_call.hpp): for
+// each k a wide tile loads 2·nr values of B and broadcasts mr/2 of A where a narrow one loads nr
+// and broadcasts mr, for as many multiply-adds, and A's rows pass once for every 2·nr columns
+// rather than every nr. That pays where the columns fill the last wide panel past three quarters
+// (or fill whole ones); below that, a narrow tile's half-wide edge wastes fewer lanes. Measured
+// at avx512 (bench_gemm_shapes --against narrow, docs/performance.md): the model's 56, 64, 128
+// and 2048 columns 4-20% faster in wide tiles; 40, 48 and 159 no faster. Which tile computes an
+// element changes none of its bits.
+bool wide_tiles_pay(int n, int nr) {
+  const int rest = n % (2 * nr);
+  return n > nr && (rest == 0 || rest > nr + nr / 2);
+}
+
+// Whether a block of n columns at level k runs in wide tiles, as gemm_wide_tiles_force says.
+template <class T> bool wide_tiles_for(const GemmKernelsOf<T>& k, int n) {
+  using gemm_detail::WideTiles;
+  const auto use = static_cast<WideTiles>(g_wide_tiles.load(std::memory_order_relaxed));
+  return k.wide_block != nullptr && use != WideTiles::kNever &&
+         (use == WideTiles::kAlways || wide_tiles_pay(n, k.nr));
+}
+
 template <class T>
 void run_block(const GemmKernelsOf<T>& k, const GemmCall<T>& g, int i0, int m, int j0, int n) {
-  k.block(g, i0, m, j0, n, pack_space<T>(k.pack_elements(m, n, g.K)));
+  if (wide_tiles_for(k, n)) {
+    k.wide_block(g, i0, m, j0, n, pack_space<T>(k.wide_pack_elements(m, n, g.K)));
+  } else {
+    k.block(g, i0, m, j0, n, pack_space<T>(k.pack_elements(m, n, g.K)));
+  }
 }
 
 }  // namespace
@@ -135,7 +163,7 @@ void gemm_level_reset() {
 std::string_view gemm_level_description() {
   switch (gemm_level()) {
     case GemmLevel::kAvx512:
-      return "avx512 (12x32 float tiles)";
+      return "avx512 (12x32 and 6x64 float tiles)";
     case GemmLevel::kAvx2:
       return "avx2 (6x16 float tiles)";
     case GemmLevel::kFma128:
@@ -176,6 +204,10 @@ template <class Block> void run_split(int M, int N, int mr, int nr, double flops
 }
 
 }  // namespace
+
+void gemm_wide_tiles_force(WideTiles use) {
+  g_wide_tiles.store(static_cast<int>(use));
+}
 
 template <class T> void gemm_run(const GemmCall<T>& g) {
   const GemmKernelsOf<T>& k = kernels_of<T>(gemm_level());

@@ -39,6 +39,10 @@ void gemm_level_reset();  // back to the best level the CPU has
 std::string_view gemm_level_description();
 
 namespace gemm_detail {
+// Where a level's wide tiles (gemm_call.hpp) run: on the blocks whose columns they fill (the
+// default), never, or on every block (tests and benchmarks, for either tile at every shape).
+enum class WideTiles { kWhereTheyPay, kNever, kAlways };
+void gemm_wide_tiles_force(WideTiles use);
 // Runs one validated call: outside the model's parallel regions, a call of at least 4 MFLOP is
 // cut into blocks of C that run as tasks on the model's threads; inside one, it runs on the
 // calling thread. Either way every element is computed as the contract says.

@@ -1,6 +1,7 @@
 // The AVX-512 level (x86-64-v4, compiled with -march=x86-64-v4): the GEMM algorithm
 // (gemm_kernel.hpp) on 512-bit registers, 12×32 float tiles (24 of the 32 registers accumulate)
-// and 12×16 double tiles, each multiply-add one vfmadd.
+// and 12×16 double tiles, each multiply-add one vfmadd; and the wide tiles, 6×64 float and 6×32
+// double, where a call's columns fill them (gemm.cpp).
 #include <immintrin.h>
 
 #include "model/gemm/gemm_call.hpp"
@@ -43,6 +44,6 @@ struct F64x8 {
 
 }  // namespace
 
-extern constinit const GemmKernels kGemmAvx512 = level_kernels<F32x16, F64x8, 12, 2>();
+extern constinit const GemmKernels kGemmAvx512 = level_kernels<F32x16, F64x8, 12, 2, true>();
 
 }  // namespace moe::gemm_detail

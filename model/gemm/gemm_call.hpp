@@ -40,11 +40,15 @@ template <class T> struct LeafTreeCall {
 };
 
 // One level's kernels for one element type: `block` computes C[i0:i0+m, j0:j0+n] on the calling
-// thread with `pack_elements(m, n, K)` elements of scratch.
+// thread with `pack_elements(m, n, K)` elements of scratch, in mr×nr register tiles.
 template <class T> struct GemmKernelsOf {
   int mr, nr;
   int64_t (*pack_elements)(int m, int n, int K);
   void (*block)(const GemmCall<T>& g, int i0, int m, int j0, int n, T* pack);
+  // The same in wide tiles of mr/2 rows × 2·nr columns (null where the level has none: they
+  // need twice the registers for B's values of a k).
+  int64_t (*wide_pack_elements)(int m, int n, int K);
+  void (*wide_block)(const GemmCall<T>& g, int i0, int m, int j0, int n, T* pack);
   // The same for a leaf tree: C[i0:i0+m, j0:j0+n] with `leaf_tree_elements(m, n, leaves)`
   // elements of scratch (its partial sums).
   int64_t (*leaf_tree_elements)(int m, int n, int leaves);

@@ -536,7 +536,11 @@ void level_leaf_tree_block(const LeafTreeCall<typename V::T>& g, int i0, int m, 
   }
 }
 
-// A level's table (gemm_call.hpp): MR×(NV·lanes) tiles of V32 (float) and V64 (double).
+// A level's table (gemm_call.hpp): MR×(NV·lanes) tiles of V32 (float) and V64 (double), and
+// with kWide the wide tiles, (MR/2)×(2·NV·lanes), for as many accumulators. A level has them
+// where its registers also hold the 2·NV vectors of B a wide tile loads per k (avx512: 24
+// accumulators, 4 of B and a broadcast in 32; avx2's 16 do not hold 12 + 4 + 1, and its wide
+// tiles measured no faster).
 template <class V, int MR, int NV> int64_t level_pack_elements(int m, int n, int K) {
   return pack_elements<typename V::T, MR, NV * V::kLanes>(m, n, K);
 }
@@ -545,11 +549,26 @@ void level_block(const GemmCall<typename V::T>& g, int i0, int m, int j0, int n,
                  typename V::T* pack) {
   gemm_block<V, MR, NV>(g, i0, m, j0, n, pack);
 }
-template <class V32, class V64, int MR, int NV> constexpr GemmKernels level_kernels() {
-  return {{MR, NV * V32::kLanes, level_pack_elements<V32, MR, NV>, level_block<V32, MR, NV>,
-           level_leaf_tree_elements<V32, MR, NV>, level_leaf_tree_block<V32, MR, NV>},
-          {MR, NV * V64::kLanes, level_pack_elements<V64, MR, NV>, level_block<V64, MR, NV>,
-           level_leaf_tree_elements<V64, MR, NV>, level_leaf_tree_block<V64, MR, NV>}};
+template <class V, int MR, int NV, bool kWide>
+constexpr GemmKernelsOf<typename V::T> level_table() {
+  GemmKernelsOf<typename V::T> k{MR,
+                                 NV * V::kLanes,
+                                 level_pack_elements<V, MR, NV>,
+                                 level_block<V, MR, NV>,
+                                 nullptr,
+                                 nullptr,
+                                 level_leaf_tree_elements<V, MR, NV>,
+                                 level_leaf_tree_block<V, MR, NV>};
+  if constexpr (kWide) {
+    static_assert(MR % 2 == 0, "a wide tile has half the rows");
+    k.wide_pack_elements = level_pack_elements<V, MR / 2, 2 * NV>;
+    k.wide_block = level_block<V, MR / 2, 2 * NV>;
+  }
+  return k;
+}
+template <class V32, class V64, int MR, int NV, bool kWide = false>
+constexpr GemmKernels level_kernels() {
+  return {level_table<V32, MR, NV, kWide>(), level_table<V64, MR, NV, kWide>()};
 }
 
 }  // namespace

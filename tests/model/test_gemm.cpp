@@ -12,6 +12,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <span>
 #include <string>
@@ -84,6 +85,26 @@ void expect_contract(bool ta, bool tb, int M, int N, int K, T alpha, T beta, int
   }
 }
 
+// expect_contract over every M × N × K of the lists, every transposition, float and double, alpha
+// 1 and beta 0, some leading dimensions padded; stops at the first failure.
+void expect_contract_grid(std::initializer_list<int> Ms, std::initializer_list<int> Ns,
+                          std::initializer_list<int> Ks, uint32_t& seed) {
+  for (int M : Ms) {
+    for (int N : Ns) {
+      for (int K : Ks) {
+        for (bool ta : {false, true}) {
+          for (bool tb : {false, true}) {
+            const int pad = (M + N + K) % 3 == 0 ? 3 : 0;
+            expect_contract<float>(ta, tb, M, N, K, 1.0f, 0.0f, pad, seed++);
+            expect_contract<double>(ta, tb, M, N, K, 1.0, 0.0, pad, seed++);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
 class GemmLevels : public ::testing::TestWithParam<GemmLevel> {
  protected:
   void SetUp() override {
@@ -94,6 +115,7 @@ class GemmLevels : public ::testing::TestWithParam<GemmLevel> {
   }
   void TearDown() override {
     gemm_level_reset();
+    gemm_detail::gemm_wide_tiles_force(gemm_detail::WideTiles::kWhereTheyPay);
     blas_set_threads(1);
   }
 };
@@ -104,20 +126,8 @@ TEST_P(GemmLevels, EveryElementIsTheContractsFmaChain) {
   // Shapes around every level's tiles (4, 6, 8, 12, 16, 32) and single rows, columns, k; operands
   // read in place (few panels of the other) and packed (many), with padded leading dimensions,
   // so that a read past a panel's edge or a row's end would show.
-  for (int M : {1, 5, 6, 7, 13, 25, 70}) {
-    for (int N : {1, 3, 8, 17, 33, 100}) {
-      for (int K : {1, 2, 9, 64}) {
-        for (bool ta : {false, true}) {
-          for (bool tb : {false, true}) {
-            const int pad = (M + N + K) % 3 == 0 ? 3 : 0;
-            expect_contract<float>(ta, tb, M, N, K, 1.0f, 0.0f, pad, seed++);
-            expect_contract<double>(ta, tb, M, N, K, 1.0, 0.0, pad, seed++);
-            if (HasFatalFailure()) return;
-          }
-        }
-      }
-    }
-  }
+  expect_contract_grid({1, 5, 6, 7, 13, 25, 70}, {1, 3, 8, 17, 33, 56, 100}, {1, 2, 9, 64}, seed);
+  if (HasFatalFailure()) return;
   // beta = 0 never reads C: NaNs there do not survive (as BLAS promises).
   std::vector<float> A(6 * 5, 1.0f), B(5 * 17, 0.5f), C(6 * 17, std::nanf(""));
   gemm<float>(false, false, 6, 17, 5, 1.0f, A.data(), B.data(), 0.0f, C.data());
@@ -171,6 +181,31 @@ TEST_P(GemmLevels, OperandsReadInPlaceAtTheLimits) {
     expect_contract<float>(false, true, 144, 100, 700, 1.0f, 1.0f, 3, 51);   // the same, B^T
     expect_contract<double>(false, false, 97, 60, 700, 1.0, 0.0, 2, 52);
     if (HasFatalFailure()) return;
+  }
+}
+
+// A level's wide tiles (avx512's 6×64 floats, 6×32 doubles), which run where a call's columns
+// fill them, forced onto every shape, and the narrow ones forced onto the shapes the wide ones
+// take (56, 64, 120, 128 and 2048 columns): each the contract's chains, at every transposition
+// and edge, over one and three threads. At a level without wide tiles both are its narrow tiles.
+TEST_P(GemmLevels, WideAndNarrowTilesAreTheSameChains) {
+  using gemm_detail::WideTiles;
+  uint32_t seed = 500;
+  for (WideTiles use : {WideTiles::kAlways, WideTiles::kNever}) {
+    gemm_detail::gemm_wide_tiles_force(use);
+    expect_contract_grid({1, 5, 6, 7, 13, 70}, {1, 17, 33, 56, 64, 65, 120}, {1, 9, 64}, seed);
+    if (HasFatalFailure()) return;
+    for (int threads : {1, 3}) {
+      blas_set_threads(threads);
+      expect_contract<float>(false, false, 256, 56, 128, 1.0f, 0.0f, 0, seed++);    // x·W1
+      expect_contract<float>(false, true, 256, 56, 128, 1.0f, 0.0f, 0, seed++);     // d_h
+      expect_contract<float>(false, true, 145, 128, 56, 0.5f, 1.0f, 3, seed++);     // d_x
+      expect_contract<float>(true, false, 128, 64, 300, 1.0f, 1.0f, 0, seed++);     // router d_W
+      expect_contract<float>(false, false, 300, 2048, 128, 1.0f, 0.0f, 0, seed++);  // LM head
+      expect_contract<double>(false, false, 97, 120, 300, -2.0, 0.5, 2, seed++);
+      if (HasFatalFailure()) return;
+    }
+    blas_set_threads(1);
   }
 }
 
