@@ -164,7 +164,9 @@ int run(int argc, char** argv) {
   force_gemm_level_arg(argc, argv);
   const Comm world = Comm::world();
   print_banner(world, "bench_gemm_shapes",
-               "moe_rt's GEMM against OpenBLAS sgemm on deepseek4-tiny's shapes (GFLOP/s)", 1);
+               narrow ? "moe_rt's GEMM against its narrow tiles only on the step's shapes (GFLOP/s)"
+                      : "moe_rt's GEMM against OpenBLAS sgemm on deepseek4-tiny's shapes (GFLOP/s)",
+               1);
   std::printf("%-26s %-2s %5s %5s %5s %3s %8s %8s %6s %6s %6s\n", "# use", "op", "M", "N", "K",
               "thr", "moe_rt", narrow ? "narrow" : "OpenBLAS", "min", "min", "ratio");
   for (const Shape& s : kShapes) measure(s, seconds, repeats, 1, narrow);

@@ -91,12 +91,13 @@ std::atomic<int> g_wide_tiles{static_cast<int>(gemm_detail::WideTiles::kWhereThe
 // and broadcasts mr, for as many multiply-adds, and A's rows pass once for every 2·nr columns
 // rather than every nr. That pays where the columns fill the last wide panel past three quarters
 // (or fill whole ones); below that, a narrow tile's half-wide edge wastes fewer lanes. Measured
-// at avx512 (bench_gemm_shapes --against narrow, docs/performance.md): the model's 56, 64, 128
-// and 2048 columns 4-20% faster in wide tiles; 40, 48 and 159 no faster. Which tile computes an
-// element changes none of its bits.
+// at avx512 (bench_gemm_shapes --against narrow, docs/performance.md): most of the model's calls
+// over 56, 64, 128 and 2048 columns 4-35% faster in wide tiles, a transposed A over 128 columns
+// (the attention's q/o weight gradients, about 1% of the step) 2-7% slower; 40, 48 and 159
+// columns no faster. Which tile computes an element changes none of its bits.
 bool wide_tiles_pay(int n, int nr) {
   const int rest = n % (2 * nr);
-  return n > nr && (rest == 0 || rest > nr + nr / 2);
+  return rest == 0 || rest > nr + nr / 2;  // n <= nr: rest is n, neither
 }
 
 // Whether a block of n columns at level k runs in wide tiles, as gemm_wide_tiles_force says.
@@ -107,9 +108,12 @@ template <class T> bool wide_tiles_for(const GemmKernelsOf<T>& k, int n) {
          (use == WideTiles::kAlways || wide_tiles_pay(n, k.nr));
 }
 
+std::atomic<int64_t> g_wide_blocks{0};  // gemm_wide_blocks
+
 template <class T>
 void run_block(const GemmKernelsOf<T>& k, const GemmCall<T>& g, int i0, int m, int j0, int n) {
   if (wide_tiles_for(k, n)) {
+    g_wide_blocks.fetch_add(1, std::memory_order_relaxed);
     k.wide_block(g, i0, m, j0, n, pack_space<T>(k.wide_pack_elements(m, n, g.K)));
   } else {
     k.block(g, i0, m, j0, n, pack_space<T>(k.pack_elements(m, n, g.K)));
@@ -209,9 +213,14 @@ void gemm_wide_tiles_force(WideTiles use) {
   g_wide_tiles.store(static_cast<int>(use));
 }
 
+int64_t gemm_wide_blocks() {
+  return g_wide_blocks.load(std::memory_order_relaxed);
+}
+
 template <class T> void gemm_run(const GemmCall<T>& g) {
   const GemmKernelsOf<T>& k = kernels_of<T>(gemm_level());
-  run_split(g.M, g.N, k.mr, k.nr, 2.0 * g.M * g.N * g.K,
+  // A call whose columns go wide is split in wide panels, so that its blocks do too.
+  run_split(g.M, g.N, k.mr, wide_tiles_for(k, g.N) ? 2 * k.nr : k.nr, 2.0 * g.M * g.N * g.K,
             [&](int i0, int m, int j0, int n) { run_block(k, g, i0, m, j0, n); });
 }
 

@@ -43,6 +43,8 @@ namespace gemm_detail {
 // default), never, or on every block (tests and benchmarks, for either tile at every shape).
 enum class WideTiles { kWhereTheyPay, kNever, kAlways };
 void gemm_wide_tiles_force(WideTiles use);
+// Blocks run in wide tiles since the program started (tests: that a switch took effect).
+int64_t gemm_wide_blocks();
 // Runs one validated call: outside the model's parallel regions, a call of at least 4 MFLOP is
 // cut into blocks of C that run as tasks on the model's threads; inside one, it runs on the
 // calling thread. Either way every element is computed as the contract says.

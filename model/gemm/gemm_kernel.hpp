@@ -244,6 +244,8 @@ template <class V, int MR, int NV, bool kRowsOfA = false>
 constexpr int64_t kPackedABytes = 160 * 1024;
 constexpr int64_t kPackedBBytes = 1024 * 1024;
 
+// The limits below count the panels of the tile in use: the passes over the other operand
+// (wide tiles, 2·NR columns a panel, read A once for twice the columns of a narrow panel).
 // An untransposed A is read in place (kRowsOfA) when at most this many panels of B use it.
 constexpr int kRowsOfAPanels = 8;
 // A transposed A is read in place when at most this many panels of B use it: its MR values of a

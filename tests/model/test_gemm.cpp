@@ -185,27 +185,56 @@ TEST_P(GemmLevels, OperandsReadInPlaceAtTheLimits) {
 }
 
 // A level's wide tiles (avx512's 6×64 floats, 6×32 doubles), which run where a call's columns
-// fill them, forced onto every shape, and the narrow ones forced onto the shapes the wide ones
-// take (56, 64, 120, 128 and 2048 columns): each the contract's chains, at every transposition
-// and edge, over one and three threads. At a level without wide tiles both are its narrow tiles.
+// fill them, forced onto every shape of a grid like the first test's, and the narrow ones forced
+// onto the shapes the wide ones take (of floats: 56, 64, 120, 128 and 2048 columns): each the
+// contract's chains, at every transposition and edge, float and double; then the model's shapes
+// split over three threads and in several packed blocks of A, and the limits of reading in place
+// counted in wide panels (A's rows up to 8 of them, 512 columns; a transposed A up to 4, 256;
+// B under 12 rows). gemm_wide_blocks shows that the switch took effect: at avx512 every call
+// forced wide runs wide blocks, and no call forced narrow does; a level without wide tiles runs
+// its narrow ones either way.
 TEST_P(GemmLevels, WideAndNarrowTilesAreTheSameChains) {
   using gemm_detail::WideTiles;
+  const bool has_wide = GetParam() == GemmLevel::kAvx512;
   uint32_t seed = 500;
   for (WideTiles use : {WideTiles::kAlways, WideTiles::kNever}) {
     gemm_detail::gemm_wide_tiles_force(use);
-    expect_contract_grid({1, 5, 6, 7, 13, 70}, {1, 17, 33, 56, 64, 65, 120}, {1, 9, 64}, seed);
+    const int64_t before = gemm_detail::gemm_wide_blocks();
+    int64_t calls = 0;
+    auto expect = [&](bool ta, bool tb, int M, int N, int K, float alpha, float beta, int pad) {
+      expect_contract<float>(ta, tb, M, N, K, alpha, beta, pad, seed++);
+      ++calls;
+    };
+    expect_contract_grid({1, 5, 6, 7, 13, 70}, {1, 3, 17, 33, 56, 64, 65, 120}, {1, 2, 9, 64},
+                         seed);
     if (HasFatalFailure()) return;
+    calls += 6 * 8 * 4 * 4 * 2;
     for (int threads : {1, 3}) {
       blas_set_threads(threads);
-      expect_contract<float>(false, false, 256, 56, 128, 1.0f, 0.0f, 0, seed++);    // x·W1
-      expect_contract<float>(false, true, 256, 56, 128, 1.0f, 0.0f, 0, seed++);     // d_h
-      expect_contract<float>(false, true, 145, 128, 56, 0.5f, 1.0f, 3, seed++);     // d_x
-      expect_contract<float>(true, false, 128, 64, 300, 1.0f, 1.0f, 0, seed++);     // router d_W
-      expect_contract<float>(false, false, 300, 2048, 128, 1.0f, 0.0f, 0, seed++);  // LM head
+      expect(false, false, 300, 56, 128, 1.0f, 0.0f, 0);    // x·W1, split over the threads
+      expect(false, true, 300, 56, 128, 1.0f, 0.0f, 0);     // d_h
+      expect(false, true, 300, 128, 56, 0.5f, 1.0f, 3);     // d_x
+      expect(false, false, 300, 120, 700, 1.0f, 0.0f, 3);   // several packed blocks of A
+      expect(true, false, 128, 64, 300, 1.0f, 1.0f, 0);     // router d_W
+      expect(false, false, 300, 2048, 128, 1.0f, 0.0f, 0);  // LM head
       expect_contract<double>(false, false, 97, 120, 300, -2.0, 0.5, 2, seed++);
+      ++calls;
       if (HasFatalFailure()) return;
     }
     blas_set_threads(1);
+    for (int N : {256, 257, 512, 513}) {
+      expect(false, false, 145, N, 300, 0.5f, 1.0f, 3);  // A's rows in place up to 512
+      expect(true, false, 145, N, 97, 1.0f, 0.0f, 0);    // A transposed in place up to 256
+      expect(false, false, 12, N, 97, 1.0f, 0.0f, 0);    // B in place under 12 rows
+      expect(false, false, 13, N, 97, 1.0f, 1.0f, 3);
+      if (HasFatalFailure()) return;
+    }
+    const int64_t wide = gemm_detail::gemm_wide_blocks() - before;
+    if (use == WideTiles::kAlways && has_wide) {
+      EXPECT_GE(wide, calls) << "forced wide, some calls ran no wide block";
+    } else {
+      EXPECT_EQ(wide, 0) << "wide blocks where none should run";
+    }
   }
 }
 
