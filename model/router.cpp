@@ -29,15 +29,15 @@ template <class T> T stable_softplus(T x) {
 }
 
 // The strict total order of top-k: a ranks before b when its value is larger, or equal with a
-// lower expert index.
-template <class T>
-// NaN ranks after every number (NaNs among themselves by index): a diverged row still routes, to
-// valid experts, deterministically, and the step's non-finite loss then stops the run on every
-// rank. Throwing here instead would stop only the ranks whose rows hold the NaN.
-bool ranks_before(T value_a, int a, T value_b, int b) {
-  const bool nan_a = std::isnan(value_a), nan_b = std::isnan(value_b);
-  if (nan_a || nan_b) return nan_a == nan_b ? a < b : nan_b;
-  return value_a > value_b || (value_a == value_b && a < b);
+// lower expert index. NaN ranks after every number (NaNs among themselves by index): a diverged
+// row still routes, to valid experts, deterministically, and the step's non-finite loss then
+// stops the run on every rank. Throwing here instead would stop only the ranks whose rows hold
+// the NaN. Top-k meets the experts in index order, so it only ever asks whether a value ranks
+// before one of a lower index: when it is larger, or a number where that one is a NaN (equal
+// values, and two NaNs, rank by index: the lower first).
+template <class T> bool ranks_before_lower_index(T value, T lower_index_value) {
+  // Non-short-circuit: one branch for the caller, not one per test.
+  return (value > lower_index_value) | (std::isnan(lower_index_value) & !std::isnan(value));
 }
 
 // body(n0, n1) over the rows [0, N) in chunks of 16, on the threads when there are enough rows:
@@ -151,18 +151,37 @@ void score_backward(T* d_logits, const T* d_scores, const T* logits, const T* sc
 
 namespace {
 
-// The best K of one row in order: one pass keeps the best K so far (insertion), exactly the first
-// K of the total order, ties and NaNs included. No scratch memory.
-template <class T> void topk_row(int32_t* top, const T* s, const float* bias, int E, int K) {
-  if (K <= 0) return;
-  auto value = [&](int e) { return bias != nullptr ? s[e] + T(bias[e]) : s[e]; };
+// The best K of one row in order: one pass over the experts in index order keeps the best K so
+// far (insertion), exactly the first K of the total order, ties and NaNs included. Once K are
+// kept, an expert enters only if it ranks before the K-th, whose value is kept at hand (most
+// experts stop at that one comparison). No scratch memory.
+template <class T, bool kBias>
+void topk_row_of(int32_t* top, const T* s, const float* bias, int E, int K) {
+  auto value = [&](int e) {
+    if constexpr (kBias) {
+      return s[e] + T(bias[e]);
+    } else {
+      return s[e];
+    }
+  };
   int count = 0;
+  T last = T(0);  // the K-th's value, once K are kept
   for (int e = 0; e < E; ++e) {
     const T v = value(e);
-    if (count == K && !ranks_before(v, e, value(top[K - 1]), top[K - 1])) continue;
+    if (count == K && !ranks_before_lower_index(v, last)) continue;
     int p = count < K ? count++ : K - 1;
-    for (; p > 0 && ranks_before(v, e, value(top[p - 1]), top[p - 1]); --p) top[p] = top[p - 1];
+    for (; p > 0 && ranks_before_lower_index(v, value(top[p - 1])); --p) top[p] = top[p - 1];
     top[p] = e;
+    if (count == K) last = value(top[K - 1]);
+  }
+}
+
+template <class T> void topk_row(int32_t* top, const T* s, const float* bias, int E, int K) {
+  if (K <= 0) return;
+  if (bias != nullptr) {
+    topk_row_of<T, true>(top, s, bias, E, K);
+  } else {
+    topk_row_of<T, false>(top, s, bias, E, K);
   }
 }
 
@@ -305,13 +324,32 @@ void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias,
 #pragma omp for schedule(static)
     for (int t = 0; t < N; ++t) {
       const T* st = scores + static_cast<size_t>(t) * E;
-      for (int e = 0; e < E; ++e) biased[e] = st[e] + (bias ? T(bias[e]) : T(0));
+      bool finite = true;
+      for (int e = 0; e < E; ++e) {
+        biased[e] = st[e] + (bias ? T(bias[e]) : T(0));
+        finite = finite && std::isfinite(biased[e]);
+      }
       for (int g = 0; g < groups; ++g) {
         topk_row(best.data(), &biased[g * per_group], nullptr, per_group, top_in_group);
         group_score[g] = 0;
         for (int j = 0; j < top_in_group; ++j) group_score[g] += biased[g * per_group + best[j]];
       }
       topk_row(best.data(), group_score.data(), nullptr, groups, group_topk);
+      int32_t* out = expert_idx + static_cast<size_t>(t) * K;
+      if (finite) {
+        // Every value a number: the masked row below places the dropped groups' experts strictly
+        // below every kept one, so its top K is the top K of the kept groups' experts alone. They
+        // go side by side in index order (the groups sorted), so that ties rank as in the row.
+        std::sort(best.begin(), best.begin() + group_topk);
+        for (int j = 0; j < group_topk; ++j) {
+          std::copy_n(&biased[best[j] * per_group], per_group, &masked[j * per_group]);
+        }
+        topk_row(out, masked.data(), nullptr, group_topk * per_group, K);
+        for (int j = 0; j < K; ++j) {
+          out[j] = best[out[j] / per_group] * per_group + out[j] % per_group;
+        }
+        continue;
+      }
       // Experts of dropped groups can never win: place them below every kept expert.
       T floor_value = biased[0];
       for (int e = 0; e < E; ++e) floor_value = std::min(floor_value, biased[e]);
@@ -320,7 +358,7 @@ void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias,
         const int g = best[j];
         std::copy_n(&biased[g * per_group], per_group, &masked[g * per_group]);
       }
-      topk_row(expert_idx + static_cast<size_t>(t) * K, masked.data(), nullptr, E, K);
+      topk_row(out, masked.data(), nullptr, E, K);
     }
   }
 }

@@ -4,7 +4,10 @@
 // Legend: N rows/tokens, D model width, E experts, K top-k, V vocab.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -159,6 +162,59 @@ TEST(RouteTopk, NaNRanksLastAndBadKIsRejected) {
   EXPECT_THROW(route_topk(idx.data(), scores, nullptr, 1, 3, 4), std::invalid_argument);
 }
 
+// The total order written as a sort: larger values first, equal ones (+0 and -0 too) by index,
+// NaNs after every number, among themselves by index.
+template <class T> Idx sorted_by_rank(const std::vector<T>& v) {
+  Idx order(v.size());
+  for (size_t i = 0; i < v.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const bool nan_a = std::isnan(v[a]), nan_b = std::isnan(v[b]);
+    if (nan_a || nan_b) return nan_a == nan_b ? a < b : nan_b;
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+  });
+  return order;
+}
+
+// Random rows drawn from a few values (ties everywhere), signed zeros, infinities and NaNs.
+template <class T> std::vector<T> tied_values(std::mt19937& rng, size_t n, bool non_finite) {
+  const T pool[] = {T(0.5), T(0.25), T(0.125), T(0), T(-0.0), T(-0.25), T(1)};
+  const T odd[] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                   -std::numeric_limits<T>::infinity()};
+  std::vector<T> v(n);
+  for (T& x : v) {
+    x = pool[rng() % 7];
+    if (non_finite && rng() % 8 == 0) x = odd[rng() % 3];
+  }
+  return v;
+}
+
+template <class T> void expect_topk_is_the_sort(uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (int E : {1, 5, 8, 64}) {
+    for (int K = 0; K <= std::min(E, 9); ++K) {
+      for (int trial = 0; trial < 20; ++trial) {
+        const std::vector<T> row = tied_values<T>(rng, E, trial % 2 == 1);
+        std::vector<float> bias(E);
+        for (float& b : bias) b = 0.125f * static_cast<float>(static_cast<int>(rng() % 5) - 2);
+        const bool biased = trial % 4 >= 2;
+        std::vector<T> value(row);
+        for (int e = 0; e < E; ++e) value[e] = biased ? row[e] + T(bias[e]) : row[e];
+        const Idx order = sorted_by_rank(value);
+        Idx got(K);
+        route_topk(got.data(), row.data(), biased ? bias.data() : nullptr, 1, E, K);
+        ASSERT_EQ(got, Idx(order.begin(), order.begin() + K)) << "E=" << E << " K=" << K;
+      }
+    }
+  }
+}
+
+// Every K of rows full of ties, signed zeros, infinities and NaNs, with and without a bias: the
+// first K of the total order.
+TEST(RouteTopk, IsTheFirstKOfTheTotalOrder) {
+  expect_topk_is_the_sort<float>(11);
+  expect_topk_is_the_sort<double>(12);
+}
+
 // ---- route weights -----------------------------------------------------------------------------
 
 TEST(RouteWeights, HandExample) {
@@ -307,6 +363,69 @@ TEST(GroupedTopK, OnlyExpertsOfTheBestGroupsAreSelected) {
   EXPECT_EQ(idx, (std::vector<int32_t>{5, 4}));
   EXPECT_THROW(route_topk_grouped(idx.data(), s.data(), nullptr, 1, 6, 2, 4, 1),
                std::invalid_argument);
+}
+
+// Grouped top-k against its definition on rows full of ties: a group's score is the sum of its
+// best K/M (from +0, best first), the best M groups by that score in the total order, then the
+// best K of those groups' experts. Rows with infinities or NaNs route to K distinct experts, the
+// same alone as among other rows.
+template <class T>
+void expect_grouped_is_its_definition(int E, int G, int M, int K, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int per_group = E / G, top_in_group = K / M, N = 200;
+  std::vector<T> rows;
+  std::vector<bool> finite_row(N);
+  for (int t = 0; t < N; ++t) {
+    finite_row[t] = t % 4 != 3;
+    const std::vector<T> row = tied_values<T>(rng, E, !finite_row[t]);
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  for (bool with_bias : {false, true}) {
+    std::vector<float> bias(E, 0.0f);
+    for (float& b : bias) b = with_bias ? 0.125f * static_cast<float>(rng() % 5) : 0.0f;
+    const float* b = with_bias ? bias.data() : nullptr;
+    Idx got(static_cast<size_t>(N) * K);
+    route_topk_grouped(got.data(), rows.data(), b, N, E, K, G, M);
+    for (int t = 0; t < N; ++t) {
+      const Idx mine(got.begin() + t * K, got.begin() + (t + 1) * K);
+      Idx alone(K);
+      route_topk_grouped(alone.data(), &rows[static_cast<size_t>(t) * E], b, 1, E, K, G, M);
+      ASSERT_EQ(mine, alone) << "row " << t;
+      if (!finite_row[t]) {
+        Idx distinct(mine);
+        std::sort(distinct.begin(), distinct.end());
+        ASSERT_TRUE(std::adjacent_find(distinct.begin(), distinct.end()) == distinct.end());
+        ASSERT_TRUE(distinct.front() >= 0 && distinct.back() < E) << "row " << t;
+        continue;
+      }
+      std::vector<T> value(E);
+      for (int e = 0; e < E; ++e) value[e] = rows[static_cast<size_t>(t) * E + e] + T(bias[e]);
+      std::vector<T> group_score(G, T(0));
+      for (int g = 0; g < G; ++g) {
+        const std::vector<T> in_group(value.begin() + g * per_group,
+                                      value.begin() + (g + 1) * per_group);
+        const Idx order = sorted_by_rank(in_group);
+        for (int j = 0; j < top_in_group; ++j) group_score[g] += in_group[order[j]];
+      }
+      const Idx groups = sorted_by_rank(group_score);
+      std::vector<T> kept_value(value);
+      for (int j = M; j < G; ++j) {
+        for (int e = 0; e < per_group; ++e) {
+          kept_value[groups[j] * per_group + e] = -std::numeric_limits<T>::infinity();
+        }
+      }
+      const Idx order = sorted_by_rank(kept_value);
+      ASSERT_EQ(mine, Idx(order.begin(), order.begin() + K))
+          << "row " << t << " E=" << E << " G=" << G << " M=" << M << " K=" << K;
+    }
+  }
+}
+
+TEST(GroupedTopK, IsItsDefinitionOnRowsOfTies) {
+  expect_grouped_is_its_definition<float>(64, 8, 4, 8, 21);  // deepseek4-fine
+  expect_grouped_is_its_definition<double>(64, 8, 4, 8, 22);
+  expect_grouped_is_its_definition<float>(12, 4, 2, 4, 23);
+  expect_grouped_is_its_definition<float>(6, 3, 3, 3, 24);
 }
 
 std::vector<int64_t> random_loads(const RandomRouting& skew, int N, int E, int K) {
