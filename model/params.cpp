@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "model/parallel.hpp"
 #include "model/rng.hpp"
 
 namespace moe {
@@ -30,7 +31,11 @@ template <class T> void param_init(std::span<T> data, const ParamLayout& layout,
     throw std::invalid_argument("param_init: arena holds " + std::to_string(data.size()) +
                                 " elements, layout needs " + std::to_string(layout.num_elements));
   }
-  for (const ParamEntry& e : layout.entries) {
+  // Each value a function of (seed, name, index) alone, so the tensors go to the model's threads
+  // as tasks with the same bits in any order (a start spends most of its time here: many small
+  // tensors, an expert's matrices each its own).
+  parallel_tasks(static_cast<int64_t>(layout.entries.size()), [&](int64_t task) {
+    const ParamEntry& e = layout.entries[static_cast<size_t>(task)];
     T* p = data.data() + e.offset;
     switch (e.init) {
       case ParamInit::kOnes:
@@ -47,7 +52,7 @@ template <class T> void param_init(std::span<T> data, const ParamLayout& layout,
         break;
       }
     }
-  }
+  });
 }
 
 template void param_init<float>(std::span<float>, const ParamLayout&, uint64_t);

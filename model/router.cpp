@@ -37,7 +37,9 @@ template <class T> T stable_softplus(T x) {
 // values, and two NaNs, rank by index: the lower first).
 template <class T> bool ranks_before_lower_index(T value, T lower_index_value) {
   // Non-short-circuit: one branch for the caller, not one per test.
-  return (value > lower_index_value) | (std::isnan(lower_index_value) & !std::isnan(value));
+  const bool larger = value > lower_index_value, number = !std::isnan(value),
+             after_nan = std::isnan(lower_index_value);
+  return larger | (after_nan & number);
 }
 
 // body(n0, n1) over the rows [0, N) in chunks of 16, on the threads when there are enough rows:

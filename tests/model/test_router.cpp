@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -175,14 +176,24 @@ template <class T> Idx sorted_by_rank(const std::vector<T>& v) {
   return order;
 }
 
-// Random rows drawn from a few values (ties everywhere), signed zeros, infinities and NaNs.
+// Random rows drawn from a few values (ties everywhere), signed zeros, the largest finite values
+// (whose sums overflow) and a subnormal, and with `non_finite` infinities and NaNs.
 template <class T> std::vector<T> tied_values(std::mt19937& rng, size_t n, bool non_finite) {
-  const T pool[] = {T(0.5), T(0.25), T(0.125), T(0), T(-0.0), T(-0.25), T(1)};
+  const T pool[] = {T(0.5),
+                    T(0.25),
+                    T(0.125),
+                    T(0),
+                    T(-0.0),
+                    T(-0.25),
+                    T(1),
+                    std::numeric_limits<T>::max(),
+                    -std::numeric_limits<T>::max(),
+                    std::numeric_limits<T>::denorm_min()};
   const T odd[] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
                    -std::numeric_limits<T>::infinity()};
   std::vector<T> v(n);
   for (T& x : v) {
-    x = pool[rng() % 7];
+    x = pool[rng() % std::size(pool)];
     if (non_finite && rng() % 8 == 0) x = odd[rng() % 3];
   }
   return v;
@@ -394,7 +405,8 @@ void expect_grouped_is_its_definition(int E, int G, int M, int K, uint32_t seed)
       if (!finite_row[t]) {
         Idx distinct(mine);
         std::sort(distinct.begin(), distinct.end());
-        ASSERT_TRUE(std::adjacent_find(distinct.begin(), distinct.end()) == distinct.end());
+        ASSERT_TRUE(std::adjacent_find(distinct.begin(), distinct.end()) == distinct.end())
+            << "row " << t;
         ASSERT_TRUE(distinct.front() >= 0 && distinct.back() < E) << "row " << t;
         continue;
       }
@@ -426,6 +438,7 @@ TEST(GroupedTopK, IsItsDefinitionOnRowsOfTies) {
   expect_grouped_is_its_definition<double>(64, 8, 4, 8, 22);
   expect_grouped_is_its_definition<float>(12, 4, 2, 4, 23);
   expect_grouped_is_its_definition<float>(6, 3, 3, 3, 24);
+  expect_grouped_is_its_definition<float>(8, 4, 2, 4, 25);  // the kept groups' experts are K
 }
 
 std::vector<int64_t> random_loads(const RandomRouting& skew, int N, int E, int K) {
