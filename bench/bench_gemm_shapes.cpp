@@ -117,14 +117,6 @@ void openblas(const Shape& s, Operands& o) {
   reference_sgemm(s.ta, s.tb, s.M, s.N, s.K, o.A.data(), o.B.data(), s.beta, o.C.data());
 }
 
-// moe_rt's GEMM with its narrow tiles only, then back to the default.
-void ours_narrow(const Shape& s, Operands& o) {
-  using gemm_detail::WideTiles;
-  gemm_detail::gemm_wide_tiles_force(WideTiles::kNever);
-  ours(s, o);
-  gemm_detail::gemm_wide_tiles_force(WideTiles::kWhereTheyPay);
-}
-
 // One table row: both libraries (or moe_rt as it runs and with narrow tiles only), alternating,
 // `repeats` times.
 void measure(const Shape& s, double seconds, int repeats, int threads, bool narrow) {
@@ -133,8 +125,10 @@ void measure(const Shape& s, double seconds, int repeats, int threads, bool narr
   for (int r = 0; r < repeats; ++r) {
     blas_set_threads(threads);
     mine.push_back(rate(s, seconds, [&] { ours(s, o); }));
-    if (narrow) {
-      theirs.push_back(rate(s, seconds, [&] { ours_narrow(s, o); }));
+    if (narrow) {  // moe_rt with its narrow tiles only, then back to the default
+      gemm_detail::gemm_wide_tiles_force(gemm_detail::WideTiles::kNever);
+      theirs.push_back(rate(s, seconds, [&] { ours(s, o); }));
+      gemm_detail::gemm_wide_tiles_force(gemm_detail::WideTiles::kWhereTheyPay);
       continue;
     }
     const LibraryThreads library(threads);
