@@ -121,13 +121,23 @@ H5RowDataset h5_row_dataset_create(hid_t loc, const char* name, hid_t file_type,
 // After a throw `d` may count a row the file does not hold: append no more to it.
 void h5_row_dataset_append(H5RowDataset& d, const void* values);
 
+// Filters a copy gives to the chunked datasets that were written without any: shuffle, then
+// deflate at `deflate_level` (0: no deflate). All off by default.
+struct H5CopyFilters {
+  bool shuffle = false;
+  unsigned deflate_level = 0;
+};
+
 // Copies the root attributes and every object under the root of the closed file `src` into a new
-// file `dst` (created with `fcpl`, replacing any file there; both opened with `fapl`). Objects go
-// through H5Ocopy: same layout, chunks and filters, chunks copied without recompression, no holes.
-// Attributes are copied one by one, except those holding object references (dimension scales):
-// `after_copy`, when given, remakes them in `dst` before it is closed.
+// file `dst` (created with `fcpl`, replacing any file there; both opened with `fapl`), group by
+// group with each group's creation properties. A chunked dataset of fixed-size values written
+// without filters is rewritten with `filters` added to its creation properties (same chunks, fill
+// value and times), in slabs of whole chunks; every other object goes through H5Ocopy (same
+// layout, chunks and filters, no recompression). No holes either way. Attributes are copied one by
+// one, except those holding object references (dimension scales): `after_copy`, when given,
+// remakes them in `dst` before it is closed.
 void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hid_t fapl,
-                  void (*after_copy)(hid_t) = nullptr);
+                  const H5CopyFilters& filters = {}, void (*after_copy)(hid_t) = nullptr);
 
 }  // namespace moe
 

@@ -172,7 +172,7 @@ void stats_publish(const StatsFiles& files, bool overwrite) {
 }
 
 void stats_compact(const StatsFiles& files, FileLock& lock, hid_t fcpl, hid_t fapl,
-                   void (*after_copy)(hid_t)) {
+                   const H5CopyFilters& filters, void (*after_copy)(hid_t)) {
   const std::string& path = files.target;
   // The copy is at most the file's size. Without room for it, HDF5 1.10.8's H5Ocopy was seen to
   // crash (SIGSEGV) when the disk filled, rather than fail.
@@ -192,7 +192,7 @@ void stats_compact(const StatsFiles& files, FileLock& lock, hid_t fcpl, hid_t fa
     if (FileLock::create(files.compact, copy_lock) == FileLock::Outcome::kBusy) {
       throw FileLockError("'" + files.compact + "' is held by another process");
     }
-    h5_copy_file(path, files.compact, fcpl, fapl, after_copy);
+    h5_copy_file(path, files.compact, fcpl, fapl, filters, after_copy);
     fs::rename(files.compact, path);
     lock = std::move(copy_lock);
   } catch (const std::exception& e) {

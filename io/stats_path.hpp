@@ -38,17 +38,15 @@ void stats_staging_create(const StatsFiles& files, FileLock& lock);
 // when, without `overwrite`, a non-empty file appeared there since the path was checked.
 void stats_publish(const StatsFiles& files, bool overwrite);
 
-// Rewrites the closed, published file without the holes SWMR writing leaves: in SWMR write mode
-// HDF5 1.10 never reuses freed file space (a reader may still be reading it), so every chunk's
-// unfiltered first home stays behind, and a live file holds each chunk uncompressed and
-// compressed; a copy holds it once. The copy (files.compact, created with `fcpl`, both files
-// opened with `fapl`) is locked before it is written and renamed over the target, and its lock
-// then replaces `lock`: the path always names a complete file, and a locked one until the writer
-// releases it. Skipped with a warning on stderr when the disk lacks room or the copy fails; the
-// file at the target is then unchanged. `after_copy` runs on the copy before it is closed
-// (h5_copy_file).
+// Rewrites the closed, published file compressed: the live file's per-step datasets are stored
+// unfiltered (docs/hdf5-schema.md, "Crash safety"), and the copy gives them `filters`
+// (h5_copy_file). The copy (files.compact, created with `fcpl`, both files opened with `fapl`) is
+// locked before it is written and renamed over the target, and its lock then replaces `lock`: the
+// path always names a complete file, and a locked one until the writer releases it. Skipped with a
+// warning on stderr when the disk lacks room or the copy fails; the file at the target is then
+// unchanged. `after_copy` runs on the copy before it is closed (h5_copy_file).
 void stats_compact(const StatsFiles& files, FileLock& lock, hid_t fcpl, hid_t fapl,
-                   void (*after_copy)(hid_t) = nullptr);
+                   const H5CopyFilters& filters, void (*after_copy)(hid_t) = nullptr);
 
 // "statistics file 'PATH': " + problem.
 std::string stats_path_message(const std::string& path, const std::string& problem);

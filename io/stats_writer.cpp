@@ -35,7 +35,8 @@ hsize_t chunk_rows(hsize_t row_bytes, const StatsStorage& storage) {
 }
 
 // Dataset `name` of shape [0, row_dims...], unlimited along the first dimension, chunked as
-// [chunk_rows, row_dims...], shuffled and deflated; `fill` (may be null) marks unwritten rows.
+// [chunk_rows, row_dims...] and unfiltered (compressed by the copy at close); `fill` (may be null)
+// marks unwritten rows.
 H5RowDataset column_create(hid_t file, const char* name, hid_t file_type, hid_t mem_type,
                            const std::vector<hsize_t>& row_dims, const StatsStorage& storage,
                            const void* fill) {
@@ -45,17 +46,10 @@ H5RowDataset column_create(hid_t file, const char* name, hid_t file_type, hid_t 
   chunk.insert(chunk.begin(), chunk_rows(row_bytes, storage));
   H5Id dcpl = h5_untimed_plist(H5P_DATASET_CREATE);
   MOE_H5_CHECK(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()));
-  if (storage.defer_edge_filter) {
-    MOE_H5_CHECK(H5Pset_chunk_opts(dcpl.get(), H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS));
-  }
-  if (storage.shuffle) MOE_H5_CHECK(H5Pset_shuffle(dcpl.get()));
-  if (storage.deflate_level > 0) {
-    MOE_H5_CHECK(H5Pset_deflate(dcpl.get(), static_cast<unsigned>(storage.deflate_level)));
-  }
   if (fill != nullptr) MOE_H5_CHECK(H5Pset_fill_value(dcpl.get(), mem_type, fill));
 
-  // The chunk being appended to must stay in the chunk cache, or every append would read back
-  // and decompress it: room for a few chunks, at least HDF5's default 1 MiB.
+  // The chunk being appended to must stay in the chunk cache, or every append would read it
+  // back: room for a few chunks, at least HDF5's default 1 MiB.
   const size_t chunk_bytes = static_cast<size_t>(chunk[0] * row_bytes);
   H5Id dapl(MOE_H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS)), H5Pclose);
   MOE_H5_CHECK(H5Pset_chunk_cache(dapl.get(), 521, std::max<size_t>(1 << 20, 4 * chunk_bytes),
@@ -193,9 +187,10 @@ struct StatsWriter::Impl {
   size_t L = 0, E = 0, W = 0, T = 0, K = 0, num_phases = 0, R = 0;
   bool overwrite = false;
   bool compact_on_close = true;
-  bool published = false;  // publish() put the file at its path
-  bool removed = false;    // close() found the path no longer naming the file written
-  bool failed = false;     // an append threw: the file was ended then (end_after_failure)
+  H5CopyFilters compact_filters;  // what the copy at close gives the per-step datasets
+  bool published = false;         // publish() put the file at its path
+  bool removed = false;           // close() found the path no longer naming the file written
+  bool failed = false;            // an append threw: the file was ended then (end_after_failure)
   int64_t rows_done = 0, traces_done = 0, evals_done = 0;  // appends that returned
 
   // Root attributes, /layers, /perf/phases, every per-step dataset; then SWMR write mode.
@@ -315,6 +310,7 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
   m.num_phases = h.phase_names.size(), m.T = h.trace_tokens, m.K = h.top_k;
   m.R = h.shadow_rules.size();
   m.compact_on_close = storage.compact_on_close;
+  m.compact_filters = {storage.shuffle, static_cast<unsigned>(std::max(0, storage.deflate_level))};
   stats_staging_create(m.files, m.lock);
   try {
     const H5Id fapl = stats_fapl();
@@ -322,7 +318,8 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
     // File space in pages: no metadata block smaller than a page straddles one. Linux acts on
     // SIGKILL only between the pages of a write(), so a block that straddled one could be left
     // half written by a kill during a flush, and its dataset unreadable (seen in 3 of 2000
-    // kills). No free space is tracked (persist 0): in SWMR write mode HDF5 reuses none anyway.
+    // kills). Free space is not kept in the file (persist 0); the writer frees none anyway, its
+    // chunks being unfiltered and written in place.
     MOE_H5_CHECK(H5Pset_file_space_strategy(fcpl.get(), H5F_FSPACE_STRATEGY_PAGE, 0, 1));
     MOE_H5_CHECK(H5Pset_file_space_page_size(fcpl.get(), kStatsFilePageBytes));
     // The staging file exists (empty, locked): HDF5 truncates it, keeping the lock's inode.
@@ -582,7 +579,7 @@ void StatsWriter::close() {
   m.removed = !m.lock.names(m.files.target);
   if (!m.removed && m.compact_on_close) {
     stats_compact(m.files, m.lock, h5_untimed_plist(H5P_FILE_CREATE).get(), stats_fapl().get(),
-                  stats_reattach_scales);
+                  m.compact_filters, stats_reattach_scales);
   }
 }
 

@@ -1,8 +1,8 @@
 // The HDF5 statistics file ("moe_rt.stats", format version 2), written by rank 0 only: a header
 // (root attributes, the configuration as typed attributes, routing kinds, hash tables, phase
 // names, units, descriptions and dimension scales: io/stats_schema.hpp) created once, then one row
-// per step appended to chunked, extendible, compressed datasets and flushed, so that every
-// completed step survives a crash and a SWMR reader sees rows appear while the run goes on.
+// per step appended to chunked, extendible datasets and flushed, so that every completed step
+// survives a crash and a SWMR reader sees rows appear while the run goes on; compressed at close.
 // The layout, the guarantees and the measured chunk choice are documented in docs/hdf5-schema.md.
 // Dimension legend: N steps written, M traced steps, L layers, L_h hash layers, E experts,
 // K top-k, V vocabulary, W ranks, T traced tokens per traced step, num_phases timed phases.
@@ -122,14 +122,14 @@ struct EvalRow {
 inline constexpr int64_t kStatsFilePageBytes = 4096;
 
 // Storage of the per-step datasets. The defaults are the measured choice (docs/hdf5-schema.md);
-// tests and benchmarks may change them, the file layout stays the same.
+// tests and benchmarks may change them, the file layout stays the same. The live file stores every
+// chunk unfiltered; the copy made at close applies the filters.
 struct StatsStorage {
   int64_t chunk_bytes = 32 * 1024;  // target uncompressed bytes per chunk (rows: a power of two)
   int64_t max_chunk_rows = 1024;    // cap on rows per chunk
-  int deflate_level = 4;            // 1..9; 0 = no deflate
-  bool shuffle = true;              // byte-shuffle filter before deflate
-  bool defer_edge_filter = true;    // store the growing last chunk unfiltered until it is full
-  bool compact_on_close = true;     // rewrite the file without the holes SWMR leaves (close())
+  int deflate_level = 4;            // 1..9 in the closed file; 0 = no deflate
+  bool shuffle = true;              // byte-shuffle filter before deflate, in the closed file
+  bool compact_on_close = true;     // rewrite the file compressed at close()
 };
 
 // The file's life on disk (docs/hdf5-schema.md, "Paths" and "Locks"): created as "<path>.new" and
@@ -178,11 +178,11 @@ class StatsWriter {
   int64_t num_eval_rows() const;   // rows of /eval/step
   const std::string& path() const;
 
-  // Closes the file (ending SWMR write mode), then, with compact_on_close, rewrites it without
-  // the unreclaimed space SWMR writing leaves behind: copied to "<path>.compact", renamed over
-  // <path>. A failed compaction leaves the complete, uncompacted file and warns on stderr. An
-  // unpublished file is removed instead. Throws Hdf5Error if closing fails. The lock is released
-  // last. Later calls do nothing; append then throws.
+  // Closes the file (ending SWMR write mode), then, with compact_on_close, rewrites it with the
+  // per-step datasets compressed: copied to "<path>.compact", renamed over <path>. A failed
+  // compaction leaves the complete, uncompacted file and warns on stderr. An unpublished file is
+  // removed instead. Throws Hdf5Error if closing fails. The lock is released last. Later calls do
+  // nothing; append then throws.
   void close();
 
   // After close(): true when <path> no longer named the file written (it was removed or replaced

@@ -12,7 +12,13 @@
 //   stats_writer_child full-disk PATH N    appends rows 0..N-1, then fills the disk (below) and
 //                                          appends until an append fails; prints that error's
 //                                          message
+//   stats_writer_child stream PATH         with small chunks, says when the file is published,
+//                                          then appends rows (and traces) until killed
+//   stats_writer_child journal PATH N J    with small chunks, appends rows 0..N-1 (and a trace row
+//                                          after every even one), journalling to file J the file
+//                                          as published and every write to it after (below)
 // Exit status: 0 done, 2 error (printed), 64 bad usage. It dies with the process that started it.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -23,7 +29,10 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -45,16 +54,71 @@ struct FullDisk {
   ino_t ino = 0;
   off_t size = 0;  // the file's size when the disk filled
 } full_disk;
+
+// A journal of the statistics file, for the test that opens the file as a kill at any moment
+// would leave it: the file as it was published, then every pwrite() and ftruncate() HDF5 made to
+// it, in order, and a mark after every append that returned. Records: a byte, then two unsigned
+// 64-bit little-endian numbers, then for 'W' the bytes written:
+//   'W' offset count    a write of `count` bytes at `offset`
+//   'T' size 0          the file truncated (or extended) to `size` bytes
+//   'S' step 0          append(step) returned
+//   'R' step 0          append_trace(step) returned
+struct Journal {
+  int fd = -1;
+  dev_t dev = 0;
+  ino_t ino = 0;
+} journal;
+
+bool is_file(int fd, dev_t dev, ino_t ino) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+void journal_put(const void* bytes, size_t count) {
+  const char* at = static_cast<const char*>(bytes);
+  while (count > 0) {
+    const ssize_t done = ::write(journal.fd, at, count);
+    if (done <= 0) std::abort();  // a journal with a gap would test nothing
+    at += done;
+    count -= static_cast<size_t>(done);
+  }
+}
+
+void journal_record(char kind, uint64_t offset, const void* bytes, uint64_t count) {
+  unsigned char head[17];
+  head[0] = static_cast<unsigned char>(kind);
+  for (int b = 0; b < 8; ++b) {
+    head[1 + b] = static_cast<unsigned char>(offset >> (8 * b));
+    head[9 + b] = static_cast<unsigned char>(count >> (8 * b));
+  }
+  journal_put(head, sizeof head);
+  if (bytes != nullptr) journal_put(bytes, count);
+}
 }  // namespace
 
 extern "C" ssize_t pwrite(int fd, const void* buf, size_t count, off_t offset) {
-  struct stat st {};
-  if (full_disk.full && ::fstat(fd, &st) == 0 && st.st_dev == full_disk.dev &&
-      st.st_ino == full_disk.ino && offset + static_cast<off_t>(count) > full_disk.size) {
+  if (full_disk.full && is_file(fd, full_disk.dev, full_disk.ino) &&
+      offset + static_cast<off_t>(count) > full_disk.size) {
     errno = ENOSPC;
     return -1;
   }
-  return ::syscall(SYS_pwrite64, fd, buf, count, offset);
+  const ssize_t done = ::syscall(SYS_pwrite64, fd, buf, count, offset);
+  if (done > 0 && journal.fd >= 0 && is_file(fd, journal.dev, journal.ino)) {
+    journal_record('W', static_cast<uint64_t>(offset), buf, static_cast<uint64_t>(done));
+  }
+  return done;
+}
+
+extern "C" int ftruncate(int fd, off_t length) {
+  const int done = static_cast<int>(::syscall(SYS_ftruncate, fd, length));
+  if (done == 0 && journal.fd >= 0 && is_file(fd, journal.dev, journal.ino)) {
+    journal_record('T', static_cast<uint64_t>(length), nullptr, 0);
+  }
+  return done;
+}
+
+extern "C" int ftruncate64(int fd, off64_t length) {
+  return ftruncate(fd, length);
 }
 
 namespace {
@@ -79,10 +143,48 @@ bool parse_count(std::string_view text, int64_t* n) {
   return ec == std::errc() && end == text.data() + text.size() && *n >= 0;
 }
 
-int run(const std::string& mode, const std::string& path, int64_t n) {
-  StatsWriter w(path, false, test_header());
+// Starts the journal `journal_path` of the published file `path` with the file as it is now.
+void journal_start(const std::string& path, const std::string& journal_path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw std::runtime_error("stat " + path + " failed");
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw std::runtime_error("cannot read " + path);
+  journal.fd = ::open(journal_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (journal.fd < 0) throw std::runtime_error("cannot create " + journal_path);
+  journal_record('W', 0, bytes.data(), bytes.size());
+  journal_record('T', bytes.size(), nullptr, 0);
+  journal.dev = st.st_dev;
+  journal.ino = st.st_ino;
+}
+
+int run(const std::string& mode, const std::string& path, int64_t n,
+        const std::string& journal_path) {
+  StatsStorage storage;
+  if (mode == "journal" || mode == "stream") {  // chunks of 1 to 4 rows: many fill up quickly
+    storage.chunk_bytes = 512;
+    storage.max_chunk_rows = 4;
+  }
+  StatsWriter w(path, false, test_header(), storage);
   w.publish();
-  if (mode == "kill-after") {
+  if (mode == "journal") {
+    journal_start(path, journal_path);
+    for (int64_t s = 0; s < n; ++s) {
+      w.append(RowData(s).row());
+      journal_record('S', static_cast<uint64_t>(s), nullptr, 0);
+      if (s % 2 == 0) {
+        w.append_trace(TraceData(s).row());
+        journal_record('R', static_cast<uint64_t>(s), nullptr, 0);
+      }
+    }
+    w.close();
+  } else if (mode == "stream") {
+    say();
+    for (int64_t s = 0;; ++s) {
+      w.append(RowData(s).row());
+      if (s % 2 == 0) w.append_trace(TraceData(s).row());
+    }
+  } else if (mode == "kill-after") {
     write_rows(w, 0, n);
     ::raise(SIGKILL);  // no close, no destructor
   } else if (mode == "kill-during") {
@@ -117,21 +219,22 @@ int run(const std::string& mode, const std::string& path, int64_t n) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   int64_t n = 0;
-  const bool ok = mode == "kill-during"
-                      ? argc == 3
+  const bool ok = mode == "kill-during" || mode == "stream" ? argc == 3
+                  : mode == "journal"
+                      ? argc == 5 && parse_count(argv[3], &n)
                       : (mode == "kill-after" || mode == "lock-step" || mode == "full-disk") &&
                             argc == 4 && parse_count(argv[3], &n);
   if (!ok) {
     std::fprintf(stderr,
                  "usage: %s kill-after PATH N | kill-during PATH | lock-step PATH N | "
-                 "full-disk PATH N\n",
+                 "full-disk PATH N | stream PATH | journal PATH N JOURNAL\n",
                  argv[0]);
     return 64;
   }
   // A test that dies leaves no writer behind (the destructor that would kill it never runs).
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   try {
-    return run(mode, argv[2], n);
+    return run(mode, argv[2], n, mode == "journal" ? argv[4] : "");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stats_writer_child: %s\n", e.what());
     return 2;

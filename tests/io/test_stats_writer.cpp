@@ -250,8 +250,8 @@ TEST(StatsWriter, IdenticalInputsGiveByteIdenticalFiles) {
   }
 }
 
-// SWMR writing leaves each chunk's unfiltered first copy behind as a hole; close() copies the
-// file without them. Same content, less space, and no temporary left over.
+// The live file stores its chunks unfiltered; close() copies the file with them compressed. Same
+// content, less space, and no temporary left over.
 TEST(StatsWriter, CloseCompactsTheFile) {
   TempDir dir;
   for (bool compact : {true, false}) {

@@ -102,6 +102,30 @@ def test_a_real_run_is_followed_to_its_end(binary, tmp_path):
     assert out.rstrip().endswith("400 steps")
 
 
+def kill_tree(pid):
+    """SIGKILL to `pid` and every process below it. Open MPI's launcher puts each rank in a process
+    group of its own, so killing mpiexec's group leaves the ranks running (about a second, until
+    they notice): the writer would still be appending."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue                                 # gone meanwhile
+            children.setdefault(parent, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo.extend(children.get(tree[-1], []))
+    for p in reversed(tree):                             # the ranks first, then mpiexec
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_a_killed_real_run_is_reported_gone(binary, tmp_path):
     path = tmp_path / "killed.h5"
     run = subprocess.Popen(launcher(2) + [binary, "--model", "micro", "--steps", "1000000",
@@ -113,7 +137,7 @@ def test_a_killed_real_run_is_reported_gone(binary, tmp_path):
         assert live.returncode == 124, live.stdout + live.stderr
         assert len(step_numbers(live.stdout)) > 0
     finally:
-        os.killpg(run.pid, signal.SIGKILL)            # mpiexec and the ranks it started
+        kill_tree(run.pid)                             # mpiexec and the ranks it started
         run.wait(timeout=60)
     proc = watch(path, "--timeout", "60")
     assert proc.returncode == 1, proc.stdout + proc.stderr
