@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <utility>
 
 namespace moe {
@@ -292,30 +293,54 @@ herr_t collect_object(hid_t, const char* name, const H5O_info_t*, void* paths) {
   return 0;
 }
 
-// Creation properties for a copy of `group`: its time tracking and link creation order. Not the
-// group's own list (H5Gget_create_plist), which keeps the address of its link storage in the
-// source file.
+// Creation properties for a copy of `group`: its time tracking, creation-order tracking of links
+// and attributes, storage phase changes and link estimates. Not the group's own list
+// (H5Gget_create_plist), which keeps the address of its link storage in the source file.
 H5Id group_create_plist(hid_t group) {
   H5Id own(MOE_H5_CHECK(H5Gget_create_plist(group)), H5Pclose);
   hbool_t track_times = 0;
-  unsigned order = 0;
+  unsigned link_order = 0, attr_order = 0, max_compact = 0, min_dense = 0;
+  unsigned max_attr_compact = 0, min_attr_dense = 0, est_entries = 0, est_name = 0;
   MOE_H5_CHECK(H5Pget_obj_track_times(own.get(), &track_times));
-  MOE_H5_CHECK(H5Pget_link_creation_order(own.get(), &order));
+  MOE_H5_CHECK(H5Pget_link_creation_order(own.get(), &link_order));
+  MOE_H5_CHECK(H5Pget_attr_creation_order(own.get(), &attr_order));
+  MOE_H5_CHECK(H5Pget_link_phase_change(own.get(), &max_compact, &min_dense));
+  MOE_H5_CHECK(H5Pget_attr_phase_change(own.get(), &max_attr_compact, &min_attr_dense));
+  MOE_H5_CHECK(H5Pget_est_link_info(own.get(), &est_entries, &est_name));
   H5Id gcpl(MOE_H5_CHECK(H5Pcreate(H5P_GROUP_CREATE)), H5Pclose);
   MOE_H5_CHECK(H5Pset_obj_track_times(gcpl.get(), track_times));
-  MOE_H5_CHECK(H5Pset_link_creation_order(gcpl.get(), order));
+  MOE_H5_CHECK(H5Pset_link_creation_order(gcpl.get(), link_order));
+  MOE_H5_CHECK(H5Pset_attr_creation_order(gcpl.get(), attr_order));
+  MOE_H5_CHECK(H5Pset_link_phase_change(gcpl.get(), max_compact, min_dense));
+  MOE_H5_CHECK(H5Pset_attr_phase_change(gcpl.get(), max_attr_compact, min_attr_dense));
+  MOE_H5_CHECK(H5Pset_est_link_info(gcpl.get(), est_entries, est_name));
   return gcpl;
 }
 
-// True for a chunked dataset written without filters whose values have a fixed size: one
-// h5_copy_file rewrites with its filters rather than copying as it is.
+// True for numbers: integers, floats, enums and bitfields, and arrays of them.
+bool is_numeric(hid_t type) {
+  switch (MOE_H5_CHECK(H5Tget_class(type))) {
+    case H5T_INTEGER:
+    case H5T_FLOAT:
+    case H5T_ENUM:
+    case H5T_BITFIELD:
+      return true;
+    case H5T_ARRAY: {
+      H5Id base(MOE_H5_CHECK(H5Tget_super(type)), H5Tclose);
+      return is_numeric(base.get());
+    }
+    default:
+      return false;
+  }
+}
+
+// True for a chunked dataset of numbers written without filters: one h5_copy_file rewrites with
+// its filters rather than copying as it is.
 bool refilter(hid_t dset, hid_t dcpl) {
   if (MOE_H5_CHECK(H5Pget_layout(dcpl)) != H5D_CHUNKED || MOE_H5_CHECK(H5Pget_nfilters(dcpl)) > 0)
     return false;
   H5Id type(MOE_H5_CHECK(H5Dget_type(dset)), H5Tclose);
-  return MOE_H5_CHECK(H5Tdetect_class(type.get(), H5T_VLEN)) == 0 &&
-         MOE_H5_CHECK(H5Tis_variable_str(type.get())) == 0 &&
-         MOE_H5_CHECK(H5Tdetect_class(type.get(), H5T_REFERENCE)) == 0;
+  return is_numeric(type.get());
 }
 
 // Writes dataset `dset` (creation properties `dcpl`) as `name` in `to`: its creation properties
@@ -359,20 +384,57 @@ void copy_refiltered(hid_t to, const char* name, hid_t dset, hid_t dcpl,
   }
 }
 
-// Copies the objects linked from group `from` into group `to`, in name order: groups made with
-// their own creation properties and filled in turn, datasets to refilter rewritten, the rest (and
-// everything when no filter is asked for) through H5Ocopy without attributes.
-void copy_members(hid_t from, hid_t to, const H5CopyFilters& filters, hid_t ocpypl) {
+// An object's address in the source file and its path in the copy, for objects that more than
+// one hard link reaches: the first link copies the object, the others link to that copy.
+using CopiedObjects = std::map<haddr_t, std::string>;
+
+// Copies the links of group `from` (path `path` in both files, "" for the root) into group `to`,
+// in the order they were created where the group indexes that order, else in name order. Soft
+// and external links are made again as links. An object a hard link reaches first: a group is
+// made with its own creation properties and filled in turn, a dataset to refilter rewritten,
+// anything else (and everything when no filter is asked for) copied with H5Ocopy without
+// attributes; a later hard link to it links to the copy.
+void copy_members(hid_t from, hid_t to, const std::string& path, const H5CopyFilters& filters,
+                  hid_t ocpypl, CopiedObjects& copied) {
   const bool any_filter = filters.shuffle || filters.deflate_level > 0;
+  H5Id own(MOE_H5_CHECK(H5Gget_create_plist(from)), H5Pclose);
+  unsigned order = 0;
+  MOE_H5_CHECK(H5Pget_link_creation_order(own.get(), &order));
+  const H5_index_t index = (order & H5P_CRT_ORDER_INDEXED) ? H5_INDEX_CRT_ORDER : H5_INDEX_NAME;
   H5G_info_t links{};
   MOE_H5_CHECK(H5Gget_info(from, &links));
   for (hsize_t i = 0; i < links.nlinks; ++i) {
-    const ssize_t length = MOE_H5_CHECK(
-        H5Lget_name_by_idx(from, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT));
+    const ssize_t length =
+        MOE_H5_CHECK(H5Lget_name_by_idx(from, ".", index, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT));
     std::string name(length + 1, '\0');
-    MOE_H5_CHECK(H5Lget_name_by_idx(from, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
-                                    name.size(), H5P_DEFAULT));
+    MOE_H5_CHECK(H5Lget_name_by_idx(from, ".", index, H5_ITER_INC, i, name.data(), name.size(),
+                                    H5P_DEFAULT));
     name.resize(length);
+    const std::string here = path + "/" + name;
+    H5L_info_t link{};
+    MOE_H5_CHECK(H5Lget_info(from, name.c_str(), &link, H5P_DEFAULT));
+    if (link.type == H5L_TYPE_SOFT || link.type == H5L_TYPE_EXTERNAL) {
+      std::string value(link.u.val_size, '\0');
+      MOE_H5_CHECK(H5Lget_val(from, name.c_str(), value.data(), value.size(), H5P_DEFAULT));
+      if (link.type == H5L_TYPE_SOFT) {
+        MOE_H5_CHECK(H5Lcreate_soft(value.c_str(), to, name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
+      } else {
+        const char *file = nullptr, *object = nullptr;
+        MOE_H5_CHECK(H5Lunpack_elink_val(value.data(), value.size(), nullptr, &file, &object));
+        MOE_H5_CHECK(H5Lcreate_external(file, object, to, name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
+      }
+      continue;
+    }
+    if (link.type != H5L_TYPE_HARD) {
+      throw Hdf5Error("h5_copy_file: '" + here + "' is a user-defined link, which is not copied");
+    }
+    const auto [first, fresh] = copied.emplace(link.u.address, here);
+    if (!fresh) {
+      H5Id root(MOE_H5_CHECK(H5Gopen2(to, "/", H5P_DEFAULT)), H5Gclose);
+      MOE_H5_CHECK(H5Lcreate_hard(root.get(), first->second.c_str(), to, name.c_str(), H5P_DEFAULT,
+                                  H5P_DEFAULT));
+      continue;
+    }
     H5O_info_t info{};
     MOE_H5_CHECK(H5Oget_info_by_name2(from, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT));
     if (any_filter && info.type == H5O_TYPE_GROUP) {
@@ -380,7 +442,7 @@ void copy_members(hid_t from, hid_t to, const H5CopyFilters& filters, hid_t ocpy
       H5Id made(MOE_H5_CHECK(H5Gcreate2(to, name.c_str(), H5P_DEFAULT,
                                         group_create_plist(group.get()).get(), H5P_DEFAULT)),
                 H5Gclose);
-      copy_members(group.get(), made.get(), filters, ocpypl);
+      copy_members(group.get(), made.get(), here, filters, ocpypl, copied);
       continue;
     }
     if (any_filter && info.type == H5O_TYPE_DATASET) {
@@ -408,7 +470,12 @@ void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hi
   // nowhere anyway.
   H5Id ocpypl(MOE_H5_CHECK(H5Pcreate(H5P_OBJECT_COPY)), H5Pclose);
   MOE_H5_CHECK(H5Pset_copy_object(ocpypl.get(), H5O_COPY_WITHOUT_ATTR_FLAG));
-  copy_members(in.get(), out.get(), filters, ocpypl.get());
+  {
+    H5Id from(MOE_H5_CHECK(H5Gopen2(in.get(), "/", H5P_DEFAULT)), H5Gclose);
+    H5Id to(MOE_H5_CHECK(H5Gopen2(out.get(), "/", H5P_DEFAULT)), H5Gclose);
+    CopiedObjects copied;
+    copy_members(from.get(), to.get(), "", filters, ocpypl.get(), copied);
+  }
   std::vector<std::string> paths;
   MOE_H5_CHECK(
       H5Ovisit2(in.get(), H5_INDEX_NAME, H5_ITER_INC, collect_object, &paths, H5O_INFO_BASIC));

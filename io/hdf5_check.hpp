@@ -129,13 +129,15 @@ struct H5CopyFilters {
 };
 
 // Copies the root attributes and every object under the root of the closed file `src` into a new
-// file `dst` (created with `fcpl`, replacing any file there; both opened with `fapl`), group by
-// group with each group's creation properties. A chunked dataset of fixed-size values written
-// without filters is rewritten with `filters` added to its creation properties (same chunks, fill
-// value and times), in slabs of whole chunks; every other object goes through H5Ocopy (same
-// layout, chunks and filters, no recompression). No holes either way. Attributes are copied one by
+// file `dst` (created with `fcpl`, replacing any file there; both opened with `fapl`), link by link
+// in each group's creation order where it indexes that order, else in name order. Groups are made
+// with their own creation properties; a chunked dataset of numbers written without filters is
+// rewritten with `filters` added to its creation properties (same chunks, fill value and time
+// setting), in slabs of whole chunks; every other object goes through H5Ocopy (same layout, chunks
+// and filters, no recompression). Soft and external links are made again as links, and a second
+// hard link to an object links to its copy. No holes either way. Attributes are copied one by
 // one, except those holding object references (dimension scales): `after_copy`, when given,
-// remakes them in `dst` before it is closed.
+// remakes them in `dst` before it is closed. Throws Hdf5Error for a user-defined link.
 void h5_copy_file(const std::string& src, const std::string& dst, hid_t fcpl, hid_t fapl,
                   const H5CopyFilters& filters = {}, void (*after_copy)(hid_t) = nullptr);
 

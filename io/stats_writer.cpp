@@ -302,6 +302,10 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
     : impl_(std::make_unique<Impl>()) {
   check_path(path, overwrite);
   validate_header(h);
+  require(storage.chunk_bytes >= 1 && storage.max_chunk_rows >= 1,
+          "chunk_bytes and max_chunk_rows must be at least 1");
+  require(storage.deflate_level >= 0 && storage.deflate_level <= 9,
+          "deflate_level must be 0 to 9, not " + std::to_string(storage.deflate_level));
   h5_silence_auto_print();
   Impl& m = *impl_;
   m.files = stats_files(path);
@@ -310,7 +314,7 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
   m.num_phases = h.phase_names.size(), m.T = h.trace_tokens, m.K = h.top_k;
   m.R = h.shadow_rules.size();
   m.compact_on_close = storage.compact_on_close;
-  m.compact_filters = {storage.shuffle, static_cast<unsigned>(std::max(0, storage.deflate_level))};
+  m.compact_filters = {storage.shuffle, static_cast<unsigned>(storage.deflate_level)};
   stats_staging_create(m.files, m.lock);
   try {
     const H5Id fapl = stats_fapl();

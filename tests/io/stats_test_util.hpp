@@ -26,12 +26,13 @@ namespace moe::stats_test {
 // Opens read-only; with SWMR read, which also opens a file whose writer died (docs/hdf5-schema.md).
 // A SWMR reader retries a metadata block whose checksum fails, sleeping twice as long each time;
 // at HDF5's 100 attempts a torn block in a crashed file would hold the test for ever, at 20 it
-// fails it within about a millisecond.
-inline H5Id open_file(const std::string& path, bool swmr = true) {
+// fails it within about a millisecond. A reader of a live file needs HDF5's 100: a block it reads
+// while the writer rewrites it fails its checksum until the writer is done.
+inline H5Id open_file(const std::string& path, bool swmr = true, unsigned read_attempts = 20) {
   h5_silence_auto_print();
   const unsigned flags = H5F_ACC_RDONLY | (swmr ? H5F_ACC_SWMR_READ : 0u);
   H5Id fapl(MOE_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-  MOE_H5_CHECK(H5Pset_metadata_read_attempts(fapl.get(), 20));
+  MOE_H5_CHECK(H5Pset_metadata_read_attempts(fapl.get(), read_attempts));
   return H5Id(MOE_H5_CHECK(H5Fopen(path.c_str(), flags, fapl.get())), H5Fclose);
 }
 

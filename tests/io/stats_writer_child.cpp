@@ -14,9 +14,11 @@
 //                                          message
 //   stats_writer_child stream PATH         with small chunks, says when the file is published,
 //                                          then appends rows (and traces) until killed
-//   stats_writer_child journal PATH N J    with small chunks, appends rows 0..N-1 (and a trace row
-//                                          after every even one), journalling to file J the file
-//                                          as published and every write to it after (below)
+//   stats_writer_child journal PATH N J B R
+//                                          with chunks of at most B bytes and R rows, appends rows
+//                                          0..N-1 (and a trace row after every even one), then
+//                                          closes, journalling to file J the file as published and
+//                                          every write to it after (below)
 // Exit status: 0 done, 2 error (printed), 64 bad usage. It dies with the process that started it.
 #include <fcntl.h>
 #include <signal.h>
@@ -109,7 +111,7 @@ extern "C" ssize_t pwrite(int fd, const void* buf, size_t count, off_t offset) {
   return done;
 }
 
-extern "C" int ftruncate(int fd, off_t length) {
+extern "C" int ftruncate(int fd, off_t length) noexcept {
   const int done = static_cast<int>(::syscall(SYS_ftruncate, fd, length));
   if (done == 0 && journal.fd >= 0 && is_file(fd, journal.dev, journal.ino)) {
     journal_record('T', static_cast<uint64_t>(length), nullptr, 0);
@@ -159,11 +161,14 @@ void journal_start(const std::string& path, const std::string& journal_path) {
 }
 
 int run(const std::string& mode, const std::string& path, int64_t n,
-        const std::string& journal_path) {
+        const std::string& journal_path, int64_t chunk_bytes, int64_t chunk_rows) {
   StatsStorage storage;
-  if (mode == "journal" || mode == "stream") {  // chunks of 1 to 4 rows: many fill up quickly
+  if (mode == "stream") {  // chunks of 1 to 4 rows: many fill up quickly
     storage.chunk_bytes = 512;
     storage.max_chunk_rows = 4;
+  } else if (mode == "journal") {
+    storage.chunk_bytes = chunk_bytes;
+    storage.max_chunk_rows = chunk_rows;
   }
   StatsWriter w(path, false, test_header(), storage);
   w.publish();
@@ -218,23 +223,27 @@ int run(const std::string& mode, const std::string& path, int64_t n,
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  int64_t n = 0;
-  const bool ok = mode == "kill-during" || mode == "stream" ? argc == 3
-                  : mode == "journal"
-                      ? argc == 5 && parse_count(argv[3], &n)
-                      : (mode == "kill-after" || mode == "lock-step" || mode == "full-disk") &&
-                            argc == 4 && parse_count(argv[3], &n);
+  int64_t n = 0, chunk_bytes = 0, chunk_rows = 0;
+  bool ok = false;
+  if (mode == "kill-during" || mode == "stream") {
+    ok = argc == 3;
+  } else if (mode == "journal") {
+    ok = argc == 7 && parse_count(argv[3], &n) && parse_count(argv[5], &chunk_bytes) &&
+         parse_count(argv[6], &chunk_rows) && chunk_bytes > 0 && chunk_rows > 0;
+  } else if (mode == "kill-after" || mode == "lock-step" || mode == "full-disk") {
+    ok = argc == 4 && parse_count(argv[3], &n);
+  }
   if (!ok) {
     std::fprintf(stderr,
                  "usage: %s kill-after PATH N | kill-during PATH | lock-step PATH N | "
-                 "full-disk PATH N | stream PATH | journal PATH N JOURNAL\n",
+                 "full-disk PATH N | stream PATH | journal PATH N JOURNAL BYTES ROWS\n",
                  argv[0]);
     return 64;
   }
   // A test that dies leaves no writer behind (the destructor that would kill it never runs).
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   try {
-    return run(mode, argv[2], n, mode == "journal" ? argv[4] : "");
+    return run(mode, argv[2], n, mode == "journal" ? argv[4] : "", chunk_bytes, chunk_rows);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "stats_writer_child: %s\n", e.what());
     return 2;

@@ -265,6 +265,128 @@ TEST(StatsWriter, CloseCompactsTheFile) {
   EXPECT_FALSE(fs::exists(dir.file("a.h5.compact")));
   for (const char* name : {"a.h5", "b.h5"})
     expect_step_rows(open_file(dir.file(name)).get(), 300, true);
+  // Compacted: shuffle + deflate on the same chunks, the same fill value; uncompacted: the live
+  // file's unfiltered chunks.
+  for (const char* name : {"a.h5", "b.h5"}) {
+    const H5Id file = open_file(dir.file(name));
+    for (const char* column : {"/steps/step", "/routing/expert_load", "/trace/experts"}) {
+      H5Id dset(MOE_H5_CHECK(H5Dopen2(file.get(), column, H5P_DEFAULT)), H5Dclose);
+      H5Id dcpl(MOE_H5_CHECK(H5Dget_create_plist(dset.get())), H5Pclose);
+      const bool compacted = std::string(name) == "a.h5";
+      ASSERT_EQ(H5Pget_nfilters(dcpl.get()), compacted ? 2 : 0) << name << column;
+      if (compacted) {
+        unsigned flags = 0, level = 0;
+        size_t count = 1;
+        EXPECT_EQ(H5Pget_filter2(dcpl.get(), 0, &flags, nullptr, nullptr, 0, nullptr, nullptr),
+                  H5Z_FILTER_SHUFFLE);
+        EXPECT_EQ(H5Pget_filter2(dcpl.get(), 1, &flags, &count, &level, 0, nullptr, nullptr),
+                  H5Z_FILTER_DEFLATE);
+        EXPECT_EQ(level, 4u) << column;
+      }
+      hsize_t chunk[4] = {0};
+      const std::string c = column;
+      EXPECT_EQ(H5Pget_chunk(dcpl.get(), 4, chunk), c == "/steps/step"      ? 1
+                                                    : c == "/trace/experts" ? 4
+                                                                            : 3);
+      EXPECT_EQ(chunk[0], std::string(column) == "/steps/step" ? 1024u : 256u) << column;
+      if (std::string(column) == "/steps/step") {
+        int64_t fill = 0;
+        MOE_H5_CHECK(H5Pget_fill_value(dcpl.get(), H5T_NATIVE_INT64, &fill));
+        EXPECT_EQ(fill, -1) << name;
+      }
+    }
+  }
+}
+
+// h5_copy_file with filters on a file with what moe_rt's statistics file lacks: links created out
+// of name order in a group that indexes their creation order, a soft link, an external link, two
+// hard links to one dataset, and chunked datasets of numbers (one with a fill value), of compound
+// values and of strings. Only the numbers get the filters; the rest is as H5Ocopy leaves it.
+TEST(H5CopyFile, FiltersNumbersAndKeepsLinksAndOrder) {
+  TempDir dir;
+  const std::string src = dir.file("src.h5"), dst = dir.file("dst.h5");
+  const std::vector<int32_t> numbers = {5, 6, 7, 8, 9};
+  {
+    H5Id f(MOE_H5_CHECK(H5Fcreate(src.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose);
+    H5Id gcpl(MOE_H5_CHECK(H5Pcreate(H5P_GROUP_CREATE)), H5Pclose);
+    MOE_H5_CHECK(
+        H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
+    H5Id g(MOE_H5_CHECK(H5Gcreate2(f.get(), "/g", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT)), H5Gclose);
+    const hsize_t dims = numbers.size(), max_dims = H5S_UNLIMITED, chunk = 2;
+    H5Id space(MOE_H5_CHECK(H5Screate_simple(1, &dims, &max_dims)), H5Sclose);
+    H5Id dcpl(MOE_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+    MOE_H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &chunk));
+    const int32_t fill = -3;
+    MOE_H5_CHECK(H5Pset_fill_value(dcpl.get(), H5T_NATIVE_INT32, &fill));
+    for (const char* name : {"zeta", "alpha"}) {  // created in this order
+      H5Id d(MOE_H5_CHECK(H5Dcreate2(g.get(), name, H5T_STD_I32LE, space.get(), H5P_DEFAULT,
+                                     dcpl.get(), H5P_DEFAULT)),
+             H5Dclose);
+      MOE_H5_CHECK(
+          H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, numbers.data()));
+    }
+    MOE_H5_CHECK(H5Lcreate_hard(g.get(), "zeta", g.get(), "again", H5P_DEFAULT, H5P_DEFAULT));
+    MOE_H5_CHECK(H5Lcreate_soft("/g/alpha", g.get(), "soft", H5P_DEFAULT, H5P_DEFAULT));
+    MOE_H5_CHECK(
+        H5Lcreate_external("other.h5", "/x", g.get(), "external", H5P_DEFAULT, H5P_DEFAULT));
+    H5Id pair(MOE_H5_CHECK(H5Tcreate(H5T_COMPOUND, 8)), H5Tclose);
+    MOE_H5_CHECK(H5Tinsert(pair.get(), "a", 0, H5T_NATIVE_INT32));
+    MOE_H5_CHECK(H5Tinsert(pair.get(), "b", 4, H5T_NATIVE_INT32));
+    H5Id plain(MOE_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+    MOE_H5_CHECK(H5Pset_chunk(plain.get(), 1, &chunk));
+    H5Id c(MOE_H5_CHECK(H5Dcreate2(f.get(), "/pairs", pair.get(), space.get(), H5P_DEFAULT,
+                                   plain.get(), H5P_DEFAULT)),
+           H5Dclose);
+    const std::vector<int32_t> pairs = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    MOE_H5_CHECK(H5Dwrite(c.get(), pair.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pairs.data()));
+    H5Id text(MOE_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+    MOE_H5_CHECK(H5Tset_size(text.get(), H5T_VARIABLE));
+    MOE_H5_CHECK(H5Tset_cset(text.get(), H5T_CSET_UTF8));
+    H5Id t(MOE_H5_CHECK(H5Dcreate2(f.get(), "/text", text.get(), space.get(), H5P_DEFAULT,
+                                   plain.get(), H5P_DEFAULT)),
+           H5Dclose);
+    const char* words[] = {"a", "bb", "ccc", "dddd", "eeeee"};
+    MOE_H5_CHECK(H5Dwrite(t.get(), text.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, words));
+  }
+  h5_copy_file(src, dst, H5P_DEFAULT, H5P_DEFAULT, {true, 4});
+  const H5Id f = open_file(dst, false);
+  auto filters = [&](const char* name) {
+    H5Id d(MOE_H5_CHECK(H5Dopen2(f.get(), name, H5P_DEFAULT)), H5Dclose);
+    H5Id dcpl(MOE_H5_CHECK(H5Dget_create_plist(d.get())), H5Pclose);
+    return H5Pget_nfilters(dcpl.get());
+  };
+  EXPECT_EQ(filters("/g/zeta"), 2);
+  EXPECT_EQ(filters("/pairs"), 0);
+  EXPECT_EQ(filters("/text"), 0);
+  EXPECT_EQ(read_rows<int32_t>(f.get(), "/g/alpha", 5, {}, true), numbers);
+  {
+    H5Id d(MOE_H5_CHECK(H5Dopen2(f.get(), "/g/zeta", H5P_DEFAULT)), H5Dclose);
+    H5Id dcpl(MOE_H5_CHECK(H5Dget_create_plist(d.get())), H5Pclose);
+    int32_t fill = 0;
+    MOE_H5_CHECK(H5Pget_fill_value(dcpl.get(), H5T_NATIVE_INT32, &fill));
+    EXPECT_EQ(fill, -3);
+  }
+  EXPECT_EQ(read_strings(f.get(), "/text"),
+            (std::vector<std::string>{"a", "bb", "ccc", "dddd", "eeeee"}));
+  std::vector<std::string> order;
+  H5Id g(MOE_H5_CHECK(H5Gopen2(f.get(), "/g", H5P_DEFAULT)), H5Gclose);
+  for (hsize_t i = 0; i < 5; ++i) {
+    char name[32] = {0};
+    MOE_H5_CHECK(H5Lget_name_by_idx(g.get(), ".", H5_INDEX_CRT_ORDER, H5_ITER_INC, i, name,
+                                    sizeof name, H5P_DEFAULT));
+    order.push_back(name);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"zeta", "alpha", "again", "soft", "external"}));
+  H5L_info_t soft{}, external{};
+  MOE_H5_CHECK(H5Lget_info(g.get(), "soft", &soft, H5P_DEFAULT));
+  MOE_H5_CHECK(H5Lget_info(g.get(), "external", &external, H5P_DEFAULT));
+  EXPECT_EQ(soft.type, H5L_TYPE_SOFT);
+  EXPECT_EQ(external.type, H5L_TYPE_EXTERNAL);
+  H5O_info_t zeta{}, again{};
+  MOE_H5_CHECK(H5Oget_info_by_name2(g.get(), "zeta", &zeta, H5O_INFO_BASIC, H5P_DEFAULT));
+  MOE_H5_CHECK(H5Oget_info_by_name2(g.get(), "again", &again, H5O_INFO_BASIC, H5P_DEFAULT));
+  EXPECT_EQ(zeta.addr, again.addr);
+  EXPECT_EQ(zeta.rc, 2u);
 }
 
 // The message is one short line: the function, what failed, the system's error and the source
