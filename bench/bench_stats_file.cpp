@@ -3,9 +3,11 @@
 // file's bytes per row, for a synthetic run of N steps with values shaped like a training run's
 // (loads that drift around their mean, a bias that random-walks, timings with noise).
 // Run: build/bench/bench_stats_file [--rows N] [--layers L] [--experts E] [--ranks W]
-//      [--phases P] [--reps R] [--deflate LEVEL] [--dir DIR]
+//      [--phases P] [--reps R] [--deflate LEVEL] [--chunk-bytes B] [--evict-mib M] [--dir DIR]
 // Defaults: 3000 rows of L = 7, E = 8, W = 8, 14 phases, 3 repetitions, the writer's deflate
-// level (0 to 9; 0: shuffle only), files under /tmp.
+// level (0 to 9; 0: shuffle only) and chunk target in bytes, files under /tmp. --evict-mib M
+// writes M MiB between appends (untimed), as a training step does, so that each append starts
+// with caches holding none of HDF5's state; 0 (the default) appends back to back.
 // Prints one line per repetition and the medians over them.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,13 +32,16 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   int64_t rows = 3000, layers = 7, experts = 8, ranks = 8, phases = 14, reps = 3;
   int64_t deflate = moe::StatsStorage{}.deflate_level;
+  int64_t chunk_bytes = moe::StatsStorage{}.chunk_bytes;
+  int64_t evict_mib = 0;
   std::string dir = "/tmp";
 };
 
 [[noreturn]] void usage(const char* what) {
   std::fprintf(stderr,
                "bench_stats_file: %s\nusage: bench_stats_file [--rows N] [--layers L] "
-               "[--experts E] [--ranks W] [--phases P] [--reps R] [--deflate LEVEL] [--dir DIR]\n",
+               "[--experts E] [--ranks W] [--phases P] [--reps R] [--deflate LEVEL] [--chunk-bytes "
+               "B] [--dir DIR]\n",
                what);
   std::exit(64);
 }
@@ -53,7 +58,8 @@ Args parse(int argc, char** argv) {
     }
     char* end = nullptr;
     const long long n = std::strtoll(value, &end, 10);
-    if (*end != '\0' || n < (flag == "--deflate" ? 0 : 1) || (flag == "--deflate" && n > 9))
+    const bool zero_ok = flag == "--deflate" || flag == "--evict-mib";
+    if (*end != '\0' || n < (zero_ok ? 0 : 1) || (flag == "--deflate" && n > 9))
       usage((flag + ": not a valid count").c_str());
     if (flag == "--rows")
       a.rows = n;
@@ -69,6 +75,10 @@ Args parse(int argc, char** argv) {
       a.reps = n;
     else if (flag == "--deflate")
       a.deflate = n;
+    else if (flag == "--chunk-bytes")
+      a.chunk_bytes = n;
+    else if (flag == "--evict-mib")
+      a.evict_mib = n;
     else
       usage(("unknown flag " + flag).c_str());
   }
@@ -181,14 +191,17 @@ int main(int argc, char** argv) {
     Row row(a);
     std::vector<double> us;
     us.reserve(a.rows);
+    std::vector<char> evict(static_cast<size_t>(a.evict_mib) << 20);
     double live = 0, close_ms = 0, closed = 0;
     try {
       moe::StatsStorage storage;
       storage.deflate_level = static_cast<int>(a.deflate);
+      storage.chunk_bytes = a.chunk_bytes;
       moe::StatsWriter w(path, true, header(a), storage);
       w.publish();
       for (int64_t s = 0; s < a.rows; ++s) {
         const moe::StepRow r = row.next(s, rng, a);
+        for (size_t i = 0; i < evict.size(); i += 64) evict[i] = static_cast<char>(evict[i] + 1);
         const auto t0 = Clock::now();
         w.append(r);
         us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
