@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -20,6 +21,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -37,52 +40,54 @@ struct Args {
   std::string dir = "/tmp";
 };
 
-[[noreturn]] void usage(const char* what) {
+[[noreturn]] void usage(const std::string& what) {
   std::fprintf(stderr,
                "bench_stats_file: %s\nusage: bench_stats_file [--rows N] [--layers L] "
-               "[--experts E] [--ranks W] [--phases P] [--reps R] [--deflate LEVEL] [--chunk-bytes "
-               "B] [--dir DIR]\n",
-               what);
+               "[--experts E] [--ranks W] [--phases P] [--reps R] [--deflate LEVEL] "
+               "[--chunk-bytes B] [--evict-mib M] [--dir DIR]\n",
+               what.c_str());
   std::exit(64);
 }
 
 Args parse(int argc, char** argv) {
   Args a;
+  // Each count: where it goes, its least and its largest value.
+  struct Count {
+    const char* flag;
+    int64_t* to;
+    int64_t least, most;
+  };
+  const Count counts[] = {{"--rows", &a.rows, 1, int64_t{1} << 30},
+                          {"--layers", &a.layers, 1, 4096},
+                          {"--experts", &a.experts, 2, 1 << 16},
+                          {"--ranks", &a.ranks, 1, 1 << 16},
+                          {"--phases", &a.phases, 1, 1024},
+                          {"--reps", &a.reps, 1, 1000},
+                          {"--deflate", &a.deflate, 0, 9},
+                          {"--chunk-bytes", &a.chunk_bytes, 1, int64_t{1} << 30},
+                          {"--evict-mib", &a.evict_mib, 0, 1 << 16}};
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
-    if (i + 1 >= argc) usage(("no value after " + flag).c_str());
+    const Count* count = nullptr;
+    for (const Count& c : counts) {
+      if (flag == c.flag) count = &c;
+    }
+    if (flag != "--dir" && count == nullptr) usage("unknown flag " + flag);
+    if (i + 1 >= argc) usage("no value after " + flag);
     const char* value = argv[i + 1];
-    if (flag == "--dir") {
+    if (count == nullptr) {
       a.dir = value;
       continue;
     }
     char* end = nullptr;
+    errno = 0;
     const long long n = std::strtoll(value, &end, 10);
-    const bool zero_ok = flag == "--deflate" || flag == "--evict-mib";
-    if (*end != '\0' || n < (zero_ok ? 0 : 1) || (flag == "--deflate" && n > 9))
-      usage((flag + ": not a valid count").c_str());
-    if (flag == "--rows")
-      a.rows = n;
-    else if (flag == "--layers")
-      a.layers = n;
-    else if (flag == "--experts")
-      a.experts = n;
-    else if (flag == "--ranks")
-      a.ranks = n;
-    else if (flag == "--phases")
-      a.phases = n;
-    else if (flag == "--reps")
-      a.reps = n;
-    else if (flag == "--deflate")
-      a.deflate = n;
-    else if (flag == "--chunk-bytes")
-      a.chunk_bytes = n;
-    else if (flag == "--evict-mib")
-      a.evict_mib = n;
-    else
-      usage(("unknown flag " + flag).c_str());
+    if (end == value || *end != '\0' || errno != 0 || n < count->least || n > count->most) {
+      usage(flag + " takes a whole number from " + std::to_string(count->least) + " to " +
+            std::to_string(count->most) + ", not '" + value + "'");
+    }
+    *count->to = n;
   }
-  if (a.experts < 2) usage("--experts must be at least 2");
   return a;
 }
 
@@ -109,7 +114,7 @@ struct Row {
   std::vector<double> per_layer, phase_times, z;
   std::vector<int32_t> source;
 
-  Row(const Args& a) : bias(a.layers * a.experts, 0.0f) {}
+  explicit Row(const Args& a) : bias(a.layers * a.experts, 0.0f) {}
 
   moe::StepRow next(int64_t step, std::mt19937_64& rng, const Args& a) {
     const int64_t L = a.layers, E = a.experts, W = a.ranks;
@@ -161,6 +166,7 @@ struct Row {
 };
 
 double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
@@ -190,10 +196,10 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(1234 + rep);
     Row row(a);
     std::vector<double> us;
-    us.reserve(a.rows);
-    std::vector<char> evict(static_cast<size_t>(a.evict_mib) << 20);
     double live = 0, close_ms = 0, closed = 0;
     try {
+      us.reserve(static_cast<size_t>(a.rows));
+      std::vector<char> evict(static_cast<size_t>(a.evict_mib) << 20);
       moe::StatsStorage storage;
       storage.deflate_level = static_cast<int>(a.deflate);
       storage.chunk_bytes = a.chunk_bytes;
@@ -202,6 +208,7 @@ int main(int argc, char** argv) {
       for (int64_t s = 0; s < a.rows; ++s) {
         const moe::StepRow r = row.next(s, rng, a);
         for (size_t i = 0; i < evict.size(); i += 64) evict[i] = static_cast<char>(evict[i] + 1);
+        asm volatile("" : : "r"(evict.data()) : "memory");  // the stores must happen
         const auto t0 = Clock::now();
         w.append(r);
         us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
@@ -211,6 +218,7 @@ int main(int argc, char** argv) {
       w.close();
       close_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       closed = static_cast<double>(file_bytes(path)) / static_cast<double>(a.rows);
+      if (live < 0 || closed < 0) throw std::runtime_error("cannot stat " + path);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "bench_stats_file: %s\n", e.what());
       std::remove(path.c_str());

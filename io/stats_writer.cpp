@@ -322,8 +322,8 @@ StatsWriter::StatsWriter(const std::string& path, bool overwrite, const StatsHea
     // File space in pages: no metadata block smaller than a page straddles one. Linux acts on
     // SIGKILL only between the pages of a write(), so a block that straddled one could be left
     // half written by a kill during a flush, and its dataset unreadable (seen in 3 of 2000
-    // kills). Free space is not kept in the file (persist 0); the writer frees none anyway, its
-    // chunks being unfiltered and written in place.
+    // kills). Free space is not kept in the file (persist 0); the chunks, unfiltered, are written
+    // in place and never freed.
     MOE_H5_CHECK(H5Pset_file_space_strategy(fcpl.get(), H5F_FSPACE_STRATEGY_PAGE, 0, 1));
     MOE_H5_CHECK(H5Pset_file_space_page_size(fcpl.get(), kStatsFilePageBytes));
     // The staging file exists (empty, locked): HDF5 truncates it, keeping the lock's inode.

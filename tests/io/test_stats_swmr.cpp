@@ -338,9 +338,10 @@ TEST(StatsSwmr, ReaderSeesRowsAppearWhileTheWriterRuns) {
 
 // A reader does not read a dataset's extent and its chunk index at the same moment. While the
 // live file compressed each chunk as it filled, moving it, a reader that took the extent before
-// a chunk filled and the index after read the compressed bytes as raw values (seen in about one
-// `moe_stats.py watch` in three on a real run). Here a reader opens the file again and again
-// while the writer appends with chunks of 1 to 4 rows, checking every row it counts as complete.
+// a chunk filled and the index after read the compressed bytes as raw values (seen in 5 of 12
+// twelve-second `moe_stats.py watch` runs on `--model micro`). Here a reader opens the file again
+// and again while the writer appends with chunks of 1 to 4 rows, checking every row it counts as
+// complete.
 TEST(StatsSwmr, ReadersDuringAppendsReadOnlyTheRowsWritten) {
   TempDir dir;
   const std::string path = dir.file("run.h5");

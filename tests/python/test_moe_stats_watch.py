@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -102,28 +103,48 @@ def test_a_real_run_is_followed_to_its_end(binary, tmp_path):
     assert out.rstrip().endswith("400 steps")
 
 
-def kill_tree(pid):
-    """SIGKILL to `pid` and every process below it. Open MPI's launcher puts each rank in a process
-    group of its own, so killing mpiexec's group leaves the ranks running (about a second, until
-    they notice): the writer would still be appending."""
+def live_descendants(pid):
+    """The processes below `pid` that have not exited (zombies left out), from /proc."""
     children = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
                 continue                                 # gone meanwhile
-            children.setdefault(parent, []).append(int(entry))
-    tree, todo = [], [pid]
+            if fields[0] != b"Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], list(children.get(pid, []))
     while todo:
-        tree.append(todo.pop())
-        todo.extend(children.get(tree[-1], []))
-    for p in reversed(tree):                             # the ranks first, then mpiexec
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], []))
+    return found
+
+
+def kill_tree(pid):
+    """SIGKILL to `pid` and every process below it. Open MPI's launcher puts each rank in a process
+    group of its own, so killing mpiexec's group leaves the ranks running (about a second, until
+    they notice): the writer would still be appending. mpiexec is stopped first, so that it starts
+    no rank while the ranks it started are killed, and killed last."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        pass                                             # exited, not yet reaped: still a parent
+    for _ in range(100):
+        below = live_descendants(pid)
+        if not below:
+            break
+        for p in below:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def test_a_killed_real_run_is_reported_gone(binary, tmp_path):
