@@ -187,4 +187,29 @@ inline void expect_step_rows(hid_t f, size_t n, bool exact = false) {
                          [](R r) { return r.cross_host_tokens; });
 }
 
+// Checks dtype, shape and the first steps.size() rows of /trace/step and every other /trace
+// dataset against TraceData of `steps`; with `exact`, also that each holds exactly that many rows.
+inline void expect_trace_rows(hid_t f, const std::vector<int64_t>& steps, bool exact = false) {
+  std::vector<int32_t> token_id, position, rank, experts, experts_unbiased;
+  std::vector<float> weights;
+  for (int64_t s : steps) {
+    const TraceData t(s);
+    token_id = concat<int32_t>(token_id, t.token_id);
+    position = concat<int32_t>(position, t.position);
+    rank = concat<int32_t>(rank, t.rank);
+    experts = concat<int32_t>(experts, t.experts);
+    weights = concat<float>(weights, t.weights);
+    experts_unbiased = concat<int32_t>(experts_unbiased, t.experts_unbiased);
+  }
+  const size_t n = steps.size();
+  EXPECT_EQ(read_rows<int64_t>(f, "/trace/step", n, {}, exact), steps);
+  EXPECT_EQ(read_rows<int32_t>(f, "/trace/token_id", n, {kT}, exact), token_id);
+  EXPECT_EQ(read_rows<int32_t>(f, "/trace/position", n, {kT}, exact), position);
+  EXPECT_EQ(read_rows<int32_t>(f, "/trace/rank", n, {kT}, exact), rank);
+  EXPECT_EQ(read_rows<int32_t>(f, "/trace/experts", n, {kL, kT, kK}, exact), experts);
+  EXPECT_EQ(read_rows<float>(f, "/trace/weights", n, {kL, kT, kK}, exact), weights);
+  EXPECT_EQ(read_rows<int32_t>(f, "/trace/experts_unbiased", n, {kL, kT, kK}, exact),
+            experts_unbiased);
+}
+
 }  // namespace moe::stats_test

@@ -73,32 +73,16 @@ TEST(StatsCrash, SigkillDuringAppendsKeepsEveryCompletedRow) {
 }
 
 // The rows of every /trace dataset after a crash, per docs/hdf5-schema.md: those of /trace/step
-// less a last row still holding -1, each checked against TraceData of steps 0, 2, 4, ...
-size_t expect_trace_rows(hid_t f) {
+// less a last row still holding -1, checked against TraceData of steps 0, 2, 4, ...
+size_t committed_trace_rows(hid_t f) {
   H5Id step(MOE_H5_CHECK(H5Dopen2(f, "/trace/step", H5P_DEFAULT)), H5Dclose);
   const size_t rows = dataset_dims(step.get())[0];
   std::vector<int64_t> steps = read_rows<int64_t>(f, "/trace/step", rows, {}, true);
   if (!steps.empty() && steps.back() == -1) steps.pop_back();
-  const size_t n = steps.size();
-  std::vector<int32_t> token_id, position, rank, experts, unbiased;
-  std::vector<float> weights;
-  for (size_t i = 0; i < n; ++i) {
-    EXPECT_EQ(steps[i], static_cast<int64_t>(2 * i)) << "/trace/step row " << i;
-    const TraceData d(static_cast<int64_t>(2 * i));
-    token_id.insert(token_id.end(), d.token_id.begin(), d.token_id.end());
-    position.insert(position.end(), d.position.begin(), d.position.end());
-    rank.insert(rank.end(), d.rank.begin(), d.rank.end());
-    experts.insert(experts.end(), d.experts.begin(), d.experts.end());
-    weights.insert(weights.end(), d.weights.begin(), d.weights.end());
-    unbiased.insert(unbiased.end(), d.experts_unbiased.begin(), d.experts_unbiased.end());
-  }
-  EXPECT_EQ(read_rows<int32_t>(f, "/trace/token_id", n, {kT}, false), token_id);
-  EXPECT_EQ(read_rows<int32_t>(f, "/trace/position", n, {kT}, false), position);
-  EXPECT_EQ(read_rows<int32_t>(f, "/trace/rank", n, {kT}, false), rank);
-  EXPECT_EQ(read_rows<int32_t>(f, "/trace/experts", n, {kL, kT, kK}, false), experts);
-  EXPECT_EQ(read_rows<float>(f, "/trace/weights", n, {kL, kT, kK}, false), weights);
-  EXPECT_EQ(read_rows<int32_t>(f, "/trace/experts_unbiased", n, {kL, kT, kK}, false), unbiased);
-  return n;
+  std::vector<int64_t> even(steps.size());
+  for (size_t i = 0; i < even.size(); ++i) even[i] = static_cast<int64_t>(2 * i);
+  expect_trace_rows(f, even);
+  return steps.size();
 }
 
 // Has the writer program append `rows` rows (and a trace after every even one) with chunks of at
@@ -135,7 +119,7 @@ size_t expect_every_state_sound(const TempDir& dir, int rows, int chunk_bytes, i
       EXPECT_TRUE(n == steps_done || n == steps_done + 1)
           << n << " rows, " << steps_done << " appends returned";
       expect_step_rows(file.get(), n);
-      const size_t m = expect_trace_rows(file.get());
+      const size_t m = committed_trace_rows(file.get());
       EXPECT_TRUE(m == traces_done || m == traces_done + 1)
           << m << " trace rows, " << traces_done << " trace appends returned";
     } catch (const Hdf5Error& e) {

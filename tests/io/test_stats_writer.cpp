@@ -70,25 +70,7 @@ TEST(StatsWriter, RoundTripsEveryDatasetAndAttribute) {
   expect_step_rows(f, 3, /*exact=*/true);
 
   // The trace of steps 0 and 2.
-  std::vector<int32_t> token_id, position, rank, experts, experts_unbiased;
-  std::vector<float> weights;
-  for (int64_t s : {0, 2}) {
-    const TraceData t(s);
-    token_id = concat<int32_t>(token_id, t.token_id);
-    position = concat<int32_t>(position, t.position);
-    rank = concat<int32_t>(rank, t.rank);
-    experts = concat<int32_t>(experts, t.experts);
-    weights = concat<float>(weights, t.weights);
-    experts_unbiased = concat<int32_t>(experts_unbiased, t.experts_unbiased);
-  }
-  EXPECT_EQ(read_rows<int64_t>(f, "/trace/step", 2, {}, true), (std::vector<int64_t>{0, 2}));
-  EXPECT_EQ(read_rows<int32_t>(f, "/trace/token_id", 2, {kT}, true), token_id);
-  EXPECT_EQ(read_rows<int32_t>(f, "/trace/position", 2, {kT}, true), position);
-  EXPECT_EQ(read_rows<int32_t>(f, "/trace/rank", 2, {kT}, true), rank);
-  EXPECT_EQ(read_rows<int32_t>(f, "/trace/experts", 2, {kL, kT, kK}, true), experts);
-  EXPECT_EQ(read_rows<float>(f, "/trace/weights", 2, {kL, kT, kK}, true), weights);
-  EXPECT_EQ(read_rows<int32_t>(f, "/trace/experts_unbiased", 2, {kL, kT, kK}, true),
-            experts_unbiased);
+  expect_trace_rows(f, {0, 2}, /*exact=*/true);
 }
 
 TEST(StatsWriter, WithoutTracingOrHashLayersHasNoTraceGroupAndAnEmptyHashTable) {

@@ -115,10 +115,10 @@ def live_descendants(pid):
                 continue                                 # gone meanwhile
             if fields[0] != b"Z":
                 children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        found.append(todo.pop())
-        todo.extend(children.get(found[-1], []))
+    found, pending = [], list(children.get(pid, []))
+    while pending:
+        found.append(pending.pop())
+        pending.extend(children.get(found[-1], []))
     return found
 
 
