@@ -64,7 +64,8 @@ Comm::Comm(Comm&& o) noexcept
       owned_(std::exchange(o.owned_, false)),
       rank_(o.rank_),
       size_(o.size_),
-      tag_ub_(o.tag_ub_) {}
+      tag_ub_(o.tag_ub_),
+      block_args_(std::move(o.block_args_)) {}
 
 Comm& Comm::operator=(Comm&& o) noexcept {
   if (this != &o) {
@@ -74,6 +75,7 @@ Comm& Comm::operator=(Comm&& o) noexcept {
     rank_ = o.rank_;
     size_ = o.size_;
     tag_ub_ = o.tag_ub_;
+    block_args_ = std::move(o.block_args_);
   }
   return *this;
 }

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -174,6 +175,14 @@ TEST(ReduceScatterTree, EachBlockIsTheTreeSumAndTheGatherCompletesIt) {
   }
   const Comm half = world.split(world.rank() % 2, world.rank());
   expect_reduce_scatter_tree<float>(half, 1000);
+  // A communicator moved into another (constructed, then assigned) keeps the scratch its
+  // reduce-scatter writes its receive counts into.
+  Comm moved(world.split(0, world.rank()));
+  Comm target = std::move(moved);
+  expect_reduce_scatter_tree<float>(target, 1000);
+  Comm assigned = world.split(1, world.rank());
+  assigned = std::move(target);
+  expect_reduce_scatter_tree<double>(assigned, 1000);
 }
 
 // Every rank refuses before sending anything: blocks outside the data, or too little scratch.
