@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "model/parallel.hpp"
 #include "model/rng.hpp"
@@ -26,27 +27,37 @@ const ParamEntry& ParamLayout::find(const std::string& name) const {
   throw std::out_of_range("ParamLayout: no tensor named " + name);
 }
 
-template <class T> void param_init(std::span<T> data, const ParamLayout& layout, uint64_t seed) {
+template <class T>
+void param_init_range(std::span<T> data, const ParamLayout& layout, uint64_t seed, size_t first,
+                      size_t end) {
   if (data.size() != layout.num_elements) {
     throw std::invalid_argument("param_init: arena holds " + std::to_string(data.size()) +
                                 " elements, layout needs " + std::to_string(layout.num_elements));
   }
+  if (first > end || end > data.size()) {
+    throw std::invalid_argument("param_init_range: [" + std::to_string(first) + ", " +
+                                std::to_string(end) + ") is not inside the arena's " +
+                                std::to_string(data.size()) + " elements");
+  }
   // Each value a function of (seed, name, index) alone, so the tensors go to the model's threads
   // as tasks with the same bits in any order (a start spends most of its time here: many small
-  // tensors, an expert's matrices each its own).
+  // tensors, an expert's matrices each its own), and any range of them has the bits the whole
+  // arena's initialisation gives there.
   parallel_tasks(static_cast<int64_t>(layout.entries.size()), [&](int64_t task) {
     const ParamEntry& e = layout.entries[static_cast<size_t>(task)];
+    const size_t lo = std::max(first, e.offset), hi = std::min(end, e.offset + e.count);
+    if (lo >= hi) return;
     T* p = data.data() + e.offset;
     switch (e.init) {
       case ParamInit::kOnes:
-        std::fill(p, p + e.count, T(1));
+        std::fill(p + (lo - e.offset), p + (hi - e.offset), T(1));
         break;
       case ParamInit::kZeros:
-        std::fill(p, p + e.count, T(0));
+        std::fill(p + (lo - e.offset), p + (hi - e.offset), T(0));
         break;
       case ParamInit::kNormal: {
         const uint64_t stream = rng_stream(seed, e.name);
-        for (size_t i = 0; i < e.count; ++i) {
+        for (size_t i = lo - e.offset; i < hi - e.offset; ++i) {
           p[i] = static_cast<T>(e.init_std * rng_normal(stream, i));
         }
         break;
@@ -55,7 +66,15 @@ template <class T> void param_init(std::span<T> data, const ParamLayout& layout,
   });
 }
 
+template <class T> void param_init(std::span<T> data, const ParamLayout& layout, uint64_t seed) {
+  param_init_range(data, layout, seed, 0, data.size());
+}
+
 template void param_init<float>(std::span<float>, const ParamLayout&, uint64_t);
 template void param_init<double>(std::span<double>, const ParamLayout&, uint64_t);
+template void param_init_range<float>(std::span<float>, const ParamLayout&, uint64_t, size_t,
+                                      size_t);
+template void param_init_range<double>(std::span<double>, const ParamLayout&, uint64_t, size_t,
+                                       size_t);
 
 }  // namespace moe

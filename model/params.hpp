@@ -41,5 +41,10 @@ struct ParamLayout {
 
 // Fills `data` ([layout.num_elements]) with every tensor's initial values.
 template <class T> void param_init(std::span<T> data, const ParamLayout& layout, uint64_t seed);
+// The same values for the elements [first, end) of the arena only (a rank's share, the others
+// gathered after); the rest of `data` is left as it is.
+template <class T>
+void param_init_range(std::span<T> data, const ParamLayout& layout, uint64_t seed, size_t first,
+                      size_t end);
 
 }  // namespace moe

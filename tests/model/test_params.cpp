@@ -84,6 +84,44 @@ TEST(ParamInit, ValuesIndependentOfTheThreads) {
   }
 }
 
+// A rank's share of the dense arena: any range, cut inside a tensor or at its edge, holds the bits
+// the whole arena's initialisation gives there and leaves the rest as it was, so shares gathered
+// from W ranks are the one-rank arena.
+TEST(ParamInit, RangesAssembleTheWholeArena) {
+  ParamLayout l;
+  l.add("norm", 40, ParamInit::kOnes);
+  l.add("w", 3001, ParamInit::kNormal, 0.02f);
+  l.add("bias", 17, ParamInit::kZeros);
+  l.add("v", 999, ParamInit::kNormal, 0.5f);
+  std::vector<float> whole(l.num_elements);
+  param_init(std::span<float>(whole), l, 9);
+  for (const std::vector<size_t>& cuts :
+       {std::vector<size_t>{0, l.num_elements}, std::vector<size_t>{0, 40, 3041, 3058, 4057},
+        std::vector<size_t>{0, 1, 39, 41, 1500, 3040, 3059, 4056, 4057},
+        std::vector<size_t>{0, 1014, 2028, 3042, 4057}}) {
+    std::vector<float> pieces(l.num_elements, -9.0f);
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      std::vector<float> share(l.num_elements, -9.0f);
+      param_init_range(std::span<float>(share), l, 9, cuts[k], cuts[k + 1]);
+      for (size_t i = 0; i < share.size(); ++i) {
+        const bool inside = i >= cuts[k] && i < cuts[k + 1];
+        if (inside) {
+          pieces[i] = share[i];
+        } else {
+          ASSERT_EQ(share[i], -9.0f) << "element " << i << " outside the range";
+        }
+      }
+    }
+    EXPECT_EQ(pieces, whole) << cuts.size() - 1 << " ranges";
+  }
+  std::vector<float> empty(l.num_elements, -9.0f);
+  param_init_range(std::span<float>(empty), l, 9, 100, 100);
+  EXPECT_EQ(empty, std::vector<float>(l.num_elements, -9.0f));
+  EXPECT_THROW(param_init_range(std::span<float>(empty), l, 9, 10, 5), std::invalid_argument);
+  EXPECT_THROW(param_init_range(std::span<float>(empty), l, 9, 0, l.num_elements + 1),
+               std::invalid_argument);
+}
+
 TEST(ParamInit, ExpertValuesIndependentOfOwner) {
   const MoeDims dims{8, 6, 6, 8, 3, ScoreFunc::kSqrtSoftplus, 1.0f, 0.0f};
   ParamLayout dense_all, experts_all;
