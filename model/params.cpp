@@ -7,8 +7,36 @@
 
 #include "model/parallel.hpp"
 #include "model/rng.hpp"
+#include "model/simd.hpp"
 
 namespace moe {
+
+namespace {
+
+// p[i] = init_std · N(0, 1) at counter first + i of `stream`, i < n, rounded to T: rng_normal's
+// bits through its branch-free lanes, so that each level's loop vectorises.
+template <class T>
+[[gnu::always_inline]] inline void normal_fill_impl(T* p, uint64_t stream, uint64_t first,
+                                                    int64_t n, float init_std) {
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = static_cast<T>(init_std * rng_normal_lanes(stream, first + static_cast<uint64_t>(i)));
+  }
+}
+MOE_SIMD_KERNEL(normal_fill_f32, normal_fill_impl<float>,
+                (float* p, uint64_t stream, uint64_t first, int64_t n, float init_std),
+                (p, stream, first, n, init_std))
+MOE_SIMD_KERNEL(normal_fill_f64, normal_fill_impl<double>,
+                (double* p, uint64_t stream, uint64_t first, int64_t n, float init_std),
+                (p, stream, first, n, init_std))
+
+void normal_fill(float* p, uint64_t stream, uint64_t first, int64_t n, float init_std) {
+  normal_fill_f32(p, stream, first, n, init_std);
+}
+void normal_fill(double* p, uint64_t stream, uint64_t first, int64_t n, float init_std) {
+  normal_fill_f64(p, stream, first, n, init_std);
+}
+
+}  // namespace
 
 size_t ParamLayout::add(const std::string& name, size_t count, ParamInit init, float init_std,
                         bool weight_decay) {
@@ -56,10 +84,9 @@ void param_init_range(std::span<T> data, const ParamLayout& layout, uint64_t see
         std::fill(p + (lo - e.offset), p + (hi - e.offset), T(0));
         break;
       case ParamInit::kNormal: {
-        const uint64_t stream = rng_stream(seed, e.name);
-        for (size_t i = lo - e.offset; i < hi - e.offset; ++i) {
-          p[i] = static_cast<T>(e.init_std * rng_normal(stream, i));
-        }
+        const size_t at = lo - e.offset;
+        normal_fill(p + at, rng_stream(seed, e.name), at, static_cast<int64_t>(hi - lo),
+                    e.init_std);
         break;
       }
     }

@@ -4,6 +4,7 @@
 // on the seed and the parameter's name, never on the rank or on the order of creation.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -54,6 +55,22 @@ inline double rng_normal(uint64_t stream, uint64_t index) {
   const double u2 = rng_uniform(stream, 2 * index + 1);
   // numeric/det_math.hpp's log and cos: the same initial values on every machine.
   return std::sqrt(-2.0 * det::log(u1)) * det::cos(6.283185307179586 * u2);
+}
+
+// rng_normal's bits through det's branch-free lanes, for loops the compiler vectorises
+// (model/params.cpp): the same draws and operations. The 53-bit uniform integer becomes a double
+// with integer operations (its low 52 bits under 2^52's exponent, then its top bit added: exact),
+// as no instruction below AVX-512 converts 64-bit integers in a vector.
+inline double rng_normal_lanes(uint64_t stream, uint64_t index) {
+  auto uniform = [](uint64_t x) {
+    const uint64_t v = x >> 11;  // 53 bits
+    const double low =
+        std::bit_cast<double>((v & 0x000fffffffffffffull) | 0x4330000000000000ull) - 0x1p52;
+    return (low + ((v >> 52) != 0 ? 0x1p52 : 0.0)) * 0x1.0p-53;
+  };
+  const double u1 = 1.0 - uniform(rng_u64(stream, 2 * index));
+  const double u2 = uniform(rng_u64(stream, 2 * index + 1));
+  return std::sqrt(-2.0 * det::log_unit_lanes(u1)) * det::cos_lanes(6.283185307179586 * u2);
 }
 
 }  // namespace moe

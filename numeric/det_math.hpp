@@ -262,4 +262,36 @@ inline double log1p_unit_lanes(double x) {
   return u == 1.0 ? x : result;
 }
 
+// log(u) for u in [2^-1022, 1] (normal and at most 1: Box–Muller's 1 − uniform): log's special
+// cases never arise there, and the exponent comes from the bits with integer operations only.
+inline double log_unit_lanes(double u) {
+  using namespace detail;
+  const uint64_t bits = std::bit_cast<uint64_t>(u);
+  // The biased exponent k (1 … 1023) as a double: k + 2^52 from its bits, less 2^52 (exact).
+  const double k = std::bit_cast<double>((bits >> 52) | 0x4330000000000000ull) - 0x1p52;
+  double e = k - 1022.0;
+  double m = std::bit_cast<double>((bits & 0x000fffffffffffffull) | (uint64_t{1022} << 52));
+  const bool low = m < 0.70710678118654752440;
+  m = low ? m * 2.0 : m;
+  e = low ? e - 1.0 : e;
+  const double log_m = log_reduced(m);
+  return (e * kLn2Hi + log_m) + e * kLn2Lo;
+}
+
+// cos(x) for |x| < 2^19·π (reduce_pio2's accurate range): both reduced series are computed and
+// the quadrant selects one, negated where cos negates it.
+inline double cos_lanes(double x) {
+  using namespace detail;
+  const double v = x * kTwoOverPi;
+  // round_half_away without the int64 conversion: trunc is exact (|v| < 2^20).
+  const double t = std::trunc(v);
+  const double f = v - t;
+  const double n = f <= -0.5 ? t - 1.0 : (f >= 0.5 ? t + 1.0 : t);
+  const double r = ((x - n * kPio2Hi) - n * kPio2Mid) - n * kPio2Lo;
+  // The quadrant n mod 4 in [0, 4), as the int64's low two bits give it for either sign.
+  const double q = n - 4.0 * std::floor(n * 0.25);
+  const double c = cos_reduced(r), s = sin_reduced(r);
+  return q == 0.0 ? c : (q == 1.0 ? -s : (q == 2.0 ? -c : s));
+}
+
 }  // namespace moe::det

@@ -175,5 +175,58 @@ TEST(DetMath, Log1pLanesAreLog1pOnTheUnitInterval) {
   }
 }
 
+// log over Box–Muller's (0, 1]: every binade down to the smallest normal (random mantissas), the
+// edges of the reduction (sqrt(1/2) and its neighbours in each of several binades), 1 and the
+// smallest draw 2^-53, and uniform draws as 1 − uniform makes them.
+TEST(DetMath, LogLanesAreLogOnTheUnitInterval) {
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::vector<double> us = {1.0,     std::nextafter(1.0, 0.0),
+                            0x1p-53, std::nextafter(0x1p-53, 1.0),
+                            0.5,     std::numeric_limits<double>::min()};
+  for (int binade = -1022; binade <= -1; ++binade) {
+    for (int i = 0; i < 40; ++i) us.push_back(std::ldexp(mantissa(rng), binade));
+    const double edge = std::ldexp(1.4142135623730951, binade);  // m = sqrt(1/2) after halving
+    for (const double u : {edge, std::nextafter(edge, 0.0), std::nextafter(edge, 1.0)}) {
+      us.push_back(u);
+    }
+  }
+  for (int i = 0; i < 200000; ++i) {
+    us.push_back(1.0 - static_cast<double>(rng() >> 11) * 0x1.0p-53);
+  }
+  for (const double u : us) {
+    ASSERT_EQ(bits_of(det::log_unit_lanes(u)), bits_of(det::log(u))) << "u = " << u;
+  }
+}
+
+// cos over both signs up to reduce_pio2's range: Box–Muller's [0, 2π), random values in every
+// binade up to 2^20, the ties of the quadrant's rounding (x·2/π at k + 1/2) and their neighbours,
+// and the multiples of π/2 where the quadrant turns.
+TEST(DetMath, CosLanesAreCosInTheReducedRange) {
+  std::mt19937_64 rng(10);
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::uniform_real_distribution<double> turn(0.0, 6.283185307179586);
+  std::vector<double> xs = {0.0,    -0.0,    6.283185307179586,
+                            1e-300, -1e-300, std::numeric_limits<double>::denorm_min()};
+  for (int k = -2000; k <= 2000; ++k) {
+    for (const double at : {(k + 0.5) * 1.5707963267948966, k * 1.5707963267948966}) {
+      xs.push_back(at);
+      xs.push_back(std::nextafter(at, 1e9));
+      xs.push_back(std::nextafter(at, -1e9));
+    }
+  }
+  for (int binade = -60; binade <= 20; ++binade) {
+    for (int i = 0; i < 40; ++i) {
+      const double x = std::ldexp(mantissa(rng), binade);
+      xs.push_back(x);
+      xs.push_back(-x);
+    }
+  }
+  for (int i = 0; i < 200000; ++i) xs.push_back(turn(rng));
+  for (const double x : xs) {
+    ASSERT_EQ(bits_of(det::cos_lanes(x)), bits_of(det::cos(x))) << "x = " << x;
+  }
+}
+
 }  // namespace
 }  // namespace moe

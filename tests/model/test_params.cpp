@@ -2,7 +2,9 @@
 // tensor's name, so every expert has the same values whichever rank owns it.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,23 @@ TEST(ParamInit, ValuesIndependentOfTheThreads) {
       ASSERT_EQ(by_threads[2][e.offset + i], want) << e.name << " value " << i;
     }
   }
+}
+
+// rng_normal_lanes, which param_init runs at the CPU's vector width, draws rng_normal's bits:
+// a million counters of two streams, the first and the last counters a tensor can have.
+TEST(ParamInit, NormalLanesAreTheScalarDraws) {
+  size_t wrong = 0;
+  for (const uint64_t stream : {rng_stream(1234, "layers.0.attn.wq"), rng_stream(7, "x")}) {
+    for (uint64_t i = 0; i < 500000; ++i) {
+      wrong += std::bit_cast<uint64_t>(rng_normal_lanes(stream, i)) !=
+               std::bit_cast<uint64_t>(rng_normal(stream, i));
+    }
+    for (const uint64_t i : {uint64_t{1} << 40, (uint64_t{1} << 62) - 1}) {
+      EXPECT_EQ(std::bit_cast<uint64_t>(rng_normal_lanes(stream, i)),
+                std::bit_cast<uint64_t>(rng_normal(stream, i)));
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
 }
 
 // A rank's share of the dense arena: any range, cut inside a tensor or at its edge, holds the bits

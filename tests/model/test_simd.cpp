@@ -8,11 +8,14 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "model/embedding.hpp"
 #include "model/fast_exp.hpp"
+#include "model/params.hpp"
+#include "model/rng.hpp"
 #include "model/router.hpp"
 #include "model/simd.hpp"
 #include "model/softmax_rows.hpp"
@@ -220,6 +223,39 @@ TEST_P(SimdLevels, CrossEntropyRowsMatchThePlainFormulaBitwise) {
       }
     }
     ASSERT_EQ(std::bit_cast<uint64_t>(total), std::bit_cast<uint64_t>(want_total)) << "V " << V;
+  }
+}
+
+// param_init's normal draws (float and double arenas, tensors whose lengths leave every tail of a
+// vector, one range cut inside a tensor): init_std · rng_normal at each element's counter.
+TEST_P(SimdLevels, ParamInitDrawsTheScalarNormals) {
+  ASSERT_EQ(simd_level(), GetParam());
+  ParamLayout l;
+  l.add("w", 5003, ParamInit::kNormal, 0.02f);
+  l.add("ones", 9, ParamInit::kOnes);
+  for (int n = 1; n <= 17; ++n) {
+    std::string name = "t";  // a literal + to_string trips GCC 12's -Wrestrict
+    name += std::to_string(n);
+    l.add(name, static_cast<size_t>(n), ParamInit::kNormal, 1.5f);
+  }
+  std::vector<float> f(l.num_elements);
+  std::vector<double> d(l.num_elements), cut(l.num_elements, -9.0);
+  param_init(std::span<float>(f), l, 21);
+  param_init(std::span<double>(d), l, 21);
+  param_init_range(std::span<double>(cut), l, 21, 11, 4000);
+  for (const ParamEntry& e : l.entries) {
+    if (e.init != ParamInit::kNormal) continue;
+    const uint64_t stream = rng_stream(21, e.name);
+    for (size_t i = 0; i < e.count; ++i) {
+      const double want = e.init_std * rng_normal(stream, i);
+      ASSERT_EQ(bits(f[e.offset + i]), bits(static_cast<float>(want))) << e.name << " " << i;
+      ASSERT_EQ(std::bit_cast<uint64_t>(d[e.offset + i]), std::bit_cast<uint64_t>(want))
+          << e.name << " " << i;
+      const size_t at = e.offset + i;
+      ASSERT_EQ(std::bit_cast<uint64_t>(cut[at]),
+                std::bit_cast<uint64_t>(at >= 11 && at < 4000 ? want : -9.0))
+          << e.name << " " << i;
+    }
   }
 }
 
