@@ -220,14 +220,22 @@ inline double cos(double x) {
 // returns the same bits as its model wherever its domain holds (tests/model/test_det_math.cpp
 // compares them over every binade and the edges).
 
+namespace detail {
+
+// round_half_away without the int64 conversion, for |v| < 2^52 (trunc is then exact), -inf and
+// NaN: the same value as a double.
+inline double round_half_away_lanes(double v) {
+  const double t = std::trunc(v);
+  const double f = v - t;
+  return f <= -0.5 ? t - 1.0 : (f >= 0.5 ? t + 1.0 : t);
+}
+
+}  // namespace detail
+
 // exp(z) for z <= 0, -inf included. A NaN gives a NaN (its sign and payload unspecified).
 inline double exp_nonpositive_lanes(double z) {
   using namespace detail;
-  const double v = z * kInvLn2;
-  // round_half_away without the int64 conversion: trunc is exact, and v <= 0 (|v| < 1076).
-  const double t = std::trunc(v);
-  const double f = v - t;
-  const double n = f <= -0.5 ? t - 1.0 : (f >= 0.5 ? t + 1.0 : t);
+  const double n = round_half_away_lanes(z * kInvLn2);  // |v| < 1076
   const double r = (z - n * kLn2Hi) - n * kLn2Lo;
   const double er = exp_reduced(r);
   // 2^k from its exponent bits, k an integer-valued double in [-1022, 1023]: k + 1023 + 2^52 holds
@@ -282,11 +290,7 @@ inline double log_unit_lanes(double u) {
 // the quadrant selects one, negated where cos negates it.
 inline double cos_lanes(double x) {
   using namespace detail;
-  const double v = x * kTwoOverPi;
-  // round_half_away without the int64 conversion: trunc is exact (|v| < 2^20).
-  const double t = std::trunc(v);
-  const double f = v - t;
-  const double n = f <= -0.5 ? t - 1.0 : (f >= 0.5 ? t + 1.0 : t);
+  const double n = round_half_away_lanes(x * kTwoOverPi);  // |v| < 2^20
   const double r = ((x - n * kPio2Hi) - n * kPio2Mid) - n * kPio2Lo;
   // The quadrant n mod 4 in [0, 4), as the int64's low two bits give it for either sign.
   const double q = n - 4.0 * std::floor(n * 0.25);
