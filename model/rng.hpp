@@ -57,19 +57,21 @@ inline double rng_normal(uint64_t stream, uint64_t index) {
   return std::sqrt(-2.0 * det::log(u1)) * det::cos(6.283185307179586 * u2);
 }
 
+// The 53-bit integer x >> 11 as a double, without a 64-bit integer conversion (no instruction
+// below AVX-512 converts them in a vector): its low 52 bits under 2^52's exponent less 2^52, then
+// its top bit added, both exact.
+inline double rng_top53_lanes(uint64_t x) {
+  const uint64_t v = x >> 11;
+  const double low =
+      std::bit_cast<double>((v & 0x000fffffffffffffull) | 0x4330000000000000ull) - 0x1p52;
+  return low + ((v >> 52) != 0 ? 0x1p52 : 0.0);
+}
+
 // rng_normal's bits through det's branch-free lanes, for loops the compiler vectorises
-// (model/params.cpp): the same draws and operations. The 53-bit uniform integer becomes a double
-// with integer operations (its low 52 bits under 2^52's exponent, then its top bit added: exact),
-// as no instruction below AVX-512 converts 64-bit integers in a vector.
+// (model/params.cpp): the same draws and operations.
 inline double rng_normal_lanes(uint64_t stream, uint64_t index) {
-  auto uniform = [](uint64_t x) {
-    const uint64_t v = x >> 11;  // 53 bits
-    const double low =
-        std::bit_cast<double>((v & 0x000fffffffffffffull) | 0x4330000000000000ull) - 0x1p52;
-    return (low + ((v >> 52) != 0 ? 0x1p52 : 0.0)) * 0x1.0p-53;
-  };
-  const double u1 = 1.0 - uniform(rng_u64(stream, 2 * index));
-  const double u2 = uniform(rng_u64(stream, 2 * index + 1));
+  const double u1 = 1.0 - rng_top53_lanes(rng_u64(stream, 2 * index)) * 0x1.0p-53;
+  const double u2 = rng_top53_lanes(rng_u64(stream, 2 * index + 1)) * 0x1.0p-53;
   return std::sqrt(-2.0 * det::log_unit_lanes(u1)) * det::cos_lanes(6.283185307179586 * u2);
 }
 

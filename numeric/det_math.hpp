@@ -213,8 +213,9 @@ inline double cos(double x) {
   }
 }
 
-// Branch-free versions of exp and log1p over the ranges a softplus needs, for loops the compiler
-// vectorises: the same operations in the same order as exp and log1p above, the branches turned
+// Branch-free versions of exp and log1p over the ranges a softplus needs, and of log and cos over
+// the ranges a Box–Muller draw needs, for loops the compiler vectorises: the same operations in
+// the same order as their models above, the branches turned
 // into selects whose both sides are computed (a side not taken may overflow or divide 0 by 0;
 // moe_model builds with -fno-trapping-math, and nothing unmasks the exceptions), so each
 // returns the same bits as its model wherever its domain holds (tests/model/test_det_math.cpp
@@ -222,8 +223,8 @@ inline double cos(double x) {
 
 namespace detail {
 
-// round_half_away without the int64 conversion, for |v| < 2^52 (trunc is then exact), -inf and
-// NaN: the same value as a double.
+// round_half_away's value as a double, without the int64 conversion (equal for |v| < 2^63; trunc
+// is exact). -inf stays -inf and NaN NaN, where the conversion has no value.
 inline double round_half_away_lanes(double v) {
   const double t = std::trunc(v);
   const double f = v - t;
@@ -271,7 +272,7 @@ inline double log1p_unit_lanes(double x) {
 }
 
 // log(u) for u in [2^-1022, 1] (normal and at most 1: Box–Muller's 1 − uniform): log's special
-// cases never arise there, and the exponent comes from the bits with integer operations only.
+// cases never arise there, and the exponent comes from the bits without an integer conversion.
 inline double log_unit_lanes(double u) {
   using namespace detail;
   const uint64_t bits = std::bit_cast<uint64_t>(u);

@@ -94,7 +94,7 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   // Parameters, gradients and optimizer state: two arenas each.
   dense_.resize(layout_.dense.num_elements);
   experts_.resize(layout_.experts.num_elements);
-  param_init(std::span<float>(experts_), layout_.experts, cfg.seed);  // the dense arena below
+  param_init(std::span<float>(experts_), layout_.experts, cfg.seed);  // dense: init_dense()
   d_dense_.resize(dense_.size());
   adamw_state_init(adam_dense_, dense_.size());
   adamw_state_init(adam_experts_, experts_.size());
@@ -143,16 +143,6 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
     share_counts_[r] = static_cast<int>(end - first);
     widest = std::max(widest, end - first);
     if (r == world.rank()) share_first_chunk_ = c0, share_end_chunk_ = c1;
-  }
-  // The dense arena, replicated on every rank: each rank initialises its share and the shares go
-  // to every rank, the bits of one rank initialising all of it (each value depends on the seed,
-  // its tensor's name and its index only) for 1/W of the work.
-  const size_t own = static_cast<size_t>(share_displs_[world.rank()]);
-  param_init_range(std::span<float>(dense_), layout_.dense, cfg.seed, own,
-                   own + static_cast<size_t>(share_counts_[world.rank()]));
-  if (W > 1) {
-    world.allgatherv_blocks(std::span<float>(dense_), std::span<const int>(share_counts_),
-                            std::span<const int>(share_displs_));
   }
   sums_.resize(1 + 2 * static_cast<size_t>(L) + dense_chunks_.count);
   sums_scratch_.resize(sums_.size());
@@ -502,6 +492,19 @@ uint64_t Trainer::param_digest() const {
     }
   }
   return h;
+}
+
+// Each rank initialises its share of the dense arena (the optimizer's) and the shares go to every
+// rank: the bits of one rank initialising all of it (each value depends on the seed, its tensor's
+// name and its index only), each rank drawing about 1/W of it when the arena has many chunks.
+void Trainer::init_dense() {
+  const size_t own = static_cast<size_t>(share_displs_[world_.rank()]);
+  param_init_range(std::span<float>(dense_), layout_.dense, cfg_.seed, own,
+                   own + static_cast<size_t>(share_counts_[world_.rank()]));
+  if (world_.size() > 1) {
+    world_.allgatherv_blocks(std::span<float>(dense_), std::span<const int>(share_counts_),
+                             std::span<const int>(share_displs_));
+  }
 }
 
 // Every EP group's nodes of its experts' gradient trees (plane n of d_experts_: node n of

@@ -181,6 +181,7 @@ TEST(ReduceScatterTree, EachBlockIsTheTreeSumAndTheGatherCompletesIt) {
   Comm target = std::move(moved);
   expect_reduce_scatter_tree<float>(target, 1000);
   Comm assigned = world.split(1, world.rank());
+  const Comm spare(std::move(assigned));  // leaves `assigned` with no scratch of its own
   assigned = std::move(target);
   expect_reduce_scatter_tree<double>(assigned, 1000);
 }

@@ -86,9 +86,16 @@ TEST(ParamInit, ValuesIndependentOfTheThreads) {
   }
 }
 
-// rng_normal_lanes, which param_init runs at the CPU's vector width, draws rng_normal's bits:
-// a million counters of two streams, the first and the last counters a tensor can have.
+// rng_normal_lanes, which param_init runs at the CPU's vector width, draws rng_normal's bits: a
+// million counters of two streams and two far beyond any tensor; its integer conversion at the
+// edges of its 53 bits.
 TEST(ParamInit, NormalLanesAreTheScalarDraws) {
+  for (const uint64_t v : {uint64_t{0}, uint64_t{1}, (uint64_t{1} << 52) - 1, uint64_t{1} << 52,
+                           (uint64_t{1} << 52) + 1, (uint64_t{1} << 53) - 1}) {
+    for (const uint64_t low : {uint64_t{0}, uint64_t{0x7ff}}) {  // the 11 bits dropped
+      EXPECT_EQ(rng_top53_lanes((v << 11) | low), static_cast<double>(v)) << v;
+    }
+  }
   size_t wrong = 0;
   for (const uint64_t stream : {rng_stream(1234, "layers.0.attn.wq"), rng_stream(7, "x")}) {
     for (uint64_t i = 0; i < 500000; ++i) {
