@@ -388,7 +388,7 @@ RunSetup run_setup(const RunConfig& cfg, const Comm& world, bool quiet) {
     error = e.what();
   }
   agree(world, error, run);
-  if (!in.resume) run.trainer->init_dense();  // a collective: after the agreement
+  if (!in.resume) run.trainer->init_params();  // a collective: after the agreement
   in.resume.reset();
   // Set-up succeeded on every rank: only now does the statistics file replace the one at its path
   // (agreed on too: another run may have taken the path meanwhile).

@@ -91,10 +91,10 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
       adam_{0.9f, 0.95f, 1e-8f, static_cast<float>(cfg.weight_decay)} {
   const int W = world.size(), L = mc_.layers, S = mc_.seq_len, B = mc_.batch_per_rank;
   const int N = B * S;
-  // Parameters, gradients and optimizer state: two arenas each.
+  // Parameters, gradients and optimizer state: two arenas each (the parameters' values come from
+  // init_params or a checkpoint).
   dense_.resize(layout_.dense.num_elements);
   experts_.resize(layout_.experts.num_elements);
-  param_init(std::span<float>(experts_), layout_.experts, cfg.seed);  // dense: init_dense()
   d_dense_.resize(dense_.size());
   adamw_state_init(adam_dense_, dense_.size());
   adamw_state_init(adam_experts_, experts_.size());
@@ -494,10 +494,12 @@ uint64_t Trainer::param_digest() const {
   return h;
 }
 
-// Each rank initialises its share of the dense arena (the optimizer's) and the shares go to every
-// rank: the bits of one rank initialising all of it (each value depends on the seed, its tensor's
-// name and its index only), each rank drawing about 1/W of it when the arena has many chunks.
-void Trainer::init_dense() {
+// The rank's experts, then its share of the dense arena (the optimizer's), whose shares go to
+// every rank: the bits of one rank initialising all of it (each value depends on the seed, its
+// tensor's name and its index only), each rank drawing about 1/W of it when the arena has many
+// chunks.
+void Trainer::init_params() {
+  param_init(std::span<float>(experts_), layout_.experts, cfg_.seed);
   const size_t own = static_cast<size_t>(share_displs_[world_.rank()]);
   param_init_range(std::span<float>(dense_), layout_.dense, cfg_.seed, own,
                    own + static_cast<size_t>(share_counts_[world_.rank()]));

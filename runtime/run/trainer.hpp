@@ -40,10 +40,10 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // The replicated dense arena's initial values (the constructor initialises the experts'):
-  // collective over the world, so called once every rank has constructed its Trainer; a resumed
-  // run reads the values from its checkpoint instead.
-  void init_dense();
+  // The parameters' initial values (the constructor leaves them zero): collective over the world,
+  // so called once every rank has constructed its Trainer; a resumed run reads the values from its
+  // checkpoint instead.
+  void init_params();
 
   // One training step. With a non-finite loss or gradient norm the parameters, AdamW state and
   // bias are left as they were (nonfinite() then says so); the step's record is still complete.
