@@ -215,11 +215,11 @@ inline double cos(double x) {
 
 // Branch-free versions of exp and log1p over the ranges a softplus needs, and of log and cos over
 // the ranges a Box–Muller draw needs, for loops the compiler vectorises: the same operations in
-// the same order as their models above, the branches turned
-// into selects whose both sides are computed (a side not taken may overflow or divide 0 by 0;
-// moe_model builds with -fno-trapping-math, and nothing unmasks the exceptions), so each
-// returns the same bits as its model wherever its domain holds (tests/model/test_det_math.cpp
-// compares them over every binade and the edges).
+// the same order as their models above, the branches turned into selects whose both sides are
+// computed (a side not taken may overflow or divide 0 by 0; moe_model builds with
+// -fno-trapping-math, and nothing unmasks the exceptions), so each returns the same bits as its
+// model wherever its domain holds (tests/model/test_det_math.cpp compares them over every binade
+// and the edges).
 
 namespace detail {
 
@@ -236,7 +236,7 @@ inline double round_half_away_lanes(double v) {
 // exp(z) for z <= 0, -inf included. A NaN gives a NaN (its sign and payload unspecified).
 inline double exp_nonpositive_lanes(double z) {
   using namespace detail;
-  const double n = round_half_away_lanes(z * kInvLn2);  // |v| < 1076
+  const double n = round_half_away_lanes(z * kInvLn2);  // |z / ln 2| < 1076
   const double r = (z - n * kLn2Hi) - n * kLn2Lo;
   const double er = exp_reduced(r);
   // 2^k from its exponent bits, k an integer-valued double in [-1022, 1023]: k + 1023 + 2^52 holds
@@ -291,7 +291,7 @@ inline double log_unit_lanes(double u) {
 // the quadrant selects one, negated where cos negates it.
 inline double cos_lanes(double x) {
   using namespace detail;
-  const double n = round_half_away_lanes(x * kTwoOverPi);  // |v| < 2^20
+  const double n = round_half_away_lanes(x * kTwoOverPi);  // |2x / π| < 2^20
   const double r = ((x - n * kPio2Hi) - n * kPio2Mid) - n * kPio2Lo;
   // The quadrant n mod 4 in [0, 4), as the int64's low two bits give it for either sign.
   const double q = n - 4.0 * std::floor(n * 0.25);
