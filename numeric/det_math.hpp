@@ -231,6 +231,16 @@ inline double round_half_away_lanes(double v) {
   return f <= -0.5 ? t - 1.0 : (f >= 0.5 ? t + 1.0 : t);
 }
 
+// log(m·2^e) for m in [0.5, 1) and an integer-valued e, as log combines them: m doubled (and e one
+// less) below sqrt(1/2), then log_reduced.
+inline double log_from_parts_lanes(double m, double e) {
+  const bool low = m < 0.70710678118654752440;
+  m = low ? m * 2.0 : m;
+  e = low ? e - 1.0 : e;
+  const double log_m = log_reduced(m);
+  return (e * kLn2Hi + log_m) + e * kLn2Lo;
+}
+
 }  // namespace detail
 
 // exp(z) for z <= 0, -inf included. A NaN gives a NaN (its sign and payload unspecified).
@@ -257,15 +267,8 @@ inline double exp_nonpositive_lanes(double z) {
 inline double log1p_unit_lanes(double x) {
   using namespace detail;
   const double u = 1.0 + x;
-  // log(u) as log computes it: u = m·2^e with m in [0.5, 1) (u/2 for u < 2, u/4 for u = 2: exact),
-  // then m doubled below sqrt(1/2).
-  double m = u < 2.0 ? u * 0.5 : u * 0.25;
-  double e = u < 2.0 ? 1.0 : 2.0;
-  const bool low = m < 0.70710678118654752440;
-  m = low ? m * 2.0 : m;
-  e = low ? e - 1.0 : e;
-  const double log_m = log_reduced(m);
-  const double log_u = (e * kLn2Hi + log_m) + e * kLn2Lo;
+  // log(u) as log computes it: u = m·2^e with m in [0.5, 1) (u/2 for u < 2, u/4 for u = 2: exact).
+  const double log_u = log_from_parts_lanes(u < 2.0 ? u * 0.5 : u * 0.25, u < 2.0 ? 1.0 : 2.0);
   // u == 1 returns x itself; the division is then 0/0, which the select drops.
   const double result = log_u * (x / (u - 1.0));
   return u == 1.0 ? x : result;
@@ -278,13 +281,8 @@ inline double log_unit_lanes(double u) {
   const uint64_t bits = std::bit_cast<uint64_t>(u);
   // The biased exponent k (1 … 1023) as a double: k + 2^52 from its bits, less 2^52 (exact).
   const double k = std::bit_cast<double>((bits >> 52) | 0x4330000000000000ull) - 0x1p52;
-  double e = k - 1022.0;
-  double m = std::bit_cast<double>((bits & 0x000fffffffffffffull) | (uint64_t{1022} << 52));
-  const bool low = m < 0.70710678118654752440;
-  m = low ? m * 2.0 : m;
-  e = low ? e - 1.0 : e;
-  const double log_m = log_reduced(m);
-  return (e * kLn2Hi + log_m) + e * kLn2Lo;
+  const double m = std::bit_cast<double>((bits & 0x000fffffffffffffull) | (uint64_t{1022} << 52));
+  return log_from_parts_lanes(m, k - 1022.0);
 }
 
 // cos(x) for |x| < 2^19·π (reduce_pio2's accurate range): both reduced series are computed and
