@@ -10,11 +10,13 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model/embedding.hpp"
 #include "model/fast_exp.hpp"
 #include "model/params.hpp"
+#include "model/rmsnorm.hpp"
 #include "model/rng.hpp"
 #include "model/router.hpp"
 #include "model/simd.hpp"
@@ -165,6 +167,81 @@ TEST_P(SimdLevels, SoftmaxRowsMatchTheScalarFormulaBitwise) {
           ASSERT_EQ(bits(d_row[c]), bits(d_want[c])) << "backward, column " << c;
         }
       }
+    }
+  }
+}
+
+// RMSNorm's row groups against one row at a time in the plain formula (compiled here: SSE2):
+// row counts that leave a short last group (1, 7, 13 and 69, the last above the threads' cut-off)
+// and widths that are not a whole number of lanes, term blocks or weight-column blocks (37, 200).
+template <class T> struct PlainRmsnorm {
+  std::vector<T> out, rstd, d_in, d_weight;
+  PlainRmsnorm(const std::vector<T>& in, const std::vector<T>& w, const std::vector<T>& d_out,
+               const std::vector<T>& d_in0, int N, int D, float eps)
+      : out(in.size()), rstd(static_cast<size_t>(N)), d_in(d_in0), d_weight(w.size(), T(0)) {
+    for (int n = 0; n < N; ++n) {
+      const T* x = &in[static_cast<size_t>(n) * D];
+      double sum_sq = 0.0;
+      for (int d = 0; d < D; ++d) sum_sq += double(x[d]) * double(x[d]);
+      rstd[n] = T(1.0 / std::sqrt(sum_sq / D + double(eps)));
+      for (int d = 0; d < D; ++d) out[static_cast<size_t>(n) * D + d] = x[d] * rstd[n] * w[d];
+    }
+    for (int n = 0; n < N; ++n) {
+      const size_t at = static_cast<size_t>(n) * D;
+      const T r = rstd[n];
+      double dot = 0.0;
+      for (int d = 0; d < D; ++d) dot += double(d_out[at + d] * w[d]) * double(in[at + d] * r);
+      const T mean_gx = T(dot / D);
+      for (int d = 0; d < D; ++d) {
+        d_in[at + d] += r * (d_out[at + d] * w[d] - in[at + d] * r * mean_gx);
+      }
+    }
+    for (int d = 0; d < D; ++d) {
+      for (int n = 0; n < N; ++n) {
+        const size_t at = static_cast<size_t>(n) * D + d;
+        d_weight[d] += d_out[at] * (in[at] * rstd[n]);
+      }
+    }
+  }
+};
+
+template <class T> auto bits_of(T x) {
+  return std::bit_cast<std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>>(x);
+}
+
+template <class T> void expect_rmsnorm_rows_plain(int N, int D) {
+  const size_t ND = static_cast<size_t>(N) * D;
+  std::vector<T> in(ND), d_out(ND), d_in0(ND), w(static_cast<size_t>(D));
+  for (size_t i = 0; i < ND; ++i) {
+    in[i] = T(2.5 * std::sin(0.731 * double(i) + 0.2)) * (i % 17 == 0 ? T(40) : T(1));
+    d_out[i] = T(std::cos(0.377 * double(i)));
+    d_in0[i] = T(0.01 * std::sin(double(i)));
+  }
+  for (int d = 0; d < D; ++d) w[d] = T(0.5 + 0.01 * d);
+  const float eps = 1e-6f;
+  const PlainRmsnorm<T> want(in, w, d_out, d_in0, N, D, eps);
+  std::vector<T> out(ND), rstd(static_cast<size_t>(N)), d_in = d_in0, d_weight(w.size(), T(0));
+  rmsnorm_forward(out.data(), rstd.data(), in.data(), w.data(), N, D, eps);
+  rmsnorm_backward(d_in.data(), d_weight.data(), d_out.data(), in.data(), w.data(), rstd.data(), N,
+                   D);
+  const std::string where = "N " + std::to_string(N) + " D " + std::to_string(D);
+  for (int n = 0; n < N; ++n) {
+    ASSERT_EQ(bits_of(rstd[n]), bits_of(want.rstd[n])) << where << " row " << n;
+  }
+  for (size_t i = 0; i < ND; ++i) {
+    ASSERT_EQ(bits_of(out[i]), bits_of(want.out[i])) << where << " out " << i;
+    ASSERT_EQ(bits_of(d_in[i]), bits_of(want.d_in[i])) << where << " d_in " << i;
+  }
+  for (int d = 0; d < D; ++d) {
+    ASSERT_EQ(bits_of(d_weight[d]), bits_of(want.d_weight[d])) << where << " d_w " << d;
+  }
+}
+
+TEST_P(SimdLevels, RmsnormRowGroupsMatchThePlainRowLoopBitwise) {
+  for (int N : {1, 7, 13, 69}) {
+    for (int D : {1, 37, 128, 200}) {
+      expect_rmsnorm_rows_plain<float>(N, D);
+      expect_rmsnorm_rows_plain<double>(N, D);
     }
   }
 }
