@@ -1,13 +1,16 @@
 // bench_row_kernels: the step's row kernels outside the GEMMs, on one thread, at a preset's
 // shapes (deepseek4-tiny by default): RMSNorm forward and backward over one layer's rows, the
 // attention core's masked softmax rows and their backward over one (sequence, head), and the LM
-// head's cross-entropy rows. For each kernel: nanoseconds per row (median and min over
+// head's cross-entropy rows, and the router's top-k selection (the preset's own, group-limited
+// where it has groups, and plain top-k over all E, as the sequence-wise balance loss runs it). For
+// each kernel: nanoseconds per row (median and min over
 // --repeats, each repeat timed for --seconds) and a digest of its outputs' bits, so that two
 // builds can be compared for speed and for the same bits in one table each.
 //
 // Rows: RMSNorm N = batch · S rows of width D; the softmax rows are the query tiles' rows of
 // model/attention.cpp (Tq = 32 queries, each seeing the keys of its window among the tile's
-// Kt = Tq + W − 1 columns); cross-entropy batch · S rows of V logits.
+// Kt = Tq + W − 1 columns); cross-entropy batch · S rows of V logits; top-k batch · S rows of E
+// scores with a bias.
 //
 // Run: build/bench/bench_row_kernels [--model deepseek4-tiny] [--batch 8] [--seconds 0.2]
 //      [--repeats 7]   (MOE_RT_SIMD=sse2|avx2 runs the elementwise kernels at a lower level)
@@ -26,6 +29,7 @@
 #include "model/attention.hpp"
 #include "model/embedding.hpp"
 #include "model/rmsnorm.hpp"
+#include "model/router.hpp"
 #include "model/simd.hpp"
 #include "model/softmax_rows.hpp"
 #include "runtime/options/presets.hpp"
@@ -83,7 +87,9 @@ int run(int argc, char** argv) {
         "usage: bench_row_kernels [--model NAME] [--batch B] [--seconds S] [--repeats R]\n");
     return 0;
   }
-  const ModelConfig mc = preset_model(arg_text(argc, argv, "--model", "deepseek4-tiny"));
+  ModelConfig mc;
+  RoutingConfig routing;
+  preset_apply(arg_text(argc, argv, "--model", "deepseek4-tiny"), mc, routing);
   const int batch = static_cast<int>(arg_int(argc, argv, "--batch", 8));
   const double seconds = std::atof(arg_text(argc, argv, "--seconds", "0.2").c_str());
   const int repeats = static_cast<int>(arg_int(argc, argv, "--repeats", 7));
@@ -160,6 +166,27 @@ int run(int argc, char** argv) {
     });
     report("cross-entropy", "N=" + std::to_string(N) + " V=" + std::to_string(V), s,
            digest(std::vector<double>{loss}, digest(d_logits)));
+  }
+  // The router's top-k over batch · S rows of E scores and a bias: the preset's selection
+  // (group-limited where it has groups) and plain top-k over all E.
+  {
+    const int E = mc.experts, K = mc.top_k;
+    const std::vector<float> scores = values(static_cast<size_t>(N) * E, 7, 0.0f, 2.0f);
+    const std::vector<float> bias = values(static_cast<size_t>(E), 8, -0.05f, 0.05f);
+    std::vector<int32_t> idx(static_cast<size_t>(N) * K);
+    const std::string shape =
+        "N=" + std::to_string(N) + " E=" + std::to_string(E) + " K=" + std::to_string(K);
+    const int G = routing.routing_groups, M = routing.group_topk;
+    if (G > 1) {
+      const Spread g = ns_per_row(seconds, repeats, N, [&] {
+        route_topk_grouped(idx.data(), scores.data(), bias.data(), N, E, K, G, M);
+      });
+      report("top-k, groups", shape + " G=" + std::to_string(G) + " M=" + std::to_string(M), g,
+             digest(idx));
+    }
+    const Spread t = ns_per_row(
+        seconds, repeats, N, [&] { route_topk(idx.data(), scores.data(), bias.data(), N, E, K); });
+    report("top-k", shape, t, digest(idx));
   }
   return 0;
 }
