@@ -15,6 +15,7 @@
 
 #include "model/config.hpp"
 #include "model/router.hpp"
+#include "model/simd.hpp"
 
 namespace moe {
 namespace {
@@ -201,7 +202,8 @@ template <class T> std::vector<T> tied_values(std::mt19937& rng, size_t n, bool 
 
 template <class T> void expect_topk_is_the_sort(uint32_t seed) {
   std::mt19937 rng(seed);
-  for (int E : {1, 5, 8, 64}) {
+  // Up to 64 experts top-k goes by ranks, above by insertion; rows that are not whole vectors.
+  for (int E : {1, 5, 8, 17, 63, 64, 65, 100}) {
     for (int K = 0; K <= std::min(E, 9); ++K) {
       for (int trial = 0; trial < 20; ++trial) {
         const std::vector<T> row = tied_values<T>(rng, E, trial % 2 == 1);
@@ -220,10 +222,18 @@ template <class T> void expect_topk_is_the_sort(uint32_t seed) {
 }
 
 // Every K of rows full of ties, signed zeros, infinities and NaNs, with and without a bias: the
-// first K of the total order.
+// first K of the total order, at every instruction-set level this CPU has (float rows rank at
+// the level, model/simd.hpp).
 TEST(RouteTopk, IsTheFirstKOfTheTotalOrder) {
-  expect_topk_is_the_sort<float>(11);
-  expect_topk_is_the_sort<double>(12);
+  for (SimdLevel level : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (!simd_level_supported(level)) continue;
+    simd_level_force(level);
+    SCOPED_TRACE(simd_level_name(level));
+    expect_topk_is_the_sort<float>(11);
+    expect_topk_is_the_sort<double>(12);
+    simd_level_reset();
+  }
+  simd_level_reset();
 }
 
 // ---- route weights -----------------------------------------------------------------------------
