@@ -1,4 +1,5 @@
-// RMSNorm forward and backward as row loops, rows in groups whose serial sums run side by side.
+// RMSNorm forward and backward as row loops, the backward's rows in groups whose serial sums run
+// side by side.
 // Legend: N rows/tokens, D model width.
 //
 // With x̂ = x·r, r = (mean(x²) + eps)^(-1/2) and out = x̂·w:
@@ -20,10 +21,13 @@ constexpr int kColBlock = 64;
 
 namespace {
 
-// Rows whose serial sums run side by side. A row's sum of squares (and the backward's dot) is one
-// chain of dependent adds in d order, D adds of a few cycles' latency each; with the chains of
+// Rows whose serial sums run side by side in the backward. A row's dot product is one chain of D
+// dependent double adds in d order, each waiting a few cycles on the last; with the chains of
 // kRowGroup rows interleaved, each add waits on its own row's last one only. Every row's sum is
-// the same chain as alone: the bits depend neither on the group nor on the rows around it.
+// the same chain as alone: the bits depend neither on the group nor on the rows around it. (The
+// forward's sum of squares in the same groups ran 1.6x faster in bench_row_kernels but not inside
+// a step, where its share of deepseek4-tiny's samples rose from 1.0% to 1.2%: it stays a row at a
+// time.)
 constexpr int kRowGroup = 8;
 
 // Columns of a group's terms computed at once, ahead of their chains.
@@ -37,30 +41,6 @@ int row_groups(int N) {
 // group repeats its last row in the chains it does not fill (read, never written out).
 [[gnu::always_inline]] inline void group_rows(int64_t* at, int n0, int rows, int D) {
   for (int i = 0; i < kRowGroup; ++i) at[i] = int64_t{n0 + std::min(i, rows - 1)} * D;
-}
-
-// Forward of rows [n0, n0 + rows), rows <= kRowGroup: each row's mean of squares in double, in d
-// order, then its rstd and output.
-template <class T>
-[[gnu::always_inline]] inline void forward_group(T* out, T* rstd, const T* in, const T* weight,
-                                                 int n0, int rows, int D, float eps) {
-  int64_t at[kRowGroup];
-  group_rows(at, n0, rows, D);
-  double sum_sq[kRowGroup] = {};
-  for (int d = 0; d < D; ++d) {
-    for (int i = 0; i < kRowGroup; ++i) {
-      const double x = double(in[at[i] + d]);
-      sum_sq[i] += x * x;
-    }
-  }
-  for (int i = 0; i < rows; ++i) {
-    const T r = T(1.0 / std::sqrt(sum_sq[i] / D + double(eps)));
-    rstd[n0 + i] = r;
-    const T* x = in + at[i];
-    T* y = out + at[i];
-    // r from a register, not re-read through rstd, which might alias y
-    for (int d = 0; d < D; ++d) y[d] = x[d] * r * weight[d];
-  }
 }
 
 // d_in += the gradient of rows [n0, n0 + rows), rows <= kRowGroup (rows are independent).
@@ -104,24 +84,10 @@ template <class T>
 
 // The float groups at the CPU's instruction-set level (model/simd.hpp): IEEE operations only, the
 // same bits at every level; double (the gradient checks) runs the same code inline.
-MOE_SIMD_KERNEL(forward_group_f32, forward_group,
-                (float* out, float* rstd, const float* in, const float* weight, int n0, int rows,
-                 int D, float eps),
-                (out, rstd, in, weight, n0, rows, D, eps))
 MOE_SIMD_KERNEL(backward_group_f32, backward_group,
                 (float* d_in, const float* d_out, const float* in, const float* weight,
                  const float* rstd, int n0, int rows, int D),
                 (d_in, d_out, in, weight, rstd, n0, rows, D))
-
-template <class T>
-void forward_rows(T* out, T* rstd, const T* in, const T* weight, int n0, int rows, int D,
-                  float eps) {
-  if constexpr (std::is_same_v<T, float>) {
-    forward_group_f32(out, rstd, in, weight, n0, rows, D, eps);
-  } else {
-    forward_group(out, rstd, in, weight, n0, rows, D, eps);
-  }
-}
 
 template <class T>
 void backward_rows(T* d_in, const T* d_out, const T* in, const T* weight, const T* rstd, int n0,
@@ -138,9 +104,14 @@ void backward_rows(T* d_in, const T* d_out, const T* in, const T* weight, const 
 template <class T>
 void rmsnorm_forward(T* out, T* rstd, const T* in, const T* weight, int N, int D, float eps) {
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
-  for (int g = 0; g < row_groups(N); ++g) {
-    const int n0 = g * kRowGroup;
-    forward_rows(out, rstd, in, weight, n0, std::min(kRowGroup, N - n0), D, eps);
+  for (int n = 0; n < N; ++n) {
+    const T* x = in + int64_t{n} * D;
+    T* y = out + int64_t{n} * D;
+    double sum_sq = 0.0;
+    for (int d = 0; d < D; ++d) sum_sq += double(x[d]) * double(x[d]);
+    const double r = 1.0 / std::sqrt(sum_sq / D + double(eps));
+    rstd[n] = T(r);
+    for (int d = 0; d < D; ++d) y[d] = x[d] * rstd[n] * weight[d];
   }
 }
 
