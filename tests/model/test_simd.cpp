@@ -171,9 +171,10 @@ TEST_P(SimdLevels, SoftmaxRowsMatchTheScalarFormulaBitwise) {
   }
 }
 
-// RMSNorm's row groups against one row at a time in the plain formula (compiled here: SSE2):
-// row counts that leave a short last group (1, 7, 13 and 69, the last above the threads' cut-off)
-// and widths that are not a whole number of lanes, term blocks or weight-column blocks (37, 200).
+// RMSNorm (the backward's row groups at each level) against one row at a time in the plain
+// formula (compiled here: SSE2): row counts that leave a short last group (1, 7, 13 and 69, the
+// last above the threads' cut-off) and widths that are not a whole number of lanes, term blocks
+// or weight-column blocks (37, 200).
 template <class T> struct PlainRmsnorm {
   std::vector<T> out, rstd, d_in, d_weight;
   PlainRmsnorm(const std::vector<T>& in, const std::vector<T>& w, const std::vector<T>& d_out,
