@@ -4,10 +4,7 @@
 #include "model/router.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstdint>
-#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -182,65 +179,9 @@ void topk_row_of(int32_t* top, const T* s, const float* bias, int E, int K) {
   }
 }
 
-// Rows of at most this many experts take top-k by ranks (topk_row_ranked): measured 2x faster
-// than insertion at E = 8, K = 3 and 1.5x at E = 64, K = 8 (bench_row_kernels), whose branches
-// follow the data. Ranks cost E·E comparisons, insertion about E: longer rows keep insertion.
-constexpr int kRankedMaxE = 64;
-
-// The integer that orders values as the total order ranks them: larger first, −0 and +0 equal
-// (they compare equal, so rank by index), NaN below every number and NaNs equal. A float's bits
-// with the sign taken off are its magnitude's order; a negative value's key is that negated.
-template <class T> auto rank_key(T v) {
-  using I = std::conditional_t<sizeof(T) == 8, int64_t, int32_t>;
-  const I bits = std::bit_cast<I>(v);
-  const I magnitude = bits & std::numeric_limits<I>::max();
-  return std::isnan(v) ? std::numeric_limits<I>::min() : (bits < 0 ? -magnitude : magnitude);
-}
-
-// topk_row_of's result by ranks: an expert's place in the total order is the number of experts
-// that rank before it (a larger key, or an equal one at a lower index), and the experts placed
-// below K are the top K at their places. E·E comparisons, without a branch on the data, in a loop
-// the compiler vectorises: faster than insertion on rows of up to kRankedMaxE experts.
-template <class I>
-[[gnu::always_inline]] inline void top_by_ranks(int32_t* top, const I* key, int E, int K) {
-  int before[kRankedMaxE] = {};
-  for (int f = 0; f < E; ++f) {
-    const I kf = key[f];
-    for (int e = 0; e < E; ++e) before[e] += (kf > key[e]) | ((kf == key[e]) & (f < e)) ? 1 : 0;
-  }
-  for (int e = 0; e < E; ++e) {
-    if (before[e] < K) top[before[e]] = e;
-  }
-}
-
-// Float rows' keys are 32-bit: the comparisons at the CPU's instruction-set level.
-MOE_SIMD_KERNEL(top_by_ranks_i32, top_by_ranks<int32_t>,
-                (int32_t * top, const int32_t* key, int E, int K), (top, key, E, K))
-
-template <class T, bool kBias>
-void topk_row_ranked(int32_t* top, const T* s, const float* bias, int E, int K) {
-  using I = decltype(rank_key(T(0)));
-  I key[kRankedMaxE];
-  for (int e = 0; e < E; ++e) {
-    if constexpr (kBias) {
-      key[e] = rank_key(s[e] + T(bias[e]));
-    } else {
-      key[e] = rank_key(s[e]);
-    }
-  }
-  if constexpr (std::is_same_v<I, int32_t>) {
-    top_by_ranks_i32(top, key, E, K);
-  } else {
-    top_by_ranks(top, key, E, K);
-  }
-}
-
 template <class T> void topk_row(int32_t* top, const T* s, const float* bias, int E, int K) {
   if (K <= 0) return;
-  if (E <= kRankedMaxE) {
-    if (bias != nullptr) return topk_row_ranked<T, true>(top, s, bias, E, K);
-    return topk_row_ranked<T, false>(top, s, bias, E, K);
-  }
+  if (E <= kRankedMaxE) return topk_row_ranked(top, s, bias, E, K);
   if (bias != nullptr) {
     topk_row_of<T, true>(top, s, bias, E, K);
   } else {

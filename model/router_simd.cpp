@@ -3,8 +3,11 @@
 #include "model/router_simd.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "model/simd.hpp"
 #include "model/swiglu.hpp"
@@ -44,6 +47,45 @@ MOE_SIMD_KERNEL(router_logits_f32, router_logits_rows<float>,
                 (float* logits, const float* in, const float* w_gate, int n0, int n1, int D, int E),
                 (logits, in, w_gate, n0, n1, D, E))
 
+// The integer that orders values as top-k's total order ranks them: larger first, −0 and +0
+// equal (they compare equal, so they rank by index), NaN below every number and NaNs equal. A
+// float's bits with the sign taken off order its magnitude; a negative value's key is that
+// negated (at most the bits of infinity: no overflow).
+template <class T> auto rank_key(T v) {
+  using I = std::conditional_t<sizeof(T) == 8, int64_t, int32_t>;
+  const I bits = std::bit_cast<I>(v);
+  const I magnitude = bits & std::numeric_limits<I>::max();
+  return std::isnan(v) ? std::numeric_limits<I>::min() : (bits < 0 ? -magnitude : magnitude);
+}
+
+// An expert's place in the total order is the number of experts that rank before it (a larger
+// key, or an equal one at a lower index); those placed below K are the top K, at their places.
+// The E·E comparisons run without a branch on the data, in a loop the compiler vectorises.
+template <class I>
+[[gnu::always_inline]] inline void top_by_ranks(int32_t* top, const I* key, int E, int K) {
+  int before[kRankedMaxE] = {};
+  for (int f = 0; f < E; ++f) {
+    const I kf = key[f];
+    for (int e = 0; e < E; ++e) before[e] += (kf > key[e]) | ((kf == key[e]) & (f < e)) ? 1 : 0;
+  }
+  for (int e = 0; e < E; ++e) {
+    if (before[e] < K) top[before[e]] = e;
+  }
+}
+MOE_SIMD_KERNEL(top_by_ranks_i32, top_by_ranks<int32_t>,
+                (int32_t * top, const int32_t* key, int E, int K), (top, key, E, K))
+
+template <class T> void topk_ranked(int32_t* top, const T* s, const float* bias, int E, int K) {
+  using I = decltype(rank_key(T(0)));
+  I key[kRankedMaxE];
+  for (int e = 0; e < E; ++e) key[e] = rank_key(bias != nullptr ? s[e] + T(bias[e]) : s[e]);
+  if constexpr (std::is_same_v<I, int32_t>) {
+    top_by_ranks_i32(top, key, E, K);
+  } else {
+    top_by_ranks(top, key, E, K);
+  }
+}
+
 }  // namespace
 
 void router_logits_rows_f32(float* logits, const float* in, const float* w_gate, int n0, int n1,
@@ -58,6 +100,14 @@ void sqrt_softplus_rows_f32(float* s, const float* x, int64_t count) {
 void sqrt_softplus_backward_rows_f32(float* dx, const float* ds, const float* x, const float* s,
                                      int64_t count) {
   sqrt_softplus_backward_f32(dx, ds, x, s, count);
+}
+
+void topk_row_ranked(int32_t* top, const float* s, const float* bias, int E, int K) {
+  topk_ranked(top, s, bias, E, K);
+}
+
+void topk_row_ranked(int32_t* top, const double* s, const float* bias, int E, int K) {
+  topk_ranked(top, s, bias, E, K);
 }
 
 }  // namespace moe

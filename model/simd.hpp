@@ -1,12 +1,13 @@
 // The float elementwise kernels (SwiGLU, the attention softmax rows, the router's logits and
-// sqrt(softplus) scores with their backward, the LM head's cross-entropy rows) are compiled three
-// times: for SSE2 (any x86-64), AVX2 (x86-64-v3) and AVX-512 (x86-64-v4), and each call goes to the
-// level simd_level() names: the best this CPU has, unless a test forced a lower one. The build
-// needs no -march. Every level gives the same bits: the kernels use only IEEE operations that round
-// the same at every vector width, and moe_model is built with -ffp-contract=off (no a·b + c fused
-// into an FMA in the wider levels). tests/model/test_simd.cpp checks each level the CPU has against
-// the plain formula and reports the others as skipped. Other compilers and architectures get the
-// SSE2 (plain) build three times.
+// sqrt(softplus) scores with their backward, its top-k by ranks, the LM head's cross-entropy rows,
+// RMSNorm's backward rows, the parameters' initial draws) are compiled three times: for SSE2 (any
+// x86-64), AVX2 (x86-64-v3) and AVX-512 (x86-64-v4), and each call goes to the level simd_level()
+// names: the best this CPU has, unless a test forced a lower one. The build needs no -march. Every
+// level gives the same bits: the kernels use only IEEE operations that round the same at every
+// vector width (top-k's only integer comparisons), and moe_model is built with -ffp-contract=off
+// (no a·b + c fused into an FMA in the wider levels). tests/model/test_simd.cpp (top-k:
+// tests/model/test_router.cpp) checks each level the CPU has against the plain formula and reports
+// the others as skipped. Other compilers and architectures get the SSE2 (plain) build three times.
 #pragma once
 
 #include <optional>

@@ -190,12 +190,13 @@ template <class T> std::vector<T> tied_values(std::mt19937& rng, size_t n, bool 
                     std::numeric_limits<T>::max(),
                     -std::numeric_limits<T>::max(),
                     std::numeric_limits<T>::denorm_min()};
-  const T odd[] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
-                   -std::numeric_limits<T>::infinity()};
+  // NaNs of both signs: x86's arithmetic makes the negative one.
+  const T odd[] = {std::numeric_limits<T>::quiet_NaN(), -std::numeric_limits<T>::quiet_NaN(),
+                   std::numeric_limits<T>::infinity(), -std::numeric_limits<T>::infinity()};
   std::vector<T> v(n);
   for (T& x : v) {
     x = pool[rng() % std::size(pool)];
-    if (non_finite && rng() % 8 == 0) x = odd[rng() % 3];
+    if (non_finite && rng() % 8 == 0) x = odd[rng() % std::size(odd)];
   }
   return v;
 }
@@ -204,7 +205,12 @@ template <class T> void expect_topk_is_the_sort(uint32_t seed) {
   std::mt19937 rng(seed);
   // Up to 64 experts top-k goes by ranks, above by insertion; rows that are not whole vectors.
   for (int E : {1, 5, 8, 17, 63, 64, 65, 100}) {
-    for (int K = 0; K <= std::min(E, 9); ++K) {
+    std::vector<int> ks;
+    for (int K = 0; K <= std::min(E, 9); ++K) ks.push_back(K);
+    for (int K : {E / 2, E - 1, E}) {
+      if (K > 9) ks.push_back(K);
+    }
+    for (int K : ks) {
       for (int trial = 0; trial < 20; ++trial) {
         const std::vector<T> row = tied_values<T>(rng, E, trial % 2 == 1);
         std::vector<float> bias(E);
@@ -225,15 +231,16 @@ template <class T> void expect_topk_is_the_sort(uint32_t seed) {
 // first K of the total order, at every instruction-set level this CPU has (float rows rank at
 // the level, model/simd.hpp).
 TEST(RouteTopk, IsTheFirstKOfTheTotalOrder) {
+  struct LevelReset {
+    ~LevelReset() { simd_level_reset(); }
+  } reset;
   for (SimdLevel level : {SimdLevel::kSse2, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
     if (!simd_level_supported(level)) continue;
     simd_level_force(level);
     SCOPED_TRACE(simd_level_name(level));
     expect_topk_is_the_sort<float>(11);
     expect_topk_is_the_sort<double>(12);
-    simd_level_reset();
   }
-  simd_level_reset();
 }
 
 // ---- route weights -----------------------------------------------------------------------------
