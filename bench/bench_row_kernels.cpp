@@ -1,19 +1,22 @@
 // bench_row_kernels: the step's row kernels outside the GEMMs, on one thread, at a preset's
 // shapes (deepseek4-tiny by default): RMSNorm forward and backward over one layer's rows, the
-// attention core's masked softmax rows and their backward over one (sequence, head), and the LM
+// attention core's masked softmax rows and their backward over one (sequence, head), the LM
 // head's cross-entropy rows, and the router's top-k selection (the preset's own, group-limited
 // where it has groups, and plain top-k over all E, as the sequence-wise balance loss runs it). For
-// each kernel: nanoseconds per row (median and min over
-// --repeats, each repeat timed for --seconds) and a digest of its outputs' bits, so that two
-// builds can be compared for speed and for the same bits in one table each.
+// each kernel: nanoseconds per row (median and min over --repeats, each repeat timed for
+// --seconds) and a digest of its outputs' bits, so that two builds, or two levels, can be compared
+// for speed and for the same bits in one table each. The times include restoring the inputs that
+// a kernel overwrites or adds into (the softmax rows, RMSNorm's d_in), so that every call does
+// the same work and the digests do not depend on the number of calls.
 //
 // Rows: RMSNorm N = batch · S rows of width D; the softmax rows are the query tiles' rows of
-// model/attention.cpp (Tq = 32 queries, each seeing the keys of its window among the tile's
-// Kt = Tq + W − 1 columns); cross-entropy batch · S rows of V logits; top-k batch · S rows of E
-// scores with a bias.
+// model/attention.cpp (Tq query rows a tile, each seeing the keys of its window among the tile's
+// Kt columns); cross-entropy batch · S rows of V logits; top-k batch · S rows of E scores with a
+// bias.
 //
 // Run: build/bench/bench_row_kernels [--model deepseek4-tiny] [--batch 8] [--seconds 0.2]
-//      [--repeats 7]   (MOE_RT_SIMD=sse2|avx2 runs the elementwise kernels at a lower level)
+//      [--repeats 7] [--simd sse2|avx2|avx512]   (--simd: the elementwise kernels' level,
+//      model/simd.hpp; the best this CPU has by default)
 #include <omp.h>
 
 #include <algorithm>
@@ -22,7 +25,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench/bench_common.hpp"
@@ -84,8 +90,14 @@ void report(const char* kernel, const std::string& shape, const Spread& s, uint6
 int run(int argc, char** argv) {
   if (arg_flag(argc, argv, "--help")) {
     std::printf(
-        "usage: bench_row_kernels [--model NAME] [--batch B] [--seconds S] [--repeats R]\n");
+        "usage: bench_row_kernels [--model NAME] [--batch B] [--seconds S] [--repeats R]\n"
+        "                         [--simd sse2|avx2|avx512]\n");
     return 0;
+  }
+  if (const std::string level = arg_text(argc, argv, "--simd", ""); !level.empty()) {
+    const std::optional<SimdLevel> parsed = simd_level_parse(level);
+    if (!parsed) throw std::invalid_argument("--simd: unknown level '" + level + "'");
+    simd_level_force(*parsed);  // throws where this CPU lacks the level
   }
   ModelConfig mc;
   RoutingConfig routing;
@@ -123,7 +135,8 @@ int run(int argc, char** argv) {
   // The masked softmax rows of one (sequence, head), tile by tile as attention's core runs them.
   {
     const AttnDims ad = attn_dims_from(mc);
-    const int Wk = attn_keys_per_row(ad), Kt = attn_keys_per_tile(ad), Tq = Kt - Wk + 1;
+    const int Wk = attn_keys_per_row(ad), Kt = attn_keys_per_tile(ad);
+    const int Tq = std::min(S, attn_query_tile_rows());
     struct Row {
       int64_t at;
       int first, last, n;

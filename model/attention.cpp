@@ -51,6 +51,10 @@ int attn_keys_per_row(const AttnDims& d) {
   return (d.window > 0 && d.window < d.S) ? d.window : d.S;
 }
 
+int attn_query_tile_rows() {
+  return kQueryTile;
+}
+
 int attn_keys_per_tile(const AttnDims& d) {
   // In 64 bits: S near 2^31 is counted (and then refused) by model_memory_estimate.
   return static_cast<int>(std::min<int64_t>(d.S, int64_t{kQueryTile} + attn_keys_per_row(d) - 1));

@@ -37,6 +37,9 @@ int attn_keys_per_row(const AttnDims& dims);
 // Kt: the keys a tile of Tq query rows sees, the row length of AttnSaved::probs.
 int attn_keys_per_tile(const AttnDims& dims);
 
+// Tq: the query rows of a tile of the core (a sequence's last tile may hold fewer).
+int attn_query_tile_rows();
+
 // Element counts of AttnSaved's buffers for up to max_B sequences, the one source of both
 // attn_saved_reserve and model_memory_estimate. Doubles, so that sizes that are then refused are
 // counted without overflow.
