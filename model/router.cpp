@@ -15,7 +15,6 @@
 #include "model/parallel.hpp"
 #include "model/rng.hpp"
 #include "model/router_simd.hpp"
-#include "model/simd.hpp"
 #include "model/swiglu.hpp"
 #include "numeric/det_math.hpp"
 
