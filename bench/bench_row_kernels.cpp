@@ -35,6 +35,7 @@
 #include "model/attention.hpp"
 #include "model/embedding.hpp"
 #include "model/rmsnorm.hpp"
+#include "model/rng.hpp"
 #include "model/router.hpp"
 #include "model/simd.hpp"
 #include "model/softmax_rows.hpp"
@@ -43,16 +44,11 @@
 namespace moe::bench {
 namespace {
 
-// Fixed pseudo-random values in [lo, hi): the same inputs in every build.
+// Fixed pseudo-random values in [lo, hi) (model/rng.hpp's counter-based draws): the same inputs
+// in every build.
 std::vector<float> values(size_t n, uint64_t seed, float lo, float hi) {
   std::vector<float> v(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 1;
-  for (float& x : v) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x = lo + (hi - lo) * static_cast<float>(s >> 40) / static_cast<float>(1 << 24);
-  }
+  for (size_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * static_cast<float>(rng_uniform(seed, i));
   return v;
 }
 

@@ -10,7 +10,6 @@
 #include <limits>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "model/embedding.hpp"
@@ -40,6 +39,9 @@ class SimdLevels : public ::testing::TestWithParam<SimdLevel> {
 
 uint32_t bits(float x) {
   return std::bit_cast<uint32_t>(x);
+}
+uint64_t bits(double x) {
+  return std::bit_cast<uint64_t>(x);
 }
 
 // The router's sqrt(softplus) scores: logits over the range a diverging router reaches, the
@@ -206,10 +208,6 @@ template <class T> struct PlainRmsnorm {
   }
 };
 
-template <class T> auto bits_of(T x) {
-  return std::bit_cast<std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>>(x);
-}
-
 template <class T> void expect_rmsnorm_rows_plain(int N, int D) {
   const size_t ND = static_cast<size_t>(N) * D;
   std::vector<T> in(ND), d_out(ND), d_in0(ND), w(static_cast<size_t>(D));
@@ -227,14 +225,14 @@ template <class T> void expect_rmsnorm_rows_plain(int N, int D) {
                    D);
   const std::string where = "N " + std::to_string(N) + " D " + std::to_string(D);
   for (int n = 0; n < N; ++n) {
-    ASSERT_EQ(bits_of(rstd[n]), bits_of(want.rstd[n])) << where << " row " << n;
+    ASSERT_EQ(bits(rstd[n]), bits(want.rstd[n])) << where << " row " << n;
   }
   for (size_t i = 0; i < ND; ++i) {
-    ASSERT_EQ(bits_of(out[i]), bits_of(want.out[i])) << where << " out " << i;
-    ASSERT_EQ(bits_of(d_in[i]), bits_of(want.d_in[i])) << where << " d_in " << i;
+    ASSERT_EQ(bits(out[i]), bits(want.out[i])) << where << " out " << i;
+    ASSERT_EQ(bits(d_in[i]), bits(want.d_in[i])) << where << " d_in " << i;
   }
   for (int d = 0; d < D; ++d) {
-    ASSERT_EQ(bits_of(d_weight[d]), bits_of(want.d_weight[d])) << where << " d_w " << d;
+    ASSERT_EQ(bits(d_weight[d]), bits(want.d_weight[d])) << where << " d_w " << d;
   }
 }
 
