@@ -128,36 +128,46 @@ int run(int argc, char** argv) {
     });
     report("rmsnorm backward", shape, b, digest(leaves, digest(d_in)));
   }
-  // The masked softmax rows of one (sequence, head), tile by tile as attention's core runs them.
+  // The masked softmax rows of one sequence, [S, H, Kt], tile by tile as attention's core runs
+  // them: a query's rows of every head in one call where the heads share one kv head (the core
+  // then scores them in one GEMM), else a row per call.
   {
     const AttnDims ad = attn_dims_from(mc);
     const int Wk = attn_keys_per_row(ad), Kt = attn_keys_per_tile(ad);
-    const int Tq = std::min(S, attn_query_tile_rows());
-    struct Row {
+    const int Tq = std::min(S, attn_query_tile_rows()), H = ad.H;
+    const int per_call = ad.KVH == 1 ? H : 1;
+    struct Rows {
       int64_t at;
       int first, last, n;
     };
-    std::vector<Row> rows;
+    std::vector<Rows> calls;  // the rows of per_call heads of query s, Kt apart
     for (int s0 = 0; s0 < S; s0 += Tq) {
       const int s1 = std::min(S, s0 + Tq), lo = std::max(0, s0 - Wk + 1);
       for (int s = s0; s < s1; ++s) {
-        rows.push_back({int64_t{s} * Kt, std::max(0, s - Wk + 1) - lo, s - lo, s1 - lo});
+        for (int h = 0; h < H; h += per_call) {
+          calls.push_back(
+              {(int64_t{s} * H + h) * Kt, std::max(0, s - Wk + 1) - lo, s - lo, s1 - lo});
+        }
       }
     }
-    const std::vector<float> scores = values(size_t(S) * Kt, 4, -6.0f, 6.0f);
-    const std::vector<float> d_p0 = values(size_t(S) * Kt, 5, -1.0f, 1.0f);
+    const std::vector<float> scores = values(size_t(S) * H * Kt, 4, -6.0f, 6.0f);
+    const std::vector<float> d_p0 = values(size_t(S) * H * Kt, 5, -1.0f, 1.0f);
     std::vector<float> p(scores.size()), d_p(d_p0.size());
-    const std::string shape =
-        "S=" + std::to_string(S) + " Kt=" + std::to_string(Kt) + " W=" + std::to_string(Wk);
-    const auto rows_n = static_cast<int64_t>(rows.size());
+    const std::string shape = "S=" + std::to_string(S) + " H=" + std::to_string(H) +
+                              " Kt=" + std::to_string(Kt) + " W=" + std::to_string(Wk);
+    const int64_t rows_n = int64_t{S} * H;
     const Spread f = ns_per_row(seconds, repeats, rows_n, [&] {
       std::copy(scores.begin(), scores.end(), p.begin());
-      for (const Row& r : rows) softmax_row_masked(p.data() + r.at, r.first, r.last, r.n);
+      for (const Rows& r : calls) {
+        softmax_rows_masked(p.data() + r.at, Kt, per_call, r.first, r.last, r.n);
+      }
     });
     report("softmax masked", shape, f, digest(p));
     const Spread b = ns_per_row(seconds, repeats, rows_n, [&] {
       std::copy(d_p0.begin(), d_p0.end(), d_p.begin());
-      for (const Row& r : rows) softmax_row_backward(d_p.data() + r.at, p.data() + r.at, r.n);
+      for (const Rows& r : calls) {
+        softmax_rows_backward(d_p.data() + r.at, p.data() + r.at, Kt, per_call, r.n);
+      }
     });
     report("softmax backward", shape, b, digest(d_p));
   }

@@ -44,12 +44,12 @@ int attn_query_tile_rows();
 // attn_saved_reserve and model_memory_estimate. Doubles, so that sizes that are then refused are
 // counted without overflow.
 struct AttnSavedSizes {
-  // q and concat [B, S, HD]; k, v [B, S, KD]; probs [B, H, S, Kt].
+  // q and concat [B, S, HD]; k, v [B, S, KD]; probs [B, S, H, Kt].
   double q = 0, kv = 0, probs = 0;
   // Scratch of one sequence, one set per thread when there are several sequences (one set for
   // one sequence, whose tasks share it): d_q, d_concat, d_k_heads, d_v_heads [S, HD]; d_k, d_v
   // [S, KD]; kv_t [KD, S] (k transposed in the forward, v in the backward: d_kv values too);
-  // d_probs [H, min(S, query tile), Kt].
+  // d_probs [min(S, query tile), H, Kt].
   double d_q = 0, d_kv = 0, d_probs = 0;
   int threads = 1;
   // The weight gradients' per-sequence leaves, [Wq, Wk, Wv, Wo] one after the other: Wq and Wo
@@ -98,7 +98,7 @@ template <class T> struct AttnSaved {
   std::vector<T> q;       // [max_B·S, H·hd] after RoPE
   std::vector<T> k;       // [max_B·S, KVH·hd] after RoPE
   std::vector<T> v;       // [max_B·S, KVH·hd]
-  std::vector<T> probs;   // [max_B, H, S, Kt] row s of a query tile: the tile's keys lo ..
+  std::vector<T> probs;   // [max_B, S, H, Kt] row (s, h) of a query tile: the tile's keys lo ..
                           //   in columns 0 .. n−1 (see attention.cpp), 0 where s does not
                           //   see the key; columns >= n unused
   std::vector<T> concat;  // [max_B·S, H·hd] heads' outputs P_h·v_g side by side
@@ -109,7 +109,7 @@ template <class T> struct AttnSaved {
   std::vector<T> d_concat;  // [S, H·hd]
   std::vector<T> d_q;       // [S, H·hd]
   std::vector<T> d_k, d_v;  // [S, KVH·hd]
-  std::vector<T> d_probs;   // [H, Tq, Kt] per head one tile of ∂L/∂P, then of ∂L/∂scores
+  std::vector<T> d_probs;   // [Tq, H, Kt] one tile of ∂L/∂P, then of ∂L/∂scores
   std::vector<T> kv_t;      // [KD, S] k (forward) or v (backward) transposed, kv_t[c·S + s]
   std::vector<T> d_k_heads, d_v_heads;  // [H, S, hd] each head's share of d_k, d_v, summed
                                         //   over the heads of a group in head order

@@ -147,26 +147,38 @@ TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
   }
 }
 
-// Rows of the lengths a query tile sees (up to 159 at deepseek4-tiny), every visible window.
+// Rows of the lengths a query tile sees (up to 159 at deepseek4-tiny), every visible window, 1 to
+// 9 rows a call (groups of four and what is left): each row as the formula gives it alone
+// (softmax_rows_*_impl of one row, compiled here: SSE2).
 TEST_P(SimdLevels, SoftmaxRowsMatchTheScalarFormulaBitwise) {
   for (int n : {1, 15, 16, 17, 64, 159}) {
     for (int first = 0; first < n; first += 7) {
       for (int last = first; last < n; last += 11) {
-        std::vector<float> row(n), want(n), d_row(n), d_want(n);
-        for (int c = 0; c < n; ++c) {
-          row[c] = 3.0f * std::sin(0.37f * c + n) - (c % 13 == 0 ? 90.0f : 0.0f);
-          d_row[c] = std::cos(0.11f * c * n);
-        }
-        want = row;
-        softmax_row_masked(row.data(), first, last, n);
-        softmax_row_masked_impl(want.data(), first, last, n);  // compiled here: SSE2
-        d_want = d_row;
-        softmax_row_backward(d_row.data(), row.data(), n);
-        softmax_row_backward_impl(d_want.data(), want.data(), n);
-        for (int c = 0; c < n; ++c) {
-          ASSERT_EQ(bits(row[c]), bits(want[c]))
-              << "n " << n << " [" << first << ", " << last << "] column " << c;
-          ASSERT_EQ(bits(d_row[c]), bits(d_want[c])) << "backward, column " << c;
+        for (int rows : {1, 4, 9}) {
+          const int64_t ld = n + 3;  // rows apart by more than their length
+          std::vector<float> p(size_t(rows) * ld), want, d(p.size()), d_want;
+          for (int r = 0; r < rows; ++r) {
+            for (int c = 0; c < ld; ++c) {
+              p[r * ld + c] =
+                  3.0f * std::sin(0.37f * c + n + 1.3f * r) - (c % 13 == r % 13 ? 90.0f : 0.0f);
+              d[r * ld + c] = std::cos(0.11f * c * n + 0.7f * r);
+            }
+          }
+          want = p;
+          d_want = d;
+          softmax_rows_masked(p.data(), ld, rows, first, last, n);
+          softmax_rows_backward(d.data(), p.data(), ld, rows, n);
+          for (int r = 0; r < rows; ++r) {
+            softmax_rows_masked_impl<float, 1>(want.data() + r * ld, ld, first, last, n);
+            softmax_rows_backward_impl<float, 1>(d_want.data() + r * ld, want.data() + r * ld, ld,
+                                                 n);
+          }
+          for (size_t i = 0; i < p.size(); ++i) {
+            ASSERT_EQ(bits(p[i]), bits(want[i])) << "n " << n << " [" << first << ", " << last
+                                                 << "] " << rows << " rows, element " << i;
+            ASSERT_EQ(bits(d[i]), bits(d_want[i]))
+                << "backward, " << rows << " rows, element " << i;
+          }
         }
       }
     }
