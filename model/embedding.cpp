@@ -14,13 +14,15 @@ namespace moe {
 
 namespace {
 
-MOE_SIMD_KERNEL(cross_entropy_row, cross_entropy_row_impl,
-                (double* loss, float* dz, const float* z, int V, int32_t y, double scale),
-                (loss, dz, z, V, y, scale))
+MOE_SIMD_KERNEL(cross_entropy_rows, cross_entropy_rows_groups<float>,
+                (double* loss, float* dz, const float* z, int rows, int V, const int32_t* y,
+                 double scale),
+                (loss, dz, z, rows, V, y, scale))
 
 // The gradient checks' double rows: the same code, inline.
-void cross_entropy_row(double* loss, double* dz, const double* z, int V, int32_t y, double scale) {
-  cross_entropy_row_impl(loss, dz, z, V, y, scale);
+void cross_entropy_rows(double* loss, double* dz, const double* z, int rows, int V,
+                        const int32_t* y, double scale) {
+  cross_entropy_rows_groups(loss, dz, z, rows, V, y, scale);
 }
 
 }  // namespace
@@ -57,11 +59,13 @@ double cross_entropy_forward_backward(T* d_logits, double* row_loss, const T* lo
                               " is outside the vocabulary [0, " + std::to_string(V) + ")");
     }
   }
-  // Rows are independent tasks; their losses are added in row order afterwards, so the total
-  // does not depend on the threads.
-  parallel_tasks(N, [&](int64_t t) {
+  // Rows are independent tasks of kRowGroup rows; their losses are added in row order
+  // afterwards, so the total does not depend on the threads.
+  parallel_tasks((N + kRowGroup - 1) / kRowGroup, [&](int64_t task) {
+    const int t = static_cast<int>(task) * kRowGroup;
     const size_t at = static_cast<size_t>(t) * V;
-    cross_entropy_row(&row_loss[t], d_logits + at, logits + at, V, targets[t], scale);
+    cross_entropy_rows(&row_loss[t], d_logits + at, logits + at, std::min(kRowGroup, N - t), V,
+                       targets + t, scale);
   });
   double total = 0.0;
   for (int t = 0; t < N; ++t) total += row_loss[t];

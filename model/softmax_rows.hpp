@@ -57,13 +57,6 @@ template <class T, int R>
   }
 }
 
-// The same for one row.
-template <class T> [[gnu::always_inline]] inline T row_max(const T* x, int n) {
-  T out[1];
-  row_max<T, 1>(out, x, 0, n);
-  return out[0];
-}
-
 // Σ_c x[c] of each row in kRowLanes partial sums, then the partial sums in lane order.
 template <class T, int R>
 [[gnu::always_inline]] inline void row_sum(T (&out)[R], const T* x, int64_t ld, int n) {

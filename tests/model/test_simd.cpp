@@ -260,10 +260,10 @@ TEST_P(SimdLevels, RmsnormRowGroupsMatchThePlainRowLoopBitwise) {
 // The LM head's cross-entropy rows against the plain formula (std::max_element's max, compiled
 // here): vocabularies that are and are not a multiple of the lanes, a row whose largest logit is
 // zero of either sign (the first zero is the max), one whose exp underflows but at one column,
-// and large negative logits.
+// and large negative logits; the rows go four at a time, the ninth alone.
 TEST_P(SimdLevels, CrossEntropyRowsMatchThePlainFormulaBitwise) {
   for (int V : {1, 7, 37, 2048}) {
-    const int N = 6;
+    const int N = 9;  // two groups of four rows, and one row alone
     std::vector<float> z(static_cast<size_t>(N) * V), dz(z.size()), want(z.size());
     std::vector<int32_t> y(N);
     std::vector<double> loss(N);
