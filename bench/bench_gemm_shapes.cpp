@@ -40,15 +40,17 @@ struct Shape {
   float beta;
 };
 
-// Every GEMM of a deepseek4-tiny step (model/attention.cpp, model/moe_layer.cpp, model/model.cpp),
-// per sequence or per expert, with the transpositions the model uses; then deepseek4-fine's own.
+// Every GEMM of a deepseek4-tiny step (model/attention.cpp, model/attention_core.cpp,
+// model/moe_layer.cpp, model/model.cpp), per sequence or per expert, with the transpositions the
+// model uses; then deepseek4-fine's own.
 const std::vector<Shape> kShapes = {
     {"attn q/o proj fwd", false, false, 256, 128, 128, 0},
     {"attn k/v proj fwd", false, false, 256, 32, 128, 0},
-    // The query tiles (32 queries, 159 keys, hd = 32). The model reads kᵀ's columns with a stride
-    // of S = 256 and the probabilities with one of 159; here every operand is dense.
-    {"attn scores q·kT (tile)", false, false, 32, 159, 32, 0},
-    {"attn p·v, d_q (tile)", false, false, 32, 32, 159, 0},
+    // The query tiles (32 queries of 4 heads sharing one kv head, 159 keys, hd = 32). The model
+    // reads kᵀ's columns with a stride of S = 256 and a head's probabilities (d_k, d_v) with one of
+    // 4 · 159; here every operand is dense.
+    {"attn scores q·kT (tile)", false, false, 128, 159, 32, 0},
+    {"attn p·v, d_q (tile)", false, false, 128, 32, 159, 0},
     {"attn d_k, d_v (tile)", true, false, 159, 32, 32, 1},
     {"attn d_in (q/o)", false, true, 256, 128, 128, 1},
     {"attn d_in (k/v)", false, true, 256, 128, 32, 1},

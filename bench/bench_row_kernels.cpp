@@ -1,6 +1,6 @@
 // bench_row_kernels: the step's row kernels outside the GEMMs, on one thread, at a preset's
 // shapes (deepseek4-tiny by default): RMSNorm forward and backward over one layer's rows, the
-// attention core's masked softmax rows and their backward over one (sequence, head), the LM
+// attention core's masked softmax rows and their backward over one sequence's heads, the LM
 // head's cross-entropy rows, and the router's top-k selection (the preset's own, group-limited
 // where it has groups, and plain top-k over all E, as the sequence-wise balance loss runs it). For
 // each kernel: nanoseconds per row (median and min over --repeats, each repeat timed for
@@ -10,9 +10,9 @@
 // the same work and the digests do not depend on the number of calls.
 //
 // Rows: RMSNorm N = batch · S rows of width D; the softmax rows are the query tiles' rows of
-// model/attention.cpp (Tq query rows a tile, each seeing the keys of its window among the tile's
-// Kt columns); cross-entropy batch · S rows of V logits; top-k batch · S rows of E scores with a
-// bias.
+// model/attention_core.cpp ([S, H, Kt]: Tq query rows a tile, each seeing the keys of its window
+// among the tile's Kt columns); cross-entropy batch · S rows of V logits; top-k batch · S rows of E
+// scores with a bias.
 //
 // Run: build/bench/bench_row_kernels [--model deepseek4-tiny] [--batch 8] [--seconds 0.2]
 //      [--repeats 7] [--simd sse2|avx2|avx512]   (--simd: the elementwise kernels' level,

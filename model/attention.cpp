@@ -1,5 +1,5 @@
 // Attention forward and backward: projections through linear_forward/linear_backward (model/gemm/),
-// RoPE as plain loops, the masked softmax core as GEMMs per head and tile of query rows.
+// RoPE as plain loops, the masked softmax core by query tiles (model/attention_core.cpp).
 // Legend: B sequences, S sequence length, D model width, H heads, KVH kv heads, hd head dim,
 // W sliding window, Wk keys a query row sees at most, Tq query rows per tile, Kt keys a tile sees;
 // HD = H·hd, KD = KVH·hd row widths of q and k/v.
@@ -10,11 +10,6 @@
 // its sequence, bitwise, whatever number of sequences a rank holds (B = 1 or 4 per rank, 8 or 2
 // ranks for the same global batch): the activations of a sequence do not depend on how the batch
 // was split.
-//
-// The core runs on GEMMs, per head and per tile of Tq query rows: the tile's queries see the keys
-// [lo, s1) between them (lo = max(0, s0 − Wk + 1)), so with a window only about Tq + Wk − 1 keys
-// are scored per tile instead of S; scores outside a row's own window are masked to P = 0 exactly.
-// Tiles are fixed by S and Tq alone, so the GEMM shapes, like the projections', do not depend on B.
 #include "model/attention.hpp"
 
 #include <omp.h>
@@ -22,16 +17,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "model/attention_core.hpp"
 #include "model/blas.hpp"
-#include "model/fast_exp.hpp"
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
-#include "model/prefetch.hpp"
-#include "model/softmax_rows.hpp"
 #include "numeric/det_math.hpp"
 
 namespace moe {
@@ -171,16 +163,6 @@ template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const
   saved.leaves.assign(n(z.leaf_sets * (2 * z.tree_q + 2 * z.tree_kv)), T(0));
 }
 
-// The query rows [s0, s1) of tile t and the keys [lo, s1) they see between them; row s sees only
-// keys [max(0, s − Wk + 1), s], columns [first, last] of the tile's n = s1 − lo.
-struct QueryTile {
-  int s0, s1, lo;
-};
-static QueryTile query_tile(int t, int S, int Wk) {
-  const int s0 = t * kQueryTile, s1 = std::min(S, s0 + kQueryTile);
-  return {s0, s1, std::max(0, s0 - Wk + 1)};
-}
-
 // kv_t[c·S + s] = kv[s·KD + c]: a sequence's keys (or values) transposed once, so that the
 // query tiles' GEMMs read kᵀ's columns in place instead of each packing its window of k anew (four
 // heads and about five overlapping tiles per key). The same values reach the same FMA chains.
@@ -188,135 +170,6 @@ template <class T> static void transpose_kv(T* kv_t, const T* kv, int S, int KD)
   for (int s = 0; s < S; ++s) {
     const T* row = kv + int64_t{s} * KD;
     for (int c = 0; c < KD; ++c) kv_t[int64_t{c} * S + s] = row[c];
-  }
-}
-
-// The heads one GEMM of the core takes at once: every head when they all share one kv head
-// (KVH = 1), else one. A tile's rows (s, h) of q, concat, d_q and d_concat, head h of those taken,
-// lie `row_stride` apart in s-major order: hd apart when every head is taken (HD = H·hd, so the
-// last head of row s is followed by the first of row s + 1), HD apart for one head. Rows of the
-// probabilities (s, h) lie Kt apart in that order, [S, H, Kt]. A GEMM of m·heads rows computes each
-// element by the same chain as m rows of one head: only the calls' count and sizes change.
-struct HeadSet {
-  int heads;       // taken per call: H or 1
-  int row_stride;  // between rows (s, h) of q, concat, d_q, d_concat: hd or HD
-};
-static HeadSet head_set(const AttnDims& d) {
-  return d.KVH == 1 ? HeadSet{d.H, d.hd} : HeadSet{1, d.H * d.hd};
-}
-
-// Masked softmax attention of one sequence: probs[S, H, Kt] and concat[S, HD] from q, k_t (k
-// transposed, [KD, S]) and v. Per query tile and set of heads (head_set): scores by one GEMM, the
-// mask and row softmax in place, then one GEMM P·v.
-template <class T>
-static void core_forward(T* concat, T* probs, const T* q, const T* k_t, const T* v,
-                         const AttnDims& d) {
-  const int S = d.S, hd = d.hd, H = d.H, HD = H * hd, KD = d.KVH * hd, Wk = attn_keys_per_row(d);
-  const int Kt = attn_keys_per_tile(d), group = H / d.KVH;
-  const int num_tiles = (S + kQueryTile - 1) / kQueryTile;
-  const HeadSet set = head_set(d);
-  const int sets = H / set.heads;
-  const int64_t ld_p = int64_t{sets} * Kt;  // between rows (s, h) of one set's probabilities
-  const T scale = T(1) / std::sqrt(T(hd));
-  // Every (tile, set of heads) writes its own probabilities and its own block of concat:
-  // independent tasks.
-  parallel_tasks(int64_t{num_tiles} * sets, [&](int64_t task) {
-    const int t = static_cast<int>(task / sets), h0 = static_cast<int>(task % sets) * set.heads;
-    const int g = h0 / group;
-    const auto [s0, s1, lo] = query_tile(t, S, Wk);
-    const int m = s1 - s0, n = s1 - lo, rows = m * set.heads;
-    T* p = probs + (int64_t{s0} * H + h0) * Kt;  // rows (s, h) of the set, ld_p apart
-    // The next tile's block of probabilities, written next by this thread where it runs the tiles
-    // in order (a sequence's tasks inside a task per sequence, or one thread). With a team
-    // sharing the tiles the next block is another thread's: no hint then, which would pull that
-    // thread's lines away.
-    if (h0 + set.heads == H && s1 < S && omp_get_num_threads() == 1) {
-      prefetch_values<1>(probs + int64_t{s1} * H * Kt,
-                         size_t(std::min(S - s1, kQueryTile)) * H * Kt);
-    }
-    // z[s, h, j] = q_{s,h}·k_j/sqrt(hd) for every query row of the tile and every key any sees
-    gemm_ld(false, false, rows, n, hd, scale, q + int64_t{s0} * HD + h0 * hd, set.row_stride,
-            k_t + int64_t{g} * hd * S + lo, S, T(0), p, ld_p);
-    for (int s = s0; s < s1; ++s) {  // the set's rows of query s see the same columns
-      const int first = std::max(0, s - Wk + 1) - lo, last = s - lo;
-      softmax_rows_masked(p + (s - s0) * set.heads * ld_p, ld_p, set.heads, first, last, n);
-    }
-    // o_{s,h} = Σ_j P[s, h, j]·v_j
-    gemm_ld(false, false, rows, hd, n, T(1), p, ld_p, v + int64_t{lo} * KD + g * hd, KD, T(0),
-            concat + int64_t{s0} * HD + h0 * hd, set.row_stride);
-  });
-}
-
-// Backward of core_forward for one sequence, from d_concat and v_t (v transposed, [KD, S]):
-// d_q = ∂L/∂q (every row and head written once), d_k, d_v += ∂L/∂k, ∂L/∂v. Tile by tile, in
-// order: ∂L/∂P, then ∂L/∂scores in its place, then d_q per set of heads (head_set) into d_p
-// [Tq, H, Kt]; then each head's share of d_k and d_v, a task per head, added into d_k_heads,
-// d_v_heads [H, S, hd] tile after tile. The heads of a kv group are then added in head order, so
-// the sums do not depend on the threads.
-template <class T>
-static void core_backward(T* d_q, T* d_k, T* d_v, T* d_p, T* d_k_heads, T* d_v_heads,
-                          const T* d_concat, const T* probs, const T* q, const T* k, const T* v_t,
-                          const AttnDims& d) {
-  const int S = d.S, hd = d.hd, H = d.H, HD = H * hd, KD = d.KVH * hd, Wk = attn_keys_per_row(d);
-  const int Kt = attn_keys_per_tile(d), group = H / d.KVH;
-  const int num_tiles = (S + kQueryTile - 1) / kQueryTile;
-  const HeadSet set = head_set(d);
-  const int sets = H / set.heads;
-  const int64_t ld_p = int64_t{sets} * Kt, ld_head = int64_t{H} * Kt;
-  const int parts = omp_in_parallel() || sets > 1 ? 1 : omp_get_max_threads();
-  const T scale = T(1) / std::sqrt(T(hd));
-  std::fill(d_k_heads, d_k_heads + int64_t{H} * S * hd, T(0));
-  std::fill(d_v_heads, d_v_heads + int64_t{H} * S * hd, T(0));
-  for (int t = 0; t < num_tiles; ++t) {
-    const auto [s0, s1, lo] = query_tile(t, S, Wk);
-    const int m = s1 - s0, n = s1 - lo, rows = m * set.heads;
-    const T* p_tile = probs + int64_t{s0} * H * Kt;  // rows (s, h), Kt apart
-    // The saved probabilities were written in the forward, long before: this tile's block (the
-    // first tile) and the next one's are fetched ahead of the GEMMs that read them.
-    if (t == 0) prefetch_values(p_tile, size_t(m) * H * Kt);
-    if (s1 < S)
-      prefetch_values(p_tile + int64_t{m} * H * Kt, size_t(std::min(S - s1, kQueryTile)) * H * Kt);
-    // Each row (s, h) of d_P, d_z and d_q depends on that row alone: a set's rows split into
-    // `parts` blocks, one task each, when the threads are this sequence's to share.
-    parallel_tasks(int64_t{sets} * parts, [&](int64_t task) {
-      const int h0 = static_cast<int>(task / parts) * set.heads, g = h0 / group;
-      const int part = static_cast<int>(task % parts);
-      const int r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
-      if (r0 == r1) return;
-      const int64_t at = int64_t{s0} * HD + h0 * hd + int64_t{r0} * set.row_stride;
-      T* dz = d_p + int64_t{h0} * Kt + r0 * ld_p;
-      // o_{s,h} = Σ_j P[s, h, j]·v_j  ->  d_P = d_o·vᵀ
-      gemm_ld(false, false, r1 - r0, n, hd, T(1), d_concat + at, set.row_stride,
-              v_t + int64_t{g} * hd * S + lo, S, T(0), dz, ld_p);
-      // P = softmax_row(z)  ->  d_z, in place of d_P
-      softmax_rows_backward(dz, p_tile + int64_t{h0} * Kt + r0 * ld_p, ld_p, r1 - r0, n);
-      // z = q·kᵀ/sqrt(hd)  ->  d_q = d_z·k/sqrt(hd) (each tile's rows written once)
-      gemm_ld(false, false, r1 - r0, hd, n, scale, dz, ld_p, k + int64_t{lo} * KD + g * hd, KD,
-              T(0), d_q + at, set.row_stride);
-    });
-    parallel_tasks(H, [&](int64_t task) {
-      const int h = static_cast<int>(task);
-      const T* d_o = d_concat + int64_t{s0} * HD + h * hd;
-      // o_s = Σ_j P[s, j]·v_j  ->  d_v += Pᵀ·d_o
-      gemm_ld(true, false, n, hd, m, T(1), p_tile + int64_t{h} * Kt, ld_head, d_o, HD, T(1),
-              d_v_heads + (int64_t{h} * S + lo) * hd, hd);
-      // z = q·kᵀ/sqrt(hd)  ->  d_k += d_zᵀ·q/sqrt(hd)
-      gemm_ld(true, false, n, hd, m, scale, d_p + int64_t{h} * Kt, ld_head,
-              q + int64_t{s0} * HD + h * hd, HD, T(1), d_k_heads + (int64_t{h} * S + lo) * hd, hd);
-    });
-  }
-  for (int h = 0; h < d.H; ++h) {
-    const int g = h / group;
-    const T* d_k_h = d_k_heads + int64_t{h} * S * hd;
-    const T* d_v_h = d_v_heads + int64_t{h} * S * hd;
-    for (int s = 0; s < S; ++s) {
-      T* dk = d_k + int64_t{s} * KD + g * hd;
-      T* dv = d_v + int64_t{s} * KD + g * hd;
-      for (int c = 0; c < hd; ++c) {
-        dk[c] += d_k_h[int64_t{s} * hd + c];
-        dv[c] += d_v_h[int64_t{s} * hd + c];
-      }
-    }
   }
 }
 
@@ -357,7 +210,7 @@ void attention_forward(T* out, AttnSaved<T>& saved, const T* in, const AttnWeigh
     rope_forward(k, rope, d.KVH);
     T* k_t = saved.kv_t.data() + t * S * KD;
     transpose_kv(k_t, k, S, KD);
-    core_forward(concat, saved.probs.data() + b * d.H * S * Kt, q, k_t, v, d);
+    attn_core_forward(concat, saved.probs.data() + b * d.H * S * Kt, q, k_t, v, d);
     linear_forward(out + row0 * D, concat, w.wo, S, HD, D);
   };
   if (B > 1) {
@@ -416,9 +269,9 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     std::fill(d_v, d_v + int64_t{S} * KD, T(0));
     T* v_t = saved.kv_t.data() + t * S * KD;
     transpose_kv(v_t, v, S, KD);
-    core_backward(d_q, d_k, d_v, saved.d_probs.data() + t * std::min(S, kQueryTile) * d.H * Kt,
-                  saved.d_k_heads.data() + t * S * HD, saved.d_v_heads.data() + t * S * HD,
-                  d_concat, saved.probs.data() + b * d.H * S * Kt, q, k, v_t, d);
+    attn_core_backward(d_q, d_k, d_v, saved.d_probs.data() + t * std::min(S, kQueryTile) * d.H * Kt,
+                       saved.d_k_heads.data() + t * S * HD, saved.d_v_heads.data() + t * S * HD,
+                       d_concat, saved.probs.data() + b * d.H * S * Kt, q, k, v_t, d);
     // q = rope(in·Wq), k = rope(in·Wk)  ->  gradients of the unrotated projections
     rope_backward(d_q, rope, d.H);
     rope_backward(d_k, rope, d.KVH);

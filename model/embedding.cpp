@@ -14,7 +14,7 @@ namespace moe {
 
 namespace {
 
-MOE_SIMD_KERNEL(cross_entropy_rows, cross_entropy_rows_groups<float>,
+MOE_SIMD_KERNEL(cross_entropy_rows, cross_entropy_rows_groups,
                 (double* loss, float* dz, const float* z, int rows, int V, const int32_t* y,
                  double scale),
                 (loss, dz, z, rows, V, y, scale))
@@ -59,12 +59,12 @@ double cross_entropy_forward_backward(T* d_logits, double* row_loss, const T* lo
                               " is outside the vocabulary [0, " + std::to_string(V) + ")");
     }
   }
-  // Rows are independent tasks of kRowGroup rows; their losses are added in row order
+  // Rows are independent tasks of kRowsAtOnce rows; their losses are added in row order
   // afterwards, so the total does not depend on the threads.
-  parallel_tasks((N + kRowGroup - 1) / kRowGroup, [&](int64_t task) {
-    const int t = static_cast<int>(task) * kRowGroup;
+  parallel_tasks((N + kRowsAtOnce - 1) / kRowsAtOnce, [&](int64_t task) {
+    const int t = static_cast<int>(task) * kRowsAtOnce;
     const size_t at = static_cast<size_t>(t) * V;
-    cross_entropy_rows(&row_loss[t], d_logits + at, logits + at, std::min(kRowGroup, N - t), V,
+    cross_entropy_rows(&row_loss[t], d_logits + at, logits + at, std::min(kRowsAtOnce, N - t), V,
                        targets + t, scale);
   });
   double total = 0.0;

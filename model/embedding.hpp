@@ -37,8 +37,8 @@ double cross_entropy_forward_backward(T* d_logits,             // [N, V]
                                       const int32_t* targets,  // [N]
                                       int N, int V, double scale);
 
-// R rows of cross_entropy_forward_backward, V apart: per row *loss = logsumexp(z) − z[y] and
-// dz = (softmax(z) − onehot(y))·scale. In float it runs at the CPU's instruction-set level
+// R rows of cross_entropy_forward_backward, V apart: for row r, loss[r] = logsumexp(z) − z[y[r]]
+// and dz = (softmax(z) − onehot(y[r]))·scale. In float it runs at the CPU's instruction-set level
 // (model/simd.hpp), with the same bits at every level: the max is exact, exp is elementwise, and
 // the sum of exp adds kLanes double partial sums in a fixed order. Only the sign of a zero max
 // can depend on the lanes, and it changes nothing: exp(±0) = 1, and a row whose max is a zero of
@@ -89,20 +89,15 @@ template <class T, int R>
   }
 }
 
-// Rows in groups of kRowGroup (then one at a time).
+// `rows` rows, V apart, kRowsAtOnce at a time.
 template <class T>
 [[gnu::always_inline]] inline void cross_entropy_rows_groups(double* loss, T* dz, const T* z,
                                                              int rows, int V, const int32_t* y,
                                                              double scale) {
-  int r = 0;
-  for (; r + kRowGroup <= rows; r += kRowGroup) {
+  for_row_groups(rows, [&](auto R, int r) {
     const int64_t at = int64_t{r} * V;
-    cross_entropy_rows_impl<T, kRowGroup>(loss + r, dz + at, z + at, V, y + r, scale);
-  }
-  for (; r < rows; ++r) {
-    const int64_t at = int64_t{r} * V;
-    cross_entropy_rows_impl<T, 1>(loss + r, dz + at, z + at, V, y + r, scale);
-  }
+    cross_entropy_rows_impl<T, R.value>(loss + r, dz + at, z + at, V, y + r, scale);
+  });
 }
 
 }  // namespace moe

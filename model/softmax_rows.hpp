@@ -1,14 +1,17 @@
 // The row kernels of the attention core's masked softmax, forward and backward, and the lane
-// reductions they use. In float each call runs at the CPU's instruction-set level
-// (model/simd.hpp); in double (the gradient checks) it is the same code, inline.
+// reductions they use (the LM head's cross-entropy rows use them too, model/embedding.hpp). Rows
+// go R at a time, their serial chains side by side. In float each call runs at the CPU's
+// instruction-set level (model/simd.hpp); in double (the gradient checks) it is the same code,
+// inline.
 // Legend: n columns of a row (the keys a query tile sees), [first, last] the columns one query
-// row sees.
+// row sees, R rows at a time, ld between rows.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "model/fast_exp.hpp"
 
@@ -139,25 +142,32 @@ template <class T, int R>
   }
 }
 
-// Rows in groups of kRowGroup (then one at a time), each row's arithmetic that of a row alone.
-inline constexpr int kRowGroup = 4;
+// Rows taken together by the kernels below: four rows' chains hide each other's latencies.
+inline constexpr int kRowsAtOnce = 4;
+
+// rows_of(R, r) for the rows [r, r + R), R a std::integral_constant: kRowsAtOnce rows at a time,
+// then one at a time. Each row's arithmetic is that of a row alone.
+template <class F> [[gnu::always_inline]] inline void for_row_groups(int rows, F&& rows_of) {
+  int r = 0;
+  for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
+    rows_of(std::integral_constant<int, kRowsAtOnce>{}, r);
+  }
+  for (; r < rows; ++r) rows_of(std::integral_constant<int, 1>{}, r);
+}
+
 template <class T>
 [[gnu::always_inline]] inline void softmax_rows_masked_groups(T* p, int64_t ld, int rows, int first,
                                                               int last, int n) {
-  int r = 0;
-  for (; r + kRowGroup <= rows; r += kRowGroup) {
-    softmax_rows_masked_impl<T, kRowGroup>(p + r * ld, ld, first, last, n);
-  }
-  for (; r < rows; ++r) softmax_rows_masked_impl<T, 1>(p + r * ld, ld, first, last, n);
+  for_row_groups(rows, [&](auto R, int r) {
+    softmax_rows_masked_impl<T, R.value>(p + r * ld, ld, first, last, n);
+  });
 }
 template <class T>
 [[gnu::always_inline]] inline void softmax_rows_backward_groups(T* d, const T* p, int64_t ld,
                                                                 int rows, int n) {
-  int r = 0;
-  for (; r + kRowGroup <= rows; r += kRowGroup) {
-    softmax_rows_backward_impl<T, kRowGroup>(d + r * ld, p + r * ld, ld, n);
-  }
-  for (; r < rows; ++r) softmax_rows_backward_impl<T, 1>(d + r * ld, p + r * ld, ld, n);
+  for_row_groups(rows, [&](auto R, int r) {
+    softmax_rows_backward_impl<T, R.value>(d + r * ld, p + r * ld, ld, n);
+  });
 }
 
 // `rows` rows ld apart (p, and d's rows where p's are).

@@ -156,6 +156,10 @@ const Shape kShapes[] = {
     {"rows_over_16_keys",
      1,
      {4, 2, 1, 4, 20, 18, 100.0f}},  // windows crossing 16-key and 32-query blocks
+    // Two query tiles (the second partial), d_k and d_v summed across them: with a window and
+    // two kv heads (a GEMM per head), and full causal with one (a tile's heads in one GEMM).
+    {"tiles_gqa_window", 1, {8, 4, 2, 4, 37, 21, 100.0f}},
+    {"tiles_one_kv_head", 2, {8, 4, 1, 4, 40, 0, 100.0f}},
 };
 
 // ---- gradients ---------------------------------------------------------------------------------

@@ -147,15 +147,53 @@ TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
   }
 }
 
+// The masked softmax row and its backward as plain scalar loops, one row at a time: 16 lane
+// accumulators, the lanes' max as std::max_element takes them and their sums in lane order.
+void plain_softmax_row(float* pr, int first, int last, int n) {
+  const int count = last - first + 1;
+  const float* x = pr + first;
+  float top[16], sum[16] = {};
+  std::fill(top, top + 16, -std::numeric_limits<float>::infinity());
+  int c0 = 0;
+  for (; c0 + 16 <= count; c0 += 16) {
+    for (int i = 0; i < 16; ++i) top[i] = std::max(top[i], x[c0 + i]);
+  }
+  for (int c = c0; c < count; ++c) top[0] = std::max(top[0], x[c]);
+  const float z_max = *std::max_element(top, top + 16);
+  for (int c = first; c <= last; ++c) pr[c] = fast_expf(pr[c] - z_max);
+  for (c0 = 0; c0 + 16 <= count; c0 += 16) {
+    for (int i = 0; i < 16; ++i) sum[i] += x[c0 + i];
+  }
+  for (int c = c0; c < count; ++c) sum[0] += x[c];
+  float total = 0.0f;
+  for (float part : sum) total += part;
+  const float inv_sum = 1.0f / total;
+  for (int c = first; c <= last; ++c) pr[c] *= inv_sum;
+  std::fill(pr, pr + first, 0.0f);
+  std::fill(pr + last + 1, pr + n, 0.0f);
+}
+void plain_softmax_row_backward(float* dr, const float* pr, int n) {
+  float acc[16] = {};
+  int c0 = 0;
+  for (; c0 + 16 <= n; c0 += 16) {
+    for (int i = 0; i < 16; ++i) acc[i] += pr[c0 + i] * dr[c0 + i];
+  }
+  for (int c = c0; c < n; ++c) acc[0] += pr[c] * dr[c];
+  float p_dot_dp = 0.0f;
+  for (float part : acc) p_dot_dp += part;
+  for (int c = 0; c < n; ++c) dr[c] = pr[c] * (dr[c] - p_dot_dp);
+}
+
 // Rows of the lengths a query tile sees (up to 159 at deepseek4-tiny), every visible window, 1 to
-// 9 rows a call (groups of four and what is left): each row as the formula gives it alone
-// (softmax_rows_*_impl of one row, compiled here: SSE2).
+// 9 rows a call (groups of four and what is left), rows further apart than their length, against
+// each row alone in the plain loops above; row 1 has a zero of each sign as its largest values,
+// row 2 a NaN among its visible scores (which the max skips and the exps carry).
 TEST_P(SimdLevels, SoftmaxRowsMatchTheScalarFormulaBitwise) {
   for (int n : {1, 15, 16, 17, 64, 159}) {
     for (int first = 0; first < n; first += 7) {
       for (int last = first; last < n; last += 11) {
         for (int rows : {1, 4, 9}) {
-          const int64_t ld = n + 3;  // rows apart by more than their length
+          const int64_t ld = n + 3;
           std::vector<float> p(size_t(rows) * ld), want, d(p.size()), d_want;
           for (int r = 0; r < rows; ++r) {
             for (int c = 0; c < ld; ++c) {
@@ -164,14 +202,19 @@ TEST_P(SimdLevels, SoftmaxRowsMatchTheScalarFormulaBitwise) {
               d[r * ld + c] = std::cos(0.11f * c * n + 0.7f * r);
             }
           }
+          if (rows > 2) {
+            std::fill(&p[ld + first], &p[ld + last + 1], -2.0f);
+            p[ld + last] = 0.0f;
+            p[ld + first] = -0.0f;
+            p[2 * ld + (first + last) / 2] = std::numeric_limits<float>::quiet_NaN();
+          }
           want = p;
           d_want = d;
           softmax_rows_masked(p.data(), ld, rows, first, last, n);
           softmax_rows_backward(d.data(), p.data(), ld, rows, n);
           for (int r = 0; r < rows; ++r) {
-            softmax_rows_masked_impl<float, 1>(want.data() + r * ld, ld, first, last, n);
-            softmax_rows_backward_impl<float, 1>(d_want.data() + r * ld, want.data() + r * ld, ld,
-                                                 n);
+            plain_softmax_row(want.data() + r * ld, first, last, n);
+            plain_softmax_row_backward(d_want.data() + r * ld, want.data() + r * ld, n);
           }
           for (size_t i = 0; i < p.size(); ++i) {
             ASSERT_EQ(bits(p[i]), bits(want[i])) << "n " << n << " [" << first << ", " << last
