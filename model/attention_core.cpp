@@ -47,6 +47,21 @@ HeadSet head_set(const AttnDims& d) {
   return d.KVH == 1 ? HeadSet{d.H, d.hd} : HeadSet{1, d.H * d.hd};
 }
 
+// What both passes over a sequence's tiles use.
+struct CoreShape {
+  int S, hd, H, HD, KD, Wk, Kt, group, Tq, num_tiles;
+  HeadSet set;
+  int sets;  // sets of heads a tile's GEMMs take one after another: H / set.heads
+  int ld_p;  // between rows (s, h) of one set's probabilities (and of d_p)
+};
+CoreShape core_shape(const AttnDims& d) {
+  const HeadSet set = head_set(d);
+  const int Tq = attn_query_tile_rows(), Kt = attn_keys_per_tile(d), sets = d.H / set.heads;
+  return {d.S,      d.hd,        d.H, d.H * d.hd,          d.KVH * d.hd, attn_keys_per_row(d),
+          Kt,       d.H / d.KVH, Tq,  (d.S + Tq - 1) / Tq, set,          sets,
+          sets * Kt};
+}
+
 }  // namespace
 
 // Per query tile and set of heads (head_set): scores by one GEMM, the mask and row softmax in
@@ -54,38 +69,35 @@ HeadSet head_set(const AttnDims& d) {
 template <class T>
 void attn_core_forward(T* concat, T* probs, const T* q, const T* k_t, const T* v,
                        const AttnDims& d) {
-  const int S = d.S, hd = d.hd, H = d.H, HD = H * hd, KD = d.KVH * hd, Wk = attn_keys_per_row(d);
-  const int Kt = attn_keys_per_tile(d), group = H / d.KVH, Tq = attn_query_tile_rows();
-  const int num_tiles = (S + Tq - 1) / Tq;
-  const HeadSet set = head_set(d);
-  const int sets = H / set.heads;
-  const int ld_p = sets * Kt;  // between rows (s, h) of one set's probabilities
-  const T scale = T(1) / std::sqrt(T(hd));
+  const CoreShape c = core_shape(d);
+  const T scale = T(1) / std::sqrt(T(c.hd));
   // Every (tile, set of heads) writes its own probabilities and its own block of concat:
   // independent tasks.
-  parallel_tasks(int64_t{num_tiles} * sets, [&](int64_t task) {
-    const int t = static_cast<int>(task / sets), h0 = static_cast<int>(task % sets) * set.heads;
-    const int g = h0 / group;
-    const auto [s0, s1, lo] = query_tile(t, S, Tq, Wk);
-    const int m = s1 - s0, n = s1 - lo, rows = m * set.heads;
-    T* p = probs + (int64_t{s0} * H + h0) * Kt;  // rows (s, h) of the set, ld_p apart
+  parallel_tasks(int64_t{c.num_tiles} * c.sets, [&](int64_t task) {
+    const int t = static_cast<int>(task / c.sets),
+              h0 = static_cast<int>(task % c.sets) * c.set.heads;
+    const int g = h0 / c.group;
+    const auto [s0, s1, lo] = query_tile(t, c.S, c.Tq, c.Wk);
+    const int m = s1 - s0, n = s1 - lo, rows = m * c.set.heads;
+    T* p = probs + (int64_t{s0} * c.H + h0) * c.Kt;  // rows (s, h) of the set, ld_p apart
     // The next tile's block of probabilities, written next by this thread where it runs the tiles
     // in order (a sequence's tasks inside a task per sequence, or one thread): hinted by the
     // tile's last set. With a team sharing the tiles the next block is another thread's: no hint
     // then, which would pull that thread's lines away.
-    if (h0 + set.heads == H && s1 < S && omp_get_num_threads() == 1) {
-      prefetch_values<1>(probs + int64_t{s1} * H * Kt, size_t(std::min(S - s1, Tq)) * H * Kt);
+    if (h0 + c.set.heads == c.H && s1 < c.S && omp_get_num_threads() == 1) {
+      prefetch_values<1>(probs + int64_t{s1} * c.H * c.Kt,
+                         size_t(std::min(c.S - s1, c.Tq)) * c.H * c.Kt);
     }
     // z[s, h, j] = q_{s,h}·k_j/sqrt(hd) for every query row of the tile and every key any sees
-    gemm_ld(false, false, rows, n, hd, scale, q + int64_t{s0} * HD + h0 * hd, set.row_stride,
-            k_t + int64_t{g} * hd * S + lo, S, T(0), p, ld_p);
+    gemm_ld(false, false, rows, n, c.hd, scale, q + int64_t{s0} * c.HD + h0 * c.hd,
+            c.set.row_stride, k_t + int64_t{g} * c.hd * c.S + lo, c.S, T(0), p, c.ld_p);
     for (int s = s0; s < s1; ++s) {  // the set's rows of query s see the same columns
-      const int first = std::max(0, s - Wk + 1) - lo, last = s - lo;
-      softmax_rows_masked(p + (s - s0) * set.heads * ld_p, ld_p, set.heads, first, last, n);
+      const int first = std::max(0, s - c.Wk + 1) - lo, last = s - lo;
+      softmax_rows_masked(p + (s - s0) * c.set.heads * c.ld_p, c.ld_p, c.set.heads, first, last, n);
     }
     // o_{s,h} = Σ_j P[s, h, j]·v_j
-    gemm_ld(false, false, rows, hd, n, T(1), p, ld_p, v + int64_t{lo} * KD + g * hd, KD, T(0),
-            concat + int64_t{s0} * HD + h0 * hd, set.row_stride);
+    gemm_ld(false, false, rows, c.hd, n, T(1), p, c.ld_p, v + int64_t{lo} * c.KD + g * c.hd, c.KD,
+            T(0), concat + int64_t{s0} * c.HD + h0 * c.hd, c.set.row_stride);
   });
 }
 
@@ -97,68 +109,67 @@ template <class T>
 void attn_core_backward(T* d_q, T* d_k, T* d_v, T* d_p, T* d_k_heads, T* d_v_heads,
                         const T* d_concat, const T* probs, const T* q, const T* k, const T* v_t,
                         const AttnDims& d) {
-  const int S = d.S, hd = d.hd, H = d.H, HD = H * hd, KD = d.KVH * hd, Wk = attn_keys_per_row(d);
-  const int Kt = attn_keys_per_tile(d), group = H / d.KVH, Tq = attn_query_tile_rows();
-  const int num_tiles = (S + Tq - 1) / Tq;
-  const HeadSet set = head_set(d);
-  const int sets = H / set.heads;
-  const int ld_p = sets * Kt, ld_head = H * Kt;
+  const CoreShape c = core_shape(d);
+  const int ld_head = c.H * c.Kt;  // between a head's rows (s, h) of the probabilities and d_p
   // This sequence's work runs on the calling thread alone inside a task per sequence, or with one
   // thread. Else a single set's rows (every head at once) go in one block per thread: each row of
   // d_P, d_z and d_q depends on that row alone.
   const bool alone = omp_in_parallel() || omp_get_max_threads() == 1;
-  const int parts = alone || sets > 1 ? 1 : omp_get_max_threads();
-  const T scale = T(1) / std::sqrt(T(hd));
-  std::fill(d_k_heads, d_k_heads + int64_t{H} * S * hd, T(0));
-  std::fill(d_v_heads, d_v_heads + int64_t{H} * S * hd, T(0));
-  for (int t = 0; t < num_tiles; ++t) {
-    const auto [s0, s1, lo] = query_tile(t, S, Tq, Wk);
-    const int m = s1 - s0, n = s1 - lo, rows = m * set.heads;
-    const T* p_tile = probs + int64_t{s0} * H * Kt;  // rows (s, h), Kt apart
+  const int parts = alone || c.sets > 1 ? 1 : omp_get_max_threads();
+  const T scale = T(1) / std::sqrt(T(c.hd));
+  std::fill(d_k_heads, d_k_heads + int64_t{c.H} * c.S * c.hd, T(0));
+  std::fill(d_v_heads, d_v_heads + int64_t{c.H} * c.S * c.hd, T(0));
+  for (int t = 0; t < c.num_tiles; ++t) {
+    const auto [s0, s1, lo] = query_tile(t, c.S, c.Tq, c.Wk);
+    const int m = s1 - s0, n = s1 - lo, rows = m * c.set.heads;
+    const T* p_tile = probs + int64_t{s0} * c.H * c.Kt;  // rows (s, h), Kt apart
     // The saved probabilities were written in the forward, long before: this tile's block (the
     // first tile) and the next one's are fetched ahead of the GEMMs that read them, where this
     // thread reads them all (with a team, the hint would land in the wrong thread's cache).
-    if (alone && t == 0) prefetch_values(p_tile, size_t(m) * H * Kt);
-    if (alone && s1 < S) {
-      prefetch_values(p_tile + int64_t{m} * H * Kt, size_t(std::min(S - s1, Tq)) * H * Kt);
+    if (alone && t == 0) prefetch_values(p_tile, size_t(m) * c.H * c.Kt);
+    if (alone && s1 < c.S) {
+      prefetch_values(p_tile + int64_t{m} * c.H * c.Kt,
+                      size_t(std::min(c.S - s1, c.Tq)) * c.H * c.Kt);
     }
-    parallel_tasks(int64_t{sets} * parts, [&](int64_t task) {
-      const int h0 = static_cast<int>(task / parts) * set.heads, g = h0 / group;
+    parallel_tasks(int64_t{c.sets} * parts, [&](int64_t task) {
+      const int h0 = static_cast<int>(task / parts) * c.set.heads, g = h0 / c.group;
       const int part = static_cast<int>(task % parts);
       const int r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
       if (r0 == r1) return;
-      const int64_t at = int64_t{s0} * HD + h0 * hd + int64_t{r0} * set.row_stride;
-      T* dz = d_p + int64_t{h0} * Kt + int64_t{r0} * ld_p;
+      const int64_t at = int64_t{s0} * c.HD + h0 * c.hd + int64_t{r0} * c.set.row_stride;
+      T* dz = d_p + int64_t{h0} * c.Kt + int64_t{r0} * c.ld_p;
       // o_{s,h} = Σ_j P[s, h, j]·v_j  ->  d_P = d_o·vᵀ
-      gemm_ld(false, false, r1 - r0, n, hd, T(1), d_concat + at, set.row_stride,
-              v_t + int64_t{g} * hd * S + lo, S, T(0), dz, ld_p);
+      gemm_ld(false, false, r1 - r0, n, c.hd, T(1), d_concat + at, c.set.row_stride,
+              v_t + int64_t{g} * c.hd * c.S + lo, c.S, T(0), dz, c.ld_p);
       // P = softmax_row(z)  ->  d_z, in place of d_P
-      softmax_rows_backward(dz, p_tile + int64_t{h0} * Kt + int64_t{r0} * ld_p, ld_p, r1 - r0, n);
+      softmax_rows_backward(dz, p_tile + int64_t{h0} * c.Kt + int64_t{r0} * c.ld_p, c.ld_p, r1 - r0,
+                            n);
       // z = q·kᵀ/sqrt(hd)  ->  d_q = d_z·k/sqrt(hd) (each tile's rows written once)
-      gemm_ld(false, false, r1 - r0, hd, n, scale, dz, ld_p, k + int64_t{lo} * KD + g * hd, KD,
-              T(0), d_q + at, set.row_stride);
+      gemm_ld(false, false, r1 - r0, c.hd, n, scale, dz, c.ld_p, k + int64_t{lo} * c.KD + g * c.hd,
+              c.KD, T(0), d_q + at, c.set.row_stride);
     });
-    parallel_tasks(H, [&](int64_t task) {
+    parallel_tasks(c.H, [&](int64_t task) {
       const int h = static_cast<int>(task);
-      const T* d_o = d_concat + int64_t{s0} * HD + h * hd;
+      const T* d_o = d_concat + int64_t{s0} * c.HD + h * c.hd;
       // o_s = Σ_j P[s, j]·v_j  ->  d_v += Pᵀ·d_o
-      gemm_ld(true, false, n, hd, m, T(1), p_tile + int64_t{h} * Kt, ld_head, d_o, HD, T(1),
-              d_v_heads + (int64_t{h} * S + lo) * hd, hd);
+      gemm_ld(true, false, n, c.hd, m, T(1), p_tile + int64_t{h} * c.Kt, ld_head, d_o, c.HD, T(1),
+              d_v_heads + (int64_t{h} * c.S + lo) * c.hd, c.hd);
       // z = q·kᵀ/sqrt(hd)  ->  d_k += d_zᵀ·q/sqrt(hd)
-      gemm_ld(true, false, n, hd, m, scale, d_p + int64_t{h} * Kt, ld_head,
-              q + int64_t{s0} * HD + h * hd, HD, T(1), d_k_heads + (int64_t{h} * S + lo) * hd, hd);
+      gemm_ld(true, false, n, c.hd, m, scale, d_p + int64_t{h} * c.Kt, ld_head,
+              q + int64_t{s0} * c.HD + h * c.hd, c.HD, T(1),
+              d_k_heads + (int64_t{h} * c.S + lo) * c.hd, c.hd);
     });
   }
-  for (int h = 0; h < d.H; ++h) {
-    const int g = h / group;
-    const T* d_k_h = d_k_heads + int64_t{h} * S * hd;
-    const T* d_v_h = d_v_heads + int64_t{h} * S * hd;
-    for (int s = 0; s < S; ++s) {
-      T* dk = d_k + int64_t{s} * KD + g * hd;
-      T* dv = d_v + int64_t{s} * KD + g * hd;
-      for (int c = 0; c < hd; ++c) {
-        dk[c] += d_k_h[int64_t{s} * hd + c];
-        dv[c] += d_v_h[int64_t{s} * hd + c];
+  for (int h = 0; h < c.H; ++h) {
+    const int g = h / c.group;
+    const T* d_k_h = d_k_heads + int64_t{h} * c.S * c.hd;
+    const T* d_v_h = d_v_heads + int64_t{h} * c.S * c.hd;
+    for (int s = 0; s < c.S; ++s) {
+      T* dk = d_k + int64_t{s} * c.KD + g * c.hd;
+      T* dv = d_v + int64_t{s} * c.KD + g * c.hd;
+      for (int j = 0; j < c.hd; ++j) {
+        dk[j] += d_k_h[int64_t{s} * c.hd + j];
+        dv[j] += d_v_h[int64_t{s} * c.hd + j];
       }
     }
   }
