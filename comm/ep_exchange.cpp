@@ -337,44 +337,16 @@ void EpExchange::combine(std::span<T> send_rows, std::span<const T> expert_rows,
   wait_pending();
 }
 
-template <class T>
-void EpExchange::dispatch_counted_begin_moving(std::vector<T>& expert_rows,
-                                               std::vector<T>& send_rows, DispatchPlan& plan,
-                                               int D) {
-  if (ep_.size() > 1)
-    return dispatch_counted_begin(expert_rows, std::span<const T>(send_rows), plan, D);
+void EpExchange::dispatch_counted_alone(DispatchPlan& plan, int D) {
+  if (ep_.size() > 1) {
+    throw std::logic_error("EpExchange: dispatch_counted_alone in an EP group of " +
+                           std::to_string(ep_.size()) + " ranks");
+  }
   if (open_) throw std::logic_error("EpExchange: dispatch while another dispatch is open");
   check_plan(plan, plan.num_send(), D);
-  check_rows<T>(std::span<const T>(send_rows), plan.num_send(), D, "dispatch send_rows");
   plan.recv_counts_by_source = plan.count_message;  // the all-to-all of one rank
   dispatch_plan_set_recv(plan, plan.recv_counts_by_source);
   check_plan(plan, plan.num_recv, D);
-  std::swap(expert_rows, send_rows);
-  expert_rows.resize(static_cast<size_t>(plan.num_recv) * D);  // num_recv == num_send here
-  open_ = true;  // nothing posted: dispatch_end only closes it
-}
-
-template <class T>
-void EpExchange::dispatch_begin_moving(std::vector<T>& expert_rows, std::vector<T>& send_rows,
-                                       const DispatchPlan& plan, int D) {
-  if (ep_.size() > 1) {
-    return dispatch_begin(std::span<T>(expert_rows), std::span<const T>(send_rows), plan, D);
-  }
-  if (open_) throw std::logic_error("EpExchange: dispatch_begin while another dispatch is open");
-  check_sides<T>(plan, send_rows, expert_rows, D, "dispatch");
-  std::swap(expert_rows, send_rows);
-  open_ = true;
-}
-
-template <class T>
-void EpExchange::combine_moving(std::vector<T>& send_rows, std::vector<T>& expert_rows,
-                                const DispatchPlan& plan, int D) {
-  if (ep_.size() > 1) {
-    return combine(std::span<T>(send_rows), std::span<const T>(expert_rows), plan, D);
-  }
-  if (open_) throw std::logic_error("EpExchange: combine while a dispatch is open");
-  check_sides<T>(plan, send_rows, expert_rows, D, "combine");
-  std::swap(send_rows, expert_rows);
 }
 
 template void EpExchange::dispatch_counted_begin<float>(std::vector<float>&, std::span<const float>,
@@ -398,15 +370,5 @@ template void EpExchange::combine<float>(std::span<float>, std::span<const float
                                          const DispatchPlan&, int);
 template void EpExchange::combine<double>(std::span<double>, std::span<const double>,
                                           const DispatchPlan&, int);
-#define MOE_EP_MOVING_INSTANTIATE(T)                                                           \
-  template void EpExchange::dispatch_counted_begin_moving<T>(std::vector<T>&, std::vector<T>&, \
-                                                             DispatchPlan&, int);              \
-  template void EpExchange::dispatch_begin_moving<T>(std::vector<T>&, std::vector<T>&,         \
-                                                     const DispatchPlan&, int);                \
-  template void EpExchange::combine_moving<T>(std::vector<T>&, std::vector<T>&,                \
-                                              const DispatchPlan&, int);
-MOE_EP_MOVING_INSTANTIATE(float)
-MOE_EP_MOVING_INSTANTIATE(double)
-#undef MOE_EP_MOVING_INSTANTIATE
 
 }  // namespace moe

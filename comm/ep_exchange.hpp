@@ -78,21 +78,11 @@ class EpExchange {
   void combine(std::span<T> send_rows, std::span<const T> expert_rows, const DispatchPlan& plan,
                int D);
 
-  // The same exchanges for callers whose source rows are dead afterwards. When this rank is its
-  // whole EP group, every exchange is the identity (the send order is the expert-major order:
-  // comm/dispatch_plan.hpp), so these swap the two vectors instead of copying the rows: the
-  // destination takes the source's buffer, and the source is left with the destination's old
-  // one, sized as before and holding stale rows. Otherwise they are the exchanges above, and the
-  // source must stay untouched until dispatch_end as there.
-  template <class T>
-  void dispatch_counted_begin_moving(std::vector<T>& expert_rows, std::vector<T>& send_rows,
-                                     DispatchPlan& plan, int D);
-  template <class T>
-  void dispatch_begin_moving(std::vector<T>& expert_rows, std::vector<T>& send_rows,
-                             const DispatchPlan& plan, int D);
-  template <class T>
-  void combine_moving(std::vector<T>& send_rows, std::vector<T>& expert_rows,
-                      const DispatchPlan& plan, int D);
+  // What dispatch_counted_begin does to the plan when this rank is its whole EP group, without
+  // moving a row: it sets the plan's receive side, where expert row p is send position p, so
+  // that the caller reads each row where it lies (model/moe_layer.cpp). std::logic_error on a
+  // larger group.
+  void dispatch_counted_alone(DispatchPlan& plan, int D);
 
   const Comm& comm() const { return ep_; }
 

@@ -13,6 +13,7 @@
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
 #include "model/per_sequence.hpp"
+#include "model/prefetch.hpp"
 #include "model/swiglu.hpp"
 
 namespace moe {
@@ -59,6 +60,15 @@ template <class T> std::span<T> thread_scratch(MoeSaved<T>& s) {
 template <class T> void scratch_for_threads(MoeSaved<T>& s) {
   const size_t threads = static_cast<size_t>(std::max(omp_get_max_threads(), 1));
   while (s.leaf_scratch.size() < threads) s.leaf_scratch.emplace_back(s.leaf_scratch_values);
+}
+
+// ExpertRows::kInPlace: x's rows [row, row + rows), each its assignment's token row.
+template <class T>
+void gather_token_rows(MoeSaved<T>& s, const T* in, int row, int rows, const MoeDims& d) {
+  const size_t D = d.D;
+  for (int p = row; p < row + rows; ++p) {
+    std::copy_n(in + static_cast<size_t>(s.plan.send_assignment[p] / d.K) * D, D, &s.x[p * D]);
+  }
 }
 
 // The shared expert on rows [row, row + rows) of one sequence: out = swiglu(in·S1, in·S3)·S2.
@@ -127,11 +137,66 @@ template <class T> void shared_resize(MoeSaved<T>& s, const MoeDims& d, int N, b
   }
 }
 
+// <g_r, y_r> for R rows of D values: R chains, each the plain loop's sum in order, run side by
+// side (one chain alone waits on each add's latency). Scalar: vectorised across the rows, GCC
+// transposes each 4 × 4 block with shuffles and runs twice as slow as one chain at a time.
+template <class T, int R>
+[[gnu::noinline, gnu::optimize("no-tree-vectorize")]] void row_dots(T (&dot)[R],
+                                                                    const T* const (&g)[R],
+                                                                    const T* const (&y)[R],
+                                                                    size_t D) {
+  T acc[R];  // not dot itself: g and y might alias it, so its sums would go to memory each time
+  for (int r = 0; r < R; ++r) acc[r] = 0;
+  for (size_t c = 0; c < D; ++c) {
+    for (int r = 0; r < R; ++r) acc[r] += g[r][c] * y[r][c];
+  }
+  for (int r = 0; r < R; ++r) dot[r] = acc[r];
+}
+
+// combine_rows_backward for R positions from p.
+template <class T, int R>
+void combine_rows_group(MoeSaved<T>& s, const T* d_out, const T* y_rows, T* d_rows, int p,
+                        const MoeDims& d) {
+  const size_t D = d.D;
+  const T* g[R];
+  const T* y[R];
+  for (int r = 0; r < R; ++r) {
+    g[r] = d_out + static_cast<size_t>(s.plan.send_assignment[p + r] / d.K) * D;
+    y[r] = y_rows + static_cast<size_t>(p + r) * D;
+  }
+  T dot[R];
+  row_dots(dot, g, y, D);
+  for (int r = 0; r < R; ++r) {
+    const int a = s.plan.send_assignment[p + r];
+    s.d_weights[a] = dot[r];
+    const T wt = s.weights[a];
+    T* out = d_rows + static_cast<size_t>(p + r) * D;
+    for (size_t c = 0; c < D; ++c) out[c] = wt * g[r][c];
+  }
+}
+
 }  // namespace
 
 template <class T>
+void combine_rows_backward(MoeSaved<T>& s, const T* d_out, const T* y_rows, T* d_rows, int first,
+                           int count, const MoeDims& d) {
+  constexpr int kRows = 4;
+  const size_t D = d.D;
+  int p = first;
+  for (; p + kRows <= first + count; p += kRows) {
+    // The next group's rows, fetched while this one's are summed: d_out's in the tokens' order.
+    for (int r = kRows; r < 2 * kRows && p + r < first + count; ++r) {
+      prefetch_values(d_out + static_cast<size_t>(s.plan.send_assignment[p + r] / d.K) * D, D);
+      prefetch_values(y_rows + static_cast<size_t>(p + r) * D, D);
+    }
+    combine_rows_group<T, kRows>(s, d_out, y_rows, d_rows, p, d);
+  }
+  for (; p < first + count; ++p) combine_rows_group<T, 1>(s, d_out, y_rows, d_rows, p, d);
+}
+
+template <class T>
 void moe_experts_forward(MoeSaved<T>& s, const MoeWeights<T>& w, const MoeDims& d, T* shared_out,
-                         const T* in) {
+                         const T* in, ExpertRows where) {
   const size_t DF = static_cast<size_t>(d.D) * d.F;
   const auto [B, S] = moe_sequences(s, s.N);
   if (shared_out != nullptr) {
@@ -143,6 +208,7 @@ void moe_experts_forward(MoeSaved<T>& s, const MoeWeights<T>& w, const MoeDims& 
       [&](int row, int rows) { shared_rows_forward(shared_out, s, in, w, d, row, rows); },
       [&](int64_t i, int rows, int row) {
         const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.F;
+        if (where == ExpertRows::kInPlace) gather_token_rows(s, in, row, rows, d);
         linear_forward(&s.g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D, d.F);
         linear_forward(&s.v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D, d.F);
         swiglu_forward(&s.h[rf], &s.g[rf], &s.v[rf], static_cast<int64_t>(rows) * d.F,
@@ -180,7 +246,8 @@ void moe_shared_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSa
 
 template <class T>
 void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeights<T>& w,
-                          const MoeDims& d, T* shared_d_in, const T* d_out, const T* in) {
+                          const MoeDims& d, T* shared_d_in, const T* d_out, const T* in,
+                          ExpertRows where) {
   const size_t DF = static_cast<size_t>(d.D) * d.F;
   const int R = s.plan.num_recv;
   const bool shared = shared_d_in != nullptr && d.Fs > 0;
@@ -197,6 +264,9 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
       [&](int64_t i, int rows, int row) {
         const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.F;
         const int64_t n = static_cast<int64_t>(rows) * d.F;
+        if (where == ExpertRows::kInPlace) {
+          combine_rows_backward(s, d_out, s.y.data(), s.d_y.data(), row, rows, d);
+        }
         // d_h and d_x are written by their first GEMM, not added into zeros: their readers
         // (swiglu_backward; the layer's scatter of d_x, after the combine) take each element
         // as x + 0, which gives the bits of the sums into +0 (linear_backward_input_overwrite).
@@ -220,14 +290,16 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
 }
 
 #define MOE_EXPERTS_INSTANTIATE(T)                                                                 \
+  template void combine_rows_backward<T>(MoeSaved<T>&, const T*, const T*, T*, int, int,           \
+                                         const MoeDims&);                                          \
   template void moe_experts_forward<T>(MoeSaved<T>&, const MoeWeights<T>&, const MoeDims&, T*,     \
-                                       const T*);                                                  \
+                                       const T*, ExpertRows);                                      \
   template void moe_shared_forward<T>(T*, MoeSaved<T>&, const T*, const MoeWeights<T>&,            \
                                       const MoeDims&, int);                                        \
   template void moe_shared_backward<T>(T*, const MoeWeights<T>&, const T*, MoeSaved<T>&, const T*, \
                                        const MoeWeights<T>&, const MoeDims&, int);                 \
   template void moe_experts_backward<T>(MoeSaved<T>&, const MoeWeights<T>&, const MoeWeights<T>&,  \
-                                        const MoeDims&, T*, const T*, const T*);
+                                        const MoeDims&, T*, const T*, const T*, ExpertRows);
 MOE_EXPERTS_INSTANTIATE(float)
 MOE_EXPERTS_INSTANTIATE(double)
 #undef MOE_EXPERTS_INSTANTIATE

@@ -79,7 +79,7 @@ MoeSavedSizes moe_saved_sizes(double N, const MoeDims& d, int ep_size, int max_l
   z.NE = n * d.E;
   z.NK = n * d.K;
   z.R = static_cast<double>(ep_size) * n * std::min(d.K, max_local);
-  z.NKD = z.NK * d.D;
+  z.NKD = ep_size > 1 ? z.NK * d.D : 0.0;  // an EP group of one rank moves no rows
   z.RD = z.R * d.D;
   z.RF = z.R * d.F;
   z.NFs = n * d.Fs;
@@ -191,9 +191,10 @@ template <class T> void gather_send_rows(MoeSaved<T>& s, const T* in, const MoeD
   }
 }
 
-// gather_send_rows reversed: the gradients of token t's K rows, in slot order (the same sums
-// whatever the threads), added into d_in[t].
-template <class T> void scatter_rows_backward(T* d_in, const MoeSaved<T>& s, const MoeDims& d) {
+// gather_send_rows reversed: the gradients of token t's K rows (`rows`, in send order), in slot
+// order (the same sums whatever the threads), added into d_in[t].
+template <class T>
+void scatter_rows_backward(T* d_in, const T* rows, const MoeSaved<T>& s, const MoeDims& d) {
   const size_t D = d.D;
   const int N = s.N;
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
@@ -202,7 +203,7 @@ template <class T> void scatter_rows_backward(T* d_in, const MoeSaved<T>& s, con
     for (int j = 0; j < d.K; ++j) {
       const int p = s.plan.send_position[t * d.K + j];
       if (p < 0) continue;  // dropped: it never reached an expert
-      const T* r = &s.d_rows[static_cast<size_t>(p) * D];
+      const T* r = rows + static_cast<size_t>(p) * D;
       // + 0: the experts write d_x without zeroing it first (moe_experts_backward); this is
       // the value their sum into +0 had.
       for (size_t c = 0; c < D; ++c) di[c] += r[c] + T(0);
@@ -210,8 +211,9 @@ template <class T> void scatter_rows_backward(T* d_in, const MoeSaved<T>& s, con
   }
 }
 
-// out[t] += Σ_j w[t,j]·y[t,j], over the combined rows.
-template <class T> void weighted_sum_forward(T* out, const MoeSaved<T>& s, const MoeDims& d) {
+// out[t] += Σ_j w[t,j]·y[t,j], over the combined rows (`rows`, in send order).
+template <class T>
+void weighted_sum_forward(T* out, const T* rows, const MoeSaved<T>& s, const MoeDims& d) {
   const size_t D = d.D;
   const int N = s.N;
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
@@ -222,48 +224,28 @@ template <class T> void weighted_sum_forward(T* out, const MoeSaved<T>& s, const
     if (t + 1 < N) {
       for (int j = 0; j < d.K; ++j) {
         const int p = s.plan.send_position[(t + 1) * d.K + j];
-        if (p >= 0) prefetch_values(&s.y_rows[static_cast<size_t>(p) * D], D);
+        if (p >= 0) prefetch_values(rows + static_cast<size_t>(p) * D, D);
       }
     }
     for (int j = 0; j < d.K; ++j) {
       const int p = s.plan.send_position[t * d.K + j];
       if (p < 0) continue;  // dropped: no expert output, as a combine weight of zero
       const T wt = s.weights[t * d.K + j];
-      const T* y = &s.y_rows[static_cast<size_t>(p) * D];
+      const T* y = rows + static_cast<size_t>(p) * D;
       for (size_t c = 0; c < D; ++c) o[c] += wt * y[c];
     }
   }
 }
 
 // weighted_sum_forward reversed: d_w[t,j] = <d_out[t], y[t,j]> and d_y[t,j] = w[t,j]·d_out[t],
-// the rows that travel back to the experts' owners; d_w = 0 for a dropped assignment.
+// the rows that travel back to the experts' owners (d_w of the dropped assignments untouched).
 template <class T> void weighted_sum_backward(MoeSaved<T>& s, const T* d_out, const MoeDims& d) {
-  const size_t D = d.D;
-  const int NK = s.N * d.K;
-  s.d_weights.resize(static_cast<size_t>(NK));
-  s.d_rows.resize(static_cast<size_t>(s.plan.num_send()) * D);
-  constexpr int kAhead = 4;  // the rows this many assignments ahead are fetched meanwhile
-#pragma omp parallel for schedule(static) if (NK >= kParallelRows)
-  for (int a = 0; a < NK; ++a) {
-    const int t = a / d.K;
-    if (a + kAhead < NK && s.plan.send_position[a + kAhead] >= 0) {
-      const size_t ahead = static_cast<size_t>(s.plan.send_position[a + kAhead]) * D;
-      prefetch_values(&s.y_rows[ahead], D);
-      prefetch_values<1>(&s.d_rows[ahead], D);
-    }
-    if (s.plan.send_position[a] < 0) {
-      s.d_weights[a] = 0;
-      continue;
-    }
-    const size_t row = static_cast<size_t>(s.plan.send_position[a]) * D;
-    const T* g = d_out + t * D;
-    const T* y = &s.y_rows[row];
-    T dot = 0;
-    for (size_t c = 0; c < D; ++c) dot += g[c] * y[c];
-    s.d_weights[a] = dot;
-    const T wt = s.weights[a];
-    for (size_t c = 0; c < D; ++c) s.d_rows[row + c] = wt * g[c];
-  }
+  const int sent = s.plan.num_send();
+  s.d_rows.resize(static_cast<size_t>(sent) * d.D);
+  parallel_blocks(sent, kParallelRows, [&](int64_t first, int64_t last) {
+    combine_rows_backward(s, d_out, s.y_rows.data(), s.d_rows.data(), static_cast<int>(first),
+                          static_cast<int>(last - first), d);
+  });
 }
 
 // The router reversed: w = normalise(s[sel])·scale, s = f(logits), logits = in·W_g; the balance
@@ -306,6 +288,12 @@ bool shared_overlaps_dispatch(const MoeDims& d, const EpExchange& ex) {
   return d.overlap_shared && ex.comm().size() > 1;
 }
 
+// An EP group of one rank exchanges nothing: its experts read their rows in place
+// (moe_experts.hpp).
+ExpertRows expert_rows_of(const EpExchange& ex) {
+  return ex.comm().size() == 1 ? ExpertRows::kInPlace : ExpertRows::kExchanged;
+}
+
 }  // namespace
 
 template <class T>
@@ -328,6 +316,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   }
   const size_t D = d.D;
   const bool overlap = shared_overlaps_dispatch(d, ex);
+  const ExpertRows where = expert_rows_of(ex);
   s.N = N;
   s.seq_len = routing.seq_len;
   {
@@ -357,12 +346,16 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
   const int NK = s.plan.num_send();
   {
     ScopedPhase timer(s.times, Phase::kDispatch);
-    gather_send_rows(s, in, d);
-    // The plan's counts first (or with the rows, across hosts); s.x becomes [R, D] once they are
-    // in. The send rows are dead afterwards: an EP group of one rank hands their buffer over.
-    ex.dispatch_counted_begin_moving(s.x, s.send_rows, s.plan, d.D);
-    if (!overlap) {
-      ex.dispatch_end();
+    if (where == ExpertRows::kInPlace) {
+      ex.dispatch_counted_alone(s.plan, d.D);  // the experts gather their rows themselves
+    } else {
+      gather_send_rows(s, in, d);
+      // The plan's counts first (or with the rows, across hosts); s.x becomes [R, D] once they
+      // are in.
+      ex.dispatch_counted_begin(s.x, std::span<const T>(s.send_rows), s.plan, d.D);
+      if (!overlap) {
+        ex.dispatch_end();
+      }
     }
   }
   if (overlap) {
@@ -381,12 +374,17 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     s.v.resize(s.g.size());
     s.h.resize(s.g.size());
     s.y.resize(R * D);
-    moe_experts_forward(s, w, d, overlap ? nullptr : out, in);
+    if (where == ExpertRows::kInPlace) s.x.resize(R * D);
+    moe_experts_forward(s, w, d, overlap ? nullptr : out, in, where);
   }
   ScopedPhase timer(s.times, Phase::kCombine);
+  if (where == ExpertRows::kInPlace) {
+    weighted_sum_forward(out, s.y.data(), s, d);  // y's rows are in send order already
+    return;
+  }
   s.y_rows.resize(NK * D);
-  ex.combine_moving(s.y_rows, s.y, s.plan, d.D);  // s.y is not read again
-  weighted_sum_forward(out, s, d);
+  ex.combine(std::span<T>(s.y_rows), std::span<const T>(s.y), s.plan, d.D);
+  weighted_sum_forward(out, s.y_rows.data(), s, d);
 }
 
 template <class T>
@@ -394,15 +392,20 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
                   const MoeWeights<T>& w, const MoeDims& d, EpExchange& ex) {
   const int R = s.plan.num_recv;
   const bool overlap = shared_overlaps_dispatch(d, ex);
+  const ExpertRows where = expert_rows_of(ex);
   {
-    // The weighted sum reversed; then combine's backward is a dispatch: output gradients travel
-    // to the experts' owners.
+    // The weighted sum reversed (in place: by the experts' row tasks); then combine's backward
+    // is a dispatch: output gradients travel to the experts' owners. A dropped assignment's d_w
+    // is 0.
     ScopedPhase timer(s.times, Phase::kCombineBackward);
-    weighted_sum_backward(s, d_out, d);
     s.d_y.resize(static_cast<size_t>(R) * d.D);
-    ex.dispatch_begin_moving(s.d_y, s.d_rows, s.plan, d.D);  // d_rows is rewritten below
-    if (!overlap) {
-      ex.dispatch_end();
+    s.d_weights.assign(static_cast<size_t>(s.N) * d.K, T(0));
+    if (where == ExpertRows::kExchanged) {
+      weighted_sum_backward(s, d_out, d);
+      ex.dispatch_begin(std::span<T>(s.d_y), std::span<const T>(s.d_rows), s.plan, d.D);
+      if (!overlap) {
+        ex.dispatch_end();
+      }
     }
   }
   if (overlap) {
@@ -418,13 +421,17 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     ScopedPhase timer(s.times, Phase::kExpertsBackward);
     // The rows of each (source, local expert, sequence): the leaves of the weight gradients.
     expert_seq_rows_exchange(s.expert_rows, s.plan, s.N, s.seq_len, s.expert_layout, ex.comm());
-    moe_experts_backward(s, gr, w, d, overlap ? nullptr : d_in, d_out, in);
+    moe_experts_backward(s, gr, w, d, overlap ? nullptr : d_in, d_out, in, where);
   }
   {
     // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.
     ScopedPhase timer(s.times, Phase::kDispatchBackward);
-    ex.combine_moving(s.d_rows, s.d_x, s.plan, d.D);
-    scatter_rows_backward(d_in, s, d);
+    if (where == ExpertRows::kInPlace) {
+      scatter_rows_backward(d_in, s.d_x.data(), s, d);  // d_x's rows are in send order already
+    } else {
+      ex.combine(std::span<T>(s.d_rows), std::span<const T>(s.d_x), s.plan, d.D);
+      scatter_rows_backward(d_in, s.d_rows.data(), s, d);
+    }
   }
   ScopedPhase timer(s.times, Phase::kRouterBackward);
   router_backward(d_in, gr, s, in, w, d);

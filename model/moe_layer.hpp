@@ -99,12 +99,14 @@ struct MoeRouting {
 // moe_saved_reserve; per-step sizes (R) resize within the reserved capacity, so a step allocates
 // nothing unless its routing needs more rows than any earlier step did.
 template <class T> struct MoeSaved {
-  PhaseTimes* times = nullptr;        // where forward and backward add their phase times, or none
-  int N = 0;                          // tokens of the last forward
-  std::vector<T> logits, scores;      // [N, E]
-  std::vector<int32_t> expert_idx;    // [N, K] selected experts (global ids)
-  std::vector<T> weights;             // [N, K]
-  DispatchPlan plan;                  // plan.expert_counts: this rank's load per expert
+  PhaseTimes* times = nullptr;      // where forward and backward add their phase times, or none
+  int N = 0;                        // tokens of the last forward
+  std::vector<T> logits, scores;    // [N, E]
+  std::vector<int32_t> expert_idx;  // [N, K] selected experts (global ids)
+  std::vector<T> weights;           // [N, K]
+  DispatchPlan plan;                // plan.expert_counts: this rank's load per expert
+  // send_rows, y_rows and d_rows serve the exchange: an EP group of one rank leaves them empty
+  // (its expert-major order is the send order: moe_experts.hpp, ExpertRows).
   std::vector<T> send_rows;           // [N·K, D] input rows in send order
   std::vector<T> x;                   // [R, D] expert inputs, expert-major
   std::vector<T> g, v, h;             // [R, F] expert pre-activations (unclamped) and activation
@@ -162,7 +164,7 @@ struct MoeSavedSizes {
   double NK = 0;   // expert_idx, topk_scratch, dispatched_idx, weights, d_weights, the plan's
                    //   send arrays [N, K]
   double R = 0;    // rows received
-  double NKD = 0;  // send_rows, y_rows, d_rows [N·K, D]
+  double NKD = 0;  // send_rows, y_rows, d_rows [N·K, D]; none in an EP group of one rank
   double RD = 0, RF = 0;     // x, y, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
   double NFs = 0;            // the shared expert's sg, sv, sh, sd_g, sd_v, sd_h [N, Fs]
   double router_leaves = 0;  // the router's weight-gradient leaves: max_sequences·D·E when

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -60,12 +61,12 @@ std::vector<int32_t> concentrated_routing(int rank, int K, int first) {
 
 // One dispatch and combine on EP groups of size P, checked exactly. `route(world_rank)` gives a
 // rank's routing [T, K]. With `begin_end`, dispatch goes through dispatch_begin, a rank-dependent
-// pause (other ranks run ahead into the next exchange), then dispatch_end. With `moving`, every
-// exchange is its _moving form, which on an EP group of one rank must hand the source's buffer to
-// the destination rather than copy.
+// pause (other ranks run ahead into the next exchange), then dispatch_end. With `alone` (EP
+// groups of one rank), the first dispatch is dispatch_counted_alone, which moves no row: the
+// rows where they lie, in send order, must then be the expert-major rows its plan describes.
 template <class Route>
 void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reuse = nullptr,
-                    bool begin_end = false, bool moving = false) {
+                    bool begin_end = false, bool alone = false) {
   SCOPED_TRACE(name(form));
   const Comm world = Comm::world();
   // A reused exchange brings its EP communicator: no collective here to line the ranks up.
@@ -90,14 +91,9 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
   }
   // The plan's first dispatch carries its counts.
   std::vector<float> rows;
-  if (moving) {
-    std::vector<float> source = send;
-    const float* buffer = source.data();
-    ex.dispatch_counted_begin_moving(rows, source, plan, kCodeWidth);
-    ex.dispatch_end();
-    if (P == 1) {
-      EXPECT_EQ(rows.data(), buffer) << "the rows were copied";
-    }
+  if (alone) {
+    ex.dispatch_counted_alone(plan, kCodeWidth);
+    rows = send;
   } else if (begin_end) {
     ex.dispatch_counted_begin(rows, std::span<const float>(send), plan, kCodeWidth);
     std::this_thread::sleep_for(std::chrono::milliseconds(3 * (me % 3)));
@@ -132,13 +128,7 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
 
   // A later dispatch of the same plan (the backward pass's) moves the same rows again.
   std::vector<float> again(rows.size(), -9.0f);
-  if (moving) {
-    std::vector<float> source = send;
-    ex.dispatch_begin_moving(again, source, plan, kCodeWidth);
-    ex.dispatch_end();
-  } else {
-    ex.dispatch(std::span<float>(again), std::span<const float>(send), plan, kCodeWidth);
-  }
+  ex.dispatch(std::span<float>(again), std::span<const float>(send), plan, kCodeWidth);
   EXPECT_EQ(again, rows);
 
   // The "expert" doubles each row and adds its id to column 5; combine must return exactly
@@ -150,16 +140,7 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
     row[5] += row[3] / 2.0f;
   }
   std::vector<float> back(send.size(), -7.0f);
-  if (moving) {
-    std::vector<float> source = rows;
-    const float* buffer = source.data();
-    ex.combine_moving(back, source, plan, kCodeWidth);
-    if (P == 1) {
-      EXPECT_EQ(back.data(), buffer) << "the rows were copied";
-    }
-  } else {
-    ex.combine(std::span<float>(back), std::span<const float>(rows), plan, kCodeWidth);
-  }
+  ex.combine(std::span<float>(back), std::span<const float>(rows), plan, kCodeWidth);
   std::vector<float> out(static_cast<size_t>(T) * kCodeWidth, 0.0f);
   for (int a = 0; a < T * K; ++a) {
     const float w = 1.0f / static_cast<float>(1 << (a % K));
@@ -195,22 +176,27 @@ TEST(EpExchange, ProvenanceAndWeightedSumForEveryEpSize) {
   }
 }
 
-// The _moving exchanges, for callers whose source rows are dead afterwards (the MoE layer's four):
-// the same rows on every EP size, and no copy on an EP group of one rank.
-TEST(EpExchange, MovingExchangesGiveTheSameRowsAndCopyNothingOnOneRank) {
-  const int W = Comm::world().size();
-  for (int P = 1; P <= std::min(W, kExperts); ++P) {
-    if (W % P != 0) continue;
-    SCOPED_TRACE("P=" + std::to_string(P));
-    for (const Form& form : {kForms[0], kForms[1]}) {
-      for (int K : {3, 1}) {
-        check_exchange(
-            P, K, [K](int r) { return skewed_routing(r, K, 7); }, form, nullptr, false, true);
-        check_exchange(
-            P, K, [K](int r) { return concentrated_routing(r, K, 2); }, form, nullptr, false, true);
-      }
+// An EP group of one rank moves no rows (the MoE layer's experts read them in place): the plan's
+// receive side must make the send order the expert-major order, on skewed and concentrated
+// routing. A larger group refuses: its rows must travel.
+TEST(EpExchange, AloneTheSendOrderIsTheExpertOrder) {
+  for (const Form& form : {kForms[0], kForms[1]}) {
+    for (int K : {3, 1}) {
+      check_exchange(
+          1, K, [K](int r) { return skewed_routing(r, K, 7); }, form, nullptr, false, true);
+      check_exchange(
+          1, K, [K](int r) { return concentrated_routing(r, K, 2); }, form, nullptr, false, true);
     }
   }
+  const Comm world = Comm::world();
+  if (world.size() < 2) return;
+  const ParallelGroups groups = parallel_groups_make(world, world.size());
+  EpExchange ex(groups.ep);
+  DispatchPlan plan;
+  const std::vector<int32_t> routing = skewed_routing(world.rank(), 2, 7);
+  dispatch_plan_build(plan, routing, testing_fixtures::tokens_of_rank(world.rank()), 2,
+                      ExpertPlacement{kExperts, world.size()}, groups.ep.rank());
+  EXPECT_THROW(ex.dispatch_counted_alone(plan, kCodeWidth), std::logic_error);
 }
 
 TEST(EpExchange, EmptyBlocksAndRanksThatReceiveNothing) {

@@ -77,6 +77,9 @@ TEST_P(MoeGradient, MatchesFiniteDifferences) {
     EXPECT_GT(std::count(dispatched.begin(), dispatched.end(), -1), 0);
   }
   std::vector<double> d_in(in.size(), 0.0);
+  // What the buffers hold from an earlier step must not matter: every combine weight's gradient,
+  // a dropped assignment's (0) included, is written anew.
+  h.saved.d_weights.assign(static_cast<size_t>(N) * dims.K, std::nan(""));
   moe_backward(d_in.data(), h.grads(), R.data(), h.saved, in.data(), h.weights(), dims, ex);
 
   const double eps = 1e-6;
@@ -306,9 +309,9 @@ TEST(MoeUnderflow, ZeroSignsOfUnderflowingGradientsKeepTheirBits) {
   }
   EXPECT_EQ(hash, 0x8b3e795a3aad22aeull);
   EXPECT_GT(zeros, 0u);  // the outputs hold zeros whose signs the hash pins
-  // The case is exercised: the experts' raw d_h, and their raw d_x as the combine brought it
-  // back (d_rows), hold zeros of both signs.
-  for (const std::vector<float>* v : {&h.saved.d_h, &h.saved.d_rows}) {
+  // The case is exercised: the experts' raw d_h and d_x (which an EP group of one rank scatters
+  // into d_in where it lies) hold zeros of both signs.
+  for (const std::vector<float>* v : {&h.saved.d_h, &h.saved.d_x}) {
     const auto negative = std::count_if(
         v->begin(), v->end(), [](float x) { return std::bit_cast<uint32_t>(x) == 0x80000000u; });
     EXPECT_GT(negative, 0) << "no −0 to read as +0";
