@@ -200,6 +200,13 @@ void scatter_rows_backward(T* d_in, const T* rows, const MoeSaved<T>& s, const M
 #pragma omp parallel for schedule(static) if (N >= kParallelRows)
   for (int t = 0; t < N; ++t) {
     T* di = d_in + static_cast<size_t>(t) * D;
+    // The next token's rows, fetched while this one's are added (as in weighted_sum_forward).
+    if (t + 1 < N) {
+      for (int j = 0; j < d.K; ++j) {
+        const int p = s.plan.send_position[(t + 1) * d.K + j];
+        if (p >= 0) prefetch_values(rows + static_cast<size_t>(p) * D, D);
+      }
+    }
     for (int j = 0; j < d.K; ++j) {
       const int p = s.plan.send_position[t * d.K + j];
       if (p < 0) continue;  // dropped: it never reached an expert
