@@ -17,10 +17,11 @@ The model (docs/performance.md, "A cost model for scale", states every assumptio
   compute    Σ over the compute phases of (time per token on one core) × N tokens per rank, the
              optimizer per parameter the rank holds (replicated + its local experts), the expert
              phases times the load factor f (the busiest rank's rows over the mean; 1 = balanced),
-             the router's times E / E_calibration; besides, the exchange's own copies and the
-             all-reduce's local work (at one rank, the whole of both phases; a rank that is its
-             whole EP group makes no exchange, its experts copy their rows in place, so those
-             copies are in its expert phases and the exchange's are about 0)
+             the router's times E / E_calibration; besides, the exchange phases' local work and
+             the all-reduce's (at one rank, the whole of both phases: a rank that is its whole EP
+             group exchanges no rows, its experts copy theirs in place, so its exchange phases
+             hold the combine's weighted sum and the scatter of the input gradients, and the row
+             copies fall in its expert phases)
   waiting    with R ranks × t threads on c cores of one host, (R·t/c − 1) × compute when R·t > c:
              ranks take turns on a core, and a rank waits at the next exchange while the others
              run (what the 8-rank default shows on 2 cores); compute includes the copies and the

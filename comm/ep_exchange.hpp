@@ -7,8 +7,8 @@
 // straight to its expert-major position and back, with no row permutation. A pair of ranks with
 // few rows between them (under whole_message_bytes) exchanges them as one message instead, which
 // the owner copies block by block out of or into a small staging area: at that size a copy costs
-// less than a message. A rank's blocks for its own experts are copied; on an EP group of one rank
-// the _moving forms hand the whole buffer over instead.
+// less than a message. A rank's blocks for its own experts are copied. An EP group of one rank
+// makes no exchange (dispatch_counted_alone): its send order is the expert-major order.
 //
 // Legend: D row width, T·K send rows in the plan's send order, R received rows expert-major.
 #pragma once

@@ -84,12 +84,12 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
   std::optional<EpExchange> own;
   if (reuse == nullptr) own.emplace(ep, form.counts, form.whole_bytes);
   EpExchange& ex = reuse != nullptr ? *reuse : *own;
-  std::vector<float> send(static_cast<size_t>(T) * K * kCodeWidth);
+  std::vector<float> send(static_cast<size_t>(plan.num_send()) * kCodeWidth);
   for (int p = 0; p < plan.num_send(); ++p) {
     const int a = plan.send_assignment[p];
     testing_fixtures::encode_row(&send[p * kCodeWidth], me, a / K, a % K, routing[ep_rank][a]);
   }
-  // The plan's first dispatch carries its counts.
+  // The plan's first dispatch carries its counts (alone: sets its receive side).
   std::vector<float> rows;
   if (alone) {
     ex.dispatch_counted_alone(plan, kCodeWidth);
@@ -143,6 +143,7 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
   ex.combine(std::span<float>(back), std::span<const float>(rows), plan, kCodeWidth);
   std::vector<float> out(static_cast<size_t>(T) * kCodeWidth, 0.0f);
   for (int a = 0; a < T * K; ++a) {
+    if (plan.send_position[a] < 0) continue;  // dropped (routed to −1): no row
     const float w = 1.0f / static_cast<float>(1 << (a % K));
     const float* y = &back[plan.send_position[a] * kCodeWidth];
     for (int c = 0; c < kCodeWidth; ++c) out[(a / K) * kCodeWidth + c] += w * y[c];
@@ -151,6 +152,7 @@ void check_exchange(int P, int K, Route route, const Form& form, EpExchange* reu
     float expect[kCodeWidth] = {0, 0, 0, 0, 0, 0};
     for (int j = 0; j < K; ++j) {
       const int e = routing[ep_rank][t * K + j];
+      if (e < 0) continue;
       float code[kCodeWidth];
       testing_fixtures::encode_row(code, me, t, j, e);
       const float w = 1.0f / static_cast<float>(1 << j);
@@ -178,15 +180,22 @@ TEST(EpExchange, ProvenanceAndWeightedSumForEveryEpSize) {
 
 // An EP group of one rank moves no rows (the MoE layer's experts read them in place): the plan's
 // receive side must make the send order the expert-major order, on skewed and concentrated
-// routing. A larger group refuses: its rows must travel.
+// routing and with dropped assignments (−1, as a token capacity leaves them). A larger group
+// refuses: its rows must travel.
 TEST(EpExchange, AloneTheSendOrderIsTheExpertOrder) {
-  for (const Form& form : {kForms[0], kForms[1]}) {
-    for (int K : {3, 1}) {
-      check_exchange(
-          1, K, [K](int r) { return skewed_routing(r, K, 7); }, form, nullptr, false, true);
-      check_exchange(
-          1, K, [K](int r) { return concentrated_routing(r, K, 2); }, form, nullptr, false, true);
-    }
+  auto with_drops = [](int r, int K) {
+    std::vector<int32_t> idx = skewed_routing(r, K, 9);
+    for (size_t a = 0; a < idx.size(); a += 3) idx[a] = -1;
+    return idx;
+  };
+  for (int K : {3, 1}) {
+    check_exchange(
+        1, K, [K](int r) { return skewed_routing(r, K, 7); }, kForms[0], nullptr, false, true);
+    check_exchange(
+        1, K, [K](int r) { return concentrated_routing(r, K, 2); }, kForms[0], nullptr, false,
+        true);
+    check_exchange(
+        1, K, [&](int r) { return with_drops(r, K); }, kForms[0], nullptr, false, true);
   }
   const Comm world = Comm::world();
   if (world.size() < 2) return;
