@@ -276,6 +276,63 @@ TEST(MoeOverlap, SharedExpertOverlapIsBitwiseNeutral) {
   EXPECT_EQ(results[0], results[1]);
 }
 
+// What an earlier step left in the layer's buffers changes nothing: a step after another whose
+// routing kept a different number of rows (a token capacity drops some), with every buffer of
+// rows then filled with NaN, gives the bits of the same step on fresh buffers, in an EP group of
+// one rank (whose experts read their rows in place) and in the world's.
+TEST(MoeBuffers, WhatAnEarlierStepLeftChangesNothing) {
+  const Comm world = Comm::world();
+  const int N = 12, V = 64;
+  const MoeDims dims{16, 12, 12, 8, 3, ScoreFunc::kSqrtSoftplus, 1.5f, 10.0f};
+  const size_t first = static_cast<size_t>(world.rank()) * N, ND = static_cast<size_t>(N) * 16;
+  std::vector<int> ep_sizes = {1};
+  if (default_ep_size(world.size(), 8) > 1) ep_sizes.push_back(default_ep_size(world.size(), 8));
+  for (int P : ep_sizes) {
+    SCOPED_TRACE("P=" + std::to_string(P));
+    const ParallelGroups groups = parallel_groups_make(world, P);
+    EpExchange ex(groups.ep);
+    // One step on `h`'s buffers: its output, input gradient and parameter gradients.
+    auto step = [&](MoeHarness<float>& h, const char* in_name, const char* d_out_name) {
+      const std::vector<float> in =
+          testing_moe::global_normal<float>(in_name, first * 16 + ND, 1.0);
+      const std::vector<float> d_out =
+          testing_moe::global_normal<float>(d_out_name, first * 16 + ND, 1.0);
+      MoeRouting routing = h.routing(RoutingMode::kTopK, nullptr, 0);
+      routing.capacity = 5;  // an expert's rows of these 12 tokens (36 assignments over 8)
+      std::fill(h.dense_grads.begin(), h.dense_grads.end(), 0.0f);
+      std::fill(h.expert_grads.begin(), h.expert_grads.end(), 0.0f);
+      std::vector<float> out(ND), d_in(ND, 0.0f);
+      moe_forward(out.data(), h.saved, &in[first * 16], h.weights(), routing, dims, h.placement, ex,
+                  N);
+      moe_backward(d_in.data(), h.grads(), &d_out[first * 16], h.saved, &in[first * 16],
+                   h.weights(), dims, ex);
+      std::vector<float> all = out;
+      all.insert(all.end(), d_in.begin(), d_in.end());
+      all.insert(all.end(), h.dense_grads.begin(), h.dense_grads.end());
+      all.insert(all.end(), h.expert_grads.begin(), h.expert_grads.end());
+      return all;
+    };
+    MoeHarness<float> used(dims, groups.ep_size, groups.ep.rank(), 9, V, N);
+    step(used, "in_earlier", "d_out_earlier");
+    std::vector<int64_t> rows = {used.saved.plan.num_recv, 0};
+    MoeSaved<float>& b = used.saved;
+    for (std::vector<float>* v : {&b.send_rows, &b.x, &b.g, &b.v, &b.h, &b.y, &b.y_rows, &b.d_rows,
+                                  &b.d_y, &b.d_x, &b.d_g, &b.d_v, &b.d_h, &b.d_weights}) {
+      std::fill(v->begin(), v->end(), std::nanf(""));
+    }
+    const std::vector<float> after = step(used, "in", "d_out");
+    rows[1] = used.saved.plan.num_recv;
+    MoeHarness<float> fresh(dims, groups.ep_size, groups.ep.rank(), 9, V, N);
+    const std::vector<float> alone = step(fresh, "in", "d_out");
+    ASSERT_EQ(after.size(), alone.size());
+    EXPECT_EQ(std::memcmp(after.data(), alone.data(), after.size() * sizeof(float)), 0);
+    // The case is exercised: some rank kept a different number of rows in the two steps.
+    std::vector<int64_t> changed = {rows[0] != rows[1] ? 1 : 0};
+    world.allreduce_sum(std::span<int64_t>(changed));
+    EXPECT_GT(changed[0], 0) << "the two steps' routings kept the same rows everywhere";
+  }
+}
+
 // Output gradients so small that the experts' backward GEMMs underflow to zeros of either sign:
 // every output of the backward, signs of zeros included, keeps the bits it had when each GEMM
 // added into buffers of +0 (pinned: computed with that code). The layer now writes the first
