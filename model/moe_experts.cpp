@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "model/expert_grads.hpp"
 #include "model/linear.hpp"
+#include "model/optimizer.hpp"
 #include "model/parallel.hpp"
 #include "model/per_sequence.hpp"
 #include "model/prefetch.hpp"
@@ -125,6 +127,15 @@ void expert_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeDims& 
                        m == 1 ? s.d_g.data() : s.d_v.data(), d.D, d.F, i, s.plan, s.expert_rows,
                        s.expert_layout);
   }
+}
+
+// Routed expert i's weight gradient m (0: W2, 1: W1, 2: W3), plane 0: where expert_weight_task
+// leaves it.
+template <class T>
+std::span<const T> expert_weight_grad_of(const MoeWeights<T>& gr, const MoeDims& d, int i, int m) {
+  const size_t DF = static_cast<size_t>(d.D) * d.F;
+  const T* w = m == 0 ? gr.w2 : m == 1 ? gr.w1 : gr.w3;
+  return std::span<const T>(w + i * DF, DF);
 }
 
 // The shared expert's buffers for N tokens (forward: sg, sv, sh; backward: sd_g, sd_v, sd_h).
@@ -282,10 +293,16 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
   const int first = shared ? 3 : 0;
   const std::vector<int>& offsets = s.plan.expert_offsets;
   const int experts = static_cast<int>(offsets.size()) - 1;
+  const bool sq = std::is_same_v<T, float> && s.weight_grad_sq_wanted;
+  if (sq) s.weight_grad_sq.assign(3 * static_cast<size_t>(experts), 0.0);
   parallel_tasks(first + 3 * int64_t{experts}, [&](int64_t task) {
     if (task < first) return shared_weight_task(s, gr, d_out, in, d, static_cast<int>(task));
     const int i = static_cast<int>((task - first) / 3), m = static_cast<int>((task - first) % 3);
-    if (offsets[i + 1] > offsets[i]) expert_weight_task(s, gr, d, i, m);
+    if (offsets[i + 1] == offsets[i]) return;
+    expert_weight_task(s, gr, d, i, m);
+    if constexpr (std::is_same_v<T, float>) {
+      if (sq) s.weight_grad_sq[task - first] = sum_squares(expert_weight_grad_of(gr, d, i, m));
+    }
   });
 }
 

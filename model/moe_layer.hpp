@@ -153,6 +153,12 @@ template <class T> struct MoeSaved {
   std::vector<std::vector<T>> leaf_scratch;  // [threads][leaf_scratch_values]
   size_t leaf_scratch_values = 0;
   std::vector<int> chunk_offsets;  // [local experts + 1]: each expert's first row task
+  // With weight_grad_sq_wanted (float only; the caller's promise that the backward's routed
+  // expert gradients are final: one plane, no replicas to add), backward also leaves each
+  // routed expert's Σ g² of its W2, W1 and W3 gradient (sum_squares), [local experts, 3], taken
+  // while each is in cache: 0 for an expert without rows.
+  bool weight_grad_sq_wanted = false;
+  std::vector<double> weight_grad_sq;
 };
 
 // Element counts of MoeSaved's buffers for N tokens in max_sequences sequences, with up to

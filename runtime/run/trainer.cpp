@@ -113,7 +113,11 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
     expert_planes_ = std::max(expert_planes_, nodes.size());
   }
   if (replicated) expert_planes_ = ExpertInstanceReduce::planes_needed(placement_, W, B);
-  for (MoeSaved<float>& layer : acts_.moe) layer.expert_layout = expert_layout;
+  expert_sq_in_backward_ = !replicated && groups_.num_replicas == 1 && expert_planes_ == 1;
+  for (MoeSaved<float>& layer : acts_.moe) {
+    layer.expert_layout = expert_layout;
+    layer.weight_grad_sq_wanted = expert_sq_in_backward_;
+  }
   d_experts_.resize(experts_.size() * expert_planes_);
   if (replicated) {
     instance_reduce_ = std::make_unique<ExpertInstanceReduce>(
@@ -421,14 +425,20 @@ double Trainer::expert_grad_norm_sq() {
   const std::span<const float> grads(d_experts_);
   std::fill(expert_sq_.begin(), expert_sq_.end(), 0.0);
   // Each expert's sum on its own (sum_squares fixes its chunks by size alone): on the rank's
-  // threads, the same bits.
+  // threads, the same bits; or, where the backward left the gradients final, its sums of each
+  // matrix (taken there while in cache), added in the same order: w1, w3, w2.
 #pragma omp parallel for collapse(2) schedule(static)
   for (int l = 0; l < L; ++l) {
     for (int i = 0; i < max_local_; ++i) {
       if (i >= placement_[l].num_local(me)) continue;
-      const MoeOffsets& o = layout_.layers[l].moe;
       double sq = 0.0;
-      for (const size_t w : {o.w1, o.w3, o.w2}) sq += sum_squares(grads.subspan(w + i * DF, DF));
+      if (expert_sq_in_backward_) {
+        const double* m = &acts_.moe[l].weight_grad_sq[3 * static_cast<size_t>(i)];  // W2, W1, W3
+        for (const int w : {1, 2, 0}) sq += m[w];
+      } else {
+        const MoeOffsets& o = layout_.layers[l].moe;
+        for (const size_t w : {o.w1, o.w3, o.w2}) sq += sum_squares(grads.subspan(w + i * DF, DF));
+      }
       expert_sq_[static_cast<size_t>(l) * max_local_ + i] = sq;
     }
   }

@@ -9,11 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "model/optimizer.hpp"
 #include "moe_harness.hpp"
 
 namespace moe {
@@ -331,6 +333,47 @@ TEST(MoeBuffers, WhatAnEarlierStepLeftChangesNothing) {
     world.allreduce_sum(std::span<int64_t>(changed));
     EXPECT_GT(changed[0], 0) << "the two steps' routings kept the same rows everywhere";
   }
+}
+
+// Asked for them, the backward leaves each routed expert's sums of squares of its W2, W1 and W3
+// gradients: sum_squares of exactly those matrices, bit for bit (0 for an expert without rows;
+// the trainer adds them into the gradient norm in place of its own pass over the arena).
+TEST(MoeGradSq, BackwardSumsOfSquaresAreThoseOfEachMatrix) {
+  const Comm world = Comm::world();
+  const int N = 12, V = 64;
+  const MoeDims dims{16, 12, 12, 8, 3, ScoreFunc::kSqrtSoftplus, 1.5f, 10.0f};
+  const ParallelGroups groups = parallel_groups_make(world, default_ep_size(world.size(), 8));
+  EpExchange ex(groups.ep);
+  const size_t first = static_cast<size_t>(world.rank()) * N, ND = static_cast<size_t>(N) * 16;
+  const std::vector<float> in = testing_moe::global_normal<float>("in", first * 16 + ND, 1.0);
+  const std::vector<float> d_out = testing_moe::global_normal<float>("d_out", first * 16 + ND, 1.0);
+  MoeHarness<float> h(dims, groups.ep_size, groups.ep.rank(), 9, V, N);
+  h.saved.weight_grad_sq_wanted = true;
+  std::vector<float> out(ND), d_in(ND, 0.0f);
+  moe_forward(out.data(), h.saved, &in[first * 16], h.weights(),
+              h.routing(RoutingMode::kTopK, nullptr, 0), dims, h.placement, ex, N);
+  moe_backward(d_in.data(), h.grads(), &d_out[first * 16], h.saved, &in[first * 16], h.weights(),
+               dims, ex);
+  const int local = h.placement.num_local(groups.ep.rank());
+  ASSERT_EQ(h.saved.weight_grad_sq.size(), 3 * static_cast<size_t>(local));
+  const size_t DF = static_cast<size_t>(dims.D) * dims.F;
+  int64_t with_rows = 0;
+  for (int i = 0; i < local; ++i) {
+    const std::span<const float> grads(h.expert_grads);
+    const size_t at[3] = {h.off.w2, h.off.w1, h.off.w3};
+    const bool rows = h.saved.plan.expert_offsets[i + 1] > h.saved.plan.expert_offsets[i];
+    with_rows += rows;
+    for (int m = 0; m < 3; ++m) {
+      const double expect = sum_squares(grads.subspan(at[m] + i * DF, DF));
+      EXPECT_EQ(h.saved.weight_grad_sq[3 * i + m], expect) << "expert " << i << " matrix " << m;
+      if (rows) {
+        EXPECT_GT(expect, 0.0);
+      }
+    }
+  }
+  std::vector<int64_t> any = {with_rows};  // some rank's experts got rows
+  world.allreduce_sum(std::span<int64_t>(any));
+  EXPECT_GT(any[0], 0);
 }
 
 // Output gradients so small that the experts' backward GEMMs underflow to zeros of either sign:
