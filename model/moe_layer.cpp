@@ -124,6 +124,7 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
   s.leaf_scratch_values = n(z.leaf_scratch);
   s.leaf_scratch.assign(z.leaf_scratches, std::vector<T>(s.leaf_scratch_values));
   s.chunk_offsets.reserve(static_cast<size_t>(max_local) + 1);
+  s.weight_grad_sq.reserve(3 * static_cast<size_t>(max_local));
 }
 
 namespace {
