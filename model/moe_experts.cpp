@@ -16,6 +16,7 @@
 #include "model/parallel.hpp"
 #include "model/per_sequence.hpp"
 #include "model/prefetch.hpp"
+#include "model/softmax_rows.hpp"
 #include "model/swiglu.hpp"
 
 namespace moe {
@@ -113,29 +114,24 @@ void shared_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const T* d_out,
   }
 }
 
-// Routed expert i's weight gradient m (0: W2, 1: W1, 2: W3) by sequence over its rows, in the
-// thread's scratch.
+// Routed expert i's weight gradient m (0: W2, 1: W1, 2: W3), [D·F] in plane 0.
 template <class T>
-void expert_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeDims& d, int i, int m) {
-  const size_t at = static_cast<size_t>(i) * d.D * d.F;
-  const std::span<T> scratch = thread_scratch(s);
-  if (m == 0) {
-    expert_weight_grad(gr.w2 + at, scratch, s.h.data(), s.d_y.data(), d.F, d.D, i, s.plan,
-                       s.expert_rows, s.expert_layout);
-  } else {
-    expert_weight_grad(m == 1 ? gr.w1 + at : gr.w3 + at, scratch, s.x.data(),
-                       m == 1 ? s.d_g.data() : s.d_v.data(), d.D, d.F, i, s.plan, s.expert_rows,
-                       s.expert_layout);
-  }
+T* expert_weight_grad_at(const MoeWeights<T>& gr, const MoeDims& d, int i, int m) {
+  return (m == 0 ? gr.w2 : m == 1 ? gr.w1 : gr.w3) + static_cast<size_t>(i) * d.D * d.F;
 }
 
-// Routed expert i's weight gradient m (0: W2, 1: W1, 2: W3), plane 0: where expert_weight_task
-// leaves it.
+// Routed expert i's weight gradient m by sequence over its rows, in the thread's scratch.
 template <class T>
-std::span<const T> expert_weight_grad_of(const MoeWeights<T>& gr, const MoeDims& d, int i, int m) {
-  const size_t DF = static_cast<size_t>(d.D) * d.F;
-  const T* w = m == 0 ? gr.w2 : m == 1 ? gr.w1 : gr.w3;
-  return std::span<const T>(w + i * DF, DF);
+void expert_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeDims& d, int i, int m) {
+  T* const dw = expert_weight_grad_at(gr, d, i, m);
+  const std::span<T> scratch = thread_scratch(s);
+  if (m == 0) {
+    expert_weight_grad(dw, scratch, s.h.data(), s.d_y.data(), d.F, d.D, i, s.plan, s.expert_rows,
+                       s.expert_layout);
+  } else {
+    expert_weight_grad(dw, scratch, s.x.data(), m == 1 ? s.d_g.data() : s.d_v.data(), d.D, d.F, i,
+                       s.plan, s.expert_rows, s.expert_layout);
+  }
 }
 
 // The shared expert's buffers for N tokens (forward: sg, sv, sh; backward: sd_g, sd_v, sd_h).
@@ -191,18 +187,16 @@ void combine_rows_group(MoeSaved<T>& s, const T* d_out, const T* y_rows, T* d_ro
 template <class T>
 void combine_rows_backward(MoeSaved<T>& s, const T* d_out, const T* y_rows, T* d_rows, int first,
                            int count, const MoeDims& d) {
-  constexpr int kRows = 4;
   const size_t D = d.D;
-  int p = first;
-  for (; p + kRows <= first + count; p += kRows) {
+  for_row_groups(count, [&](auto R, int r) {
+    const int p = first + r;
     // The next group's rows, fetched while this one's are summed: d_out's in the tokens' order.
-    for (int r = kRows; r < 2 * kRows && p + r < first + count; ++r) {
-      prefetch_values(d_out + static_cast<size_t>(s.plan.send_assignment[p + r] / d.K) * D, D);
-      prefetch_values(y_rows + static_cast<size_t>(p + r) * D, D);
+    for (int q = p + R.value; q < p + 2 * R.value && q < first + count; ++q) {
+      prefetch_values(d_out + static_cast<size_t>(s.plan.send_assignment[q] / d.K) * D, D);
+      prefetch_values(y_rows + static_cast<size_t>(q) * D, D);
     }
-    combine_rows_group<T, kRows>(s, d_out, y_rows, d_rows, p, d);
-  }
-  for (; p < first + count; ++p) combine_rows_group<T, 1>(s, d_out, y_rows, d_rows, p, d);
+    combine_rows_group<T, R.value>(s, d_out, y_rows, d_rows, p, d);
+  });
 }
 
 template <class T>
@@ -301,7 +295,10 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
     if (offsets[i + 1] == offsets[i]) return;
     expert_weight_task(s, gr, d, i, m);
     if constexpr (std::is_same_v<T, float>) {
-      if (sq) s.weight_grad_sq[task - first] = sum_squares(expert_weight_grad_of(gr, d, i, m));
+      if (sq) {
+        s.weight_grad_sq[task - first] = sum_squares(std::span<const float>(
+            expert_weight_grad_at(gr, d, i, m), static_cast<size_t>(d.D) * d.F));
+      }
     }
   });
 }

@@ -34,8 +34,8 @@ enum class ExpertRows {
 // The combine's weighted sum (out[t] += w_a·y_a over token t's assignments a) reversed for the
 // send positions [first, first + count): with a = s.plan.send_assignment[p] and t = a / K,
 // d_rows[p] = w_a·d_out[t] and s.d_weights[a] = <d_out[t], y_rows[p]> (each dot one chain in
-// order, four positions' chains side by side), on the calling thread. Both ExpertRows paths
-// call it, so both give the same bits.
+// order, kRowsAtOnce positions' chains side by side: for_row_groups), on the calling thread. Both
+// ExpertRows paths call it, so both give the same bits.
 template <class T>
 void combine_rows_backward(MoeSaved<T>& s, const T* d_out, const T* y_rows, T* d_rows, int first,
                            int count, const MoeDims& d);

@@ -113,10 +113,12 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
     expert_planes_ = std::max(expert_planes_, nodes.size());
   }
   if (replicated) expert_planes_ = ExpertInstanceReduce::planes_needed(placement_, W, B);
-  expert_sq_in_backward_ = !replicated && groups_.num_replicas == 1 && expert_planes_ == 1;
+  // The backward's expert gradients are final (one plane, no replicas or redundant copies to
+  // add): each layer's backward takes their sums of squares (MoeSaved::weight_grad_sq).
+  const bool sq_in_backward = !replicated && groups_.num_replicas == 1 && expert_planes_ == 1;
   for (MoeSaved<float>& layer : acts_.moe) {
     layer.expert_layout = expert_layout;
-    layer.weight_grad_sq_wanted = expert_sq_in_backward_;
+    layer.weight_grad_sq_wanted = sq_in_backward;
   }
   d_experts_.resize(experts_.size() * expert_planes_);
   if (replicated) {
@@ -432,7 +434,7 @@ double Trainer::expert_grad_norm_sq() {
     for (int i = 0; i < max_local_; ++i) {
       if (i >= placement_[l].num_local(me)) continue;
       double sq = 0.0;
-      if (expert_sq_in_backward_) {
+      if (acts_.moe[l].weight_grad_sq_wanted) {
         const double* m = &acts_.moe[l].weight_grad_sq[3 * static_cast<size_t>(i)];  // W2, W1, W3
         for (const int w : {1, 2, 0}) sq += m[w];
       } else {

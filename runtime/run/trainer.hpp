@@ -136,9 +136,6 @@ class Trainer {
   std::vector<float> dense_scratch_;               // [W · this rank's share] the shares' leaves
   std::vector<double> sums_scratch_;               // as sums_
   std::vector<double> expert_sq_, expert_sq_all_;  // [L, max_local_], [P, L, max_local_]
-  // The backward's expert gradients are final (one plane, no replicas or redundant copies to
-  // add), so each layer's backward takes their sums of squares (MoeSaved::weight_grad_sq).
-  bool expert_sq_in_backward_ = false;
   // Expert gradients by sequence (model/expert_grads.hpp): each EP group's tree nodes (by group),
   // the planes of d_experts_ they need, and with replicas the gathered planes and the scratch of
   // the tree's top.
