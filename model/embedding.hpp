@@ -94,10 +94,11 @@ template <class T>
 [[gnu::always_inline]] inline void cross_entropy_rows_groups(double* loss, T* dz, const T* z,
                                                              int rows, int V, const int32_t* y,
                                                              double scale) {
-  for_row_groups(rows, [&](auto R, int r) {
-    const int64_t at = int64_t{r} * V;
-    cross_entropy_rows_impl<T, R.value>(loss + r, dz + at, z + at, V, y + r, scale);
-  });
+  for_row_groups(
+      rows, [&](auto R, int r) __attribute__((always_inline)) {
+        const int64_t at = int64_t{r} * V;
+        cross_entropy_rows_impl<T, R.value>(loss + r, dz + at, z + at, V, y + r, scale);
+      });
 }
 
 }  // namespace moe

@@ -40,7 +40,10 @@ void simd_level_reset();  // back to the best level the CPU has
 // Defines `static void name params` that calls `impl args` compiled at the level simd_level()
 // names. `impl` must be [[gnu::always_inline]], and each level's function is [[gnu::flatten]]:
 // everything it calls is compiled into it at its level, at any optimisation level, rather than
-// called at the default one.
+// called at the default one. Flatten is not a promise: GCC 12 left a large lambda inside `impl`
+// out of line, one copy at the baseline that every level called. A lambda there is
+// __attribute__((always_inline)) too, and tests/simd_levels_inlined.py (CTest
+// simd_levels_inlined) fails on any call from a wide level's function to the baseline's code.
 #define MOE_SIMD_KERNEL(name, impl, params, args)                            \
   MOE_SIMD_TARGET_AVX512 [[gnu::flatten]] static void name##_avx512 params { \
     impl args;                                                               \

@@ -146,7 +146,9 @@ template <class T, int R>
 inline constexpr int kRowsAtOnce = 4;
 
 // rows_of(R, r) for the rows [r, r + R), R a std::integral_constant: kRowsAtOnce rows at a time,
-// then one at a time. Each row's arithmetic is that of a row alone.
+// then one at a time. Each row's arithmetic is that of a row alone. Inside a per-level kernel
+// (model/simd.hpp) rows_of must be __attribute__((always_inline)), or it may stay one shared
+// function compiled for the baseline.
 template <class F> [[gnu::always_inline]] inline void for_row_groups(int rows, F&& rows_of) {
   int r = 0;
   for (; r + kRowsAtOnce <= rows; r += kRowsAtOnce) {
@@ -158,16 +160,18 @@ template <class F> [[gnu::always_inline]] inline void for_row_groups(int rows, F
 template <class T>
 [[gnu::always_inline]] inline void softmax_rows_masked_groups(T* p, int64_t ld, int rows, int first,
                                                               int last, int n) {
-  for_row_groups(rows, [&](auto R, int r) {
-    softmax_rows_masked_impl<T, R.value>(p + r * ld, ld, first, last, n);
-  });
+  for_row_groups(
+      rows, [&](auto R, int r) __attribute__((always_inline)) {
+        softmax_rows_masked_impl<T, R.value>(p + r * ld, ld, first, last, n);
+      });
 }
 template <class T>
 [[gnu::always_inline]] inline void softmax_rows_backward_groups(T* d, const T* p, int64_t ld,
                                                                 int rows, int n) {
-  for_row_groups(rows, [&](auto R, int r) {
-    softmax_rows_backward_impl<T, R.value>(d + r * ld, p + r * ld, ld, n);
-  });
+  for_row_groups(
+      rows, [&](auto R, int r) __attribute__((always_inline)) {
+        softmax_rows_backward_impl<T, R.value>(d + r * ld, p + r * ld, ld, n);
+      });
 }
 
 // `rows` rows ld apart (p, and d's rows where p's are).
