@@ -1,12 +1,39 @@
 // AdamW, the learning-rate schedule and squared norms.
 #include "model/optimizer.hpp"
-#include "numeric/det_math.hpp"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
+#include "model/simd.hpp"
+#include "numeric/det_math.hpp"
+
 namespace moe {
+
+namespace {
+
+// One tensor's elements [0, n) of AdamW: only IEEE operations that round alike at every vector
+// width (no FMA: -ffp-contract=off), so each level gives the plain loop's bits.
+[[gnu::always_inline]] inline void adamw_elements(float* p, const float* g, float* m, float* v,
+                                                  size_t n, float beta1, float beta2, float eps,
+                                                  float decay, float step_size, float inv_sqrt_bc2,
+                                                  float grad_scale) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] * grad_scale;
+    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    p[i] -= decay * p[i] + step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+  }
+}
+
+MOE_SIMD_KERNEL(adamw_f32, adamw_elements,
+                (float* p, const float* g, float* m, float* v, size_t n, float beta1, float beta2,
+                 float eps, float decay, float step_size, float inv_sqrt_bc2, float grad_scale),
+                (p, g, m, v, n, beta1, beta2, eps, decay, step_size, inv_sqrt_bc2, grad_scale))
+
+}  // namespace
 
 void adamw_state_init(AdamWState& s, size_t n) {
   s.m.assign(n, 0.0f);
@@ -28,21 +55,21 @@ void adamw_update_range(std::span<float> params, std::span<const float> grads, A
   const float step_size = static_cast<float>(lr / bc1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
 #pragma omp parallel
-  for (const ParamEntry& e : layout.entries) {
-    // The tensor's part of [begin, end), in the tensor's own indices.
-    const size_t lo = std::max(e.offset, begin), hi = std::min(e.offset + e.count, end);
-    if (lo >= hi) continue;
-    const float decay = e.weight_decay ? lr * c.weight_decay : 0.0f;
-    float* p = params.data() + lo;
-    const float* g = grads.data() + lo;
-    float* m = s.m.data() + lo;
-    float* v = s.v.data() + lo;
-#pragma omp for schedule(static) nowait
-    for (size_t i = 0; i < hi - lo; ++i) {
-      const float gi = g[i] * grad_scale;
-      m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * gi;
-      v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * gi * gi;
-      p[i] -= decay * p[i] + step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + c.eps);
+  {
+    // Each tensor's part of [begin, end) in equal contiguous shares, one per thread (as a static
+    // schedule would cut it), each share one call at the CPU's level.
+    const size_t threads = static_cast<size_t>(omp_get_num_threads());
+    const size_t me = static_cast<size_t>(omp_get_thread_num());
+    for (const ParamEntry& e : layout.entries) {
+      const size_t lo = std::max(e.offset, begin), hi = std::min(e.offset + e.count, end);
+      if (lo >= hi) continue;
+      const size_t share = (hi - lo + threads - 1) / threads;
+      const size_t first = lo + std::min(hi - lo, me * share);
+      const size_t last = lo + std::min(hi - lo, (me + 1) * share);
+      if (first >= last) continue;
+      const float decay = e.weight_decay ? lr * c.weight_decay : 0.0f;
+      adamw_f32(params.data() + first, grads.data() + first, s.m.data() + first, s.v.data() + first,
+                last - first, c.beta1, c.beta2, c.eps, decay, step_size, inv_sqrt_bc2, grad_scale);
     }
   }
 }

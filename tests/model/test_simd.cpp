@@ -14,6 +14,7 @@
 
 #include "model/embedding.hpp"
 #include "model/fast_exp.hpp"
+#include "model/optimizer.hpp"
 #include "model/params.hpp"
 #include "model/rmsnorm.hpp"
 #include "model/rng.hpp"
@@ -386,6 +387,54 @@ TEST_P(SimdLevels, ParamInitDrawsTheScalarNormals) {
       ASSERT_EQ(std::bit_cast<uint64_t>(cut[at]),
                 std::bit_cast<uint64_t>(at >= 11 && at < 4000 ? want : -9.0))
           << e.name << " " << i;
+    }
+  }
+}
+
+// AdamW over tensors with and without weight decay, of lengths that leave every vector width a
+// remainder, against its formula written out here, for two steps (the bias corrections differ):
+// gradients of both signs, zeros of both signs, values near float's range and subnormals.
+TEST_P(SimdLevels, AdamwMatchesThePlainLoopBitwise) {
+  ASSERT_EQ(simd_level(), GetParam());
+  ParamLayout l;
+  l.add("w", 1003, ParamInit::kNormal, 0.02f);
+  l.add("norm", 37, ParamInit::kOnes, 0.0f, false);
+  l.add("v", 5, ParamInit::kNormal, 0.02f);
+  const size_t n = l.num_elements;
+  std::vector<float> p(n), g(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float u = static_cast<float>(i) / static_cast<float>(n);
+    p[i] = 0.7f * std::sin(37.0f * u) + ((i % 11 == 0) ? 3e4f : 0.0f);
+    g[i] = (i % 7 == 0) ? 1e-3f * std::cos(53.0f * u) : 40.0f * std::sin(91.0f * u);
+  }
+  g[0] = 0.0f, g[1] = -0.0f, g[2] = 1e30f, g[3] = -1e30f, g[4] = 1e-40f, g[5] = -1e-41f;
+  p[6] = 0.0f, p[7] = -0.0f, p[8] = 1e-42f;
+  const AdamWConfig c{};
+  AdamWState s, want;
+  adamw_state_init(s, n);
+  adamw_state_init(want, n);
+  std::vector<float> got = p, plain = p;
+  const float lr = 3e-3f, scale = 0.5f;
+  for (int64_t step = 1; step <= 2; ++step) {
+    adamw_update(std::span<float>(got), std::span<const float>(g), s, l, c, lr, scale, step);
+    const double bc1 = 1.0 - det::pow(static_cast<double>(c.beta1), static_cast<double>(step));
+    const double bc2 = 1.0 - det::pow(static_cast<double>(c.beta2), static_cast<double>(step));
+    const float step_size = static_cast<float>(lr / bc1);
+    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    for (const ParamEntry& e : l.entries) {
+      const float decay = e.weight_decay ? lr * c.weight_decay : 0.0f;
+      for (size_t i = e.offset; i < e.offset + e.count; ++i) {
+        const float gi = g[i] * scale;
+        want.m[i] = c.beta1 * want.m[i] + (1.0f - c.beta1) * gi;
+        want.v[i] = c.beta2 * want.v[i] + (1.0f - c.beta2) * gi * gi;
+        plain[i] -= decay * plain[i] +
+                    step_size * want.m[i] / (std::sqrt(want.v[i]) * inv_sqrt_bc2 + c.eps);
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bits(got[i]), bits(plain[i])) << "step " << step << " element " << i;
+      ASSERT_EQ(bits(s.m[i]), bits(want.m[i])) << "step " << step << " element " << i;
+      ASSERT_EQ(bits(s.v[i]), bits(want.v[i])) << "step " << step << " element " << i;
     }
   }
 }
