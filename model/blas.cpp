@@ -136,7 +136,7 @@ template void gemm_ld<double>(bool, bool, int, int, int, double, const double*, 
 template <class T>
 void gemm_leaf_tree(int M, int N, const T* A, int lda, const T* B, int ldb, T* C, int ldc,
                     std::span<const int64_t> first, std::span<const int> rows, std::span<T> scratch,
-                    std::source_location where) {
+                    LeafTreeInto into, std::source_location where) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
   const char* call = std::is_same_v<T, float> ? "sgemm leaf tree" : "dgemm leaf tree";
   int64_t K = 0;  // the leaves' rows, for the message (a negative count is refused below)
@@ -150,29 +150,31 @@ void gemm_leaf_tree(int M, int N, const T* A, int lda, const T* B, int ldb, T* C
   for (size_t q = 0; q < rows.size(); ++q) {
     MOE_BLAS_CHECK(rows[q] >= 0 && first[q] >= 0, call, shape, where);
   }
-  if (M == 0 || N == 0 || rows.empty()) return;
+  const bool overwrite = into == LeafTreeInto::kOverwrite;
+  if (M == 0 || N == 0 || (rows.empty() && !overwrite)) return;
   MOE_BLAS_CHECK(C != nullptr, call, shape, where);
   const int leaves = static_cast<int>(rows.size());
   MOE_BLAS_CHECK(scratch.size() >= gemm_leaf_tree_scratch<T>(M, N, leaves), call, shape, where);
   if (K == 0) {
-    // Every leaf the empty chain +0, and so their sum: C = C + 0, as the tree's finish adds it.
+    // Every leaf the empty chain +0, and so their sum: C = C + 0, as the tree's finish adds it
+    // (overwrite: C = +0).
     for (int i = 0; i < M; ++i) {
       T* c = C + int64_t{i} * ldc;
-      for (int j = 0; j < N; ++j) c[j] = c[j] + T(0);
+      for (int j = 0; j < N; ++j) c[j] = (overwrite ? T(0) : c[j]) + T(0);
     }
     return;
   }
   MOE_BLAS_CHECK(A != nullptr && B != nullptr, call, shape, where);
   gemm_detail::gemm_leaf_tree_run<T>(
-      {M, N, A, lda, B, ldb, C, ldc, first.data(), rows.data(), leaves}, scratch.data());
+      {M, N, A, lda, B, ldb, C, ldc, first.data(), rows.data(), leaves, overwrite}, scratch.data());
 }
 
 template void gemm_leaf_tree<float>(int, int, const float*, int, const float*, int, float*, int,
                                     std::span<const int64_t>, std::span<const int>,
-                                    std::span<float>, std::source_location);
+                                    std::span<float>, LeafTreeInto, std::source_location);
 template void gemm_leaf_tree<double>(int, int, const double*, int, const double*, int, double*, int,
                                      std::span<const int64_t>, std::span<const int>,
-                                     std::span<double>, std::source_location);
+                                     std::span<double>, LeafTreeInto, std::source_location);
 
 template <class T> size_t gemm_leaf_tree_scratch(int M, int N, int leaves) {
   if (M <= 0 || N <= 0 || leaves <= 0) return 0;

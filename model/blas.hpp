@@ -61,10 +61,13 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* 
 // gemm_leaf_tree_scratch(M, N, n) values at least. Splits into tasks as gemm does, changing no
 // bit. Throws BlasError on a negative dimension or row count, spans of different lengths, leading
 // dimensions below M, N or N, a first row below 0, too little scratch, or a null pointer to a
-// non-empty operand.
+// non-empty operand. With LeafTreeInto::kOverwrite, C = the tree sum + 0 instead, C's old values
+// unread: the bits C += gives on a C of +0 (no leaves, or none with rows: C = +0).
+enum class LeafTreeInto { kAdd, kOverwrite };
 template <class T>
 void gemm_leaf_tree(int M, int N, const T* A, int lda, const T* B, int ldb, T* C, int ldc,
                     std::span<const int64_t> first, std::span<const int> rows, std::span<T> scratch,
+                    LeafTreeInto into = LeafTreeInto::kAdd,
                     std::source_location where = std::source_location::current());
 
 // The scratch gemm_leaf_tree needs for M×N over `leaves` leaves, at any GEMM level this CPU has.

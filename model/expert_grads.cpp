@@ -94,7 +94,7 @@ void expert_seq_rows_exchange(ExpertSeqRows& rows, const DispatchPlan& plan, int
 template <class T>
 void expert_weight_grad(T* d_weight, std::span<T> scratch, const T* in, const T* d_out, int I,
                         int O, int i, const DispatchPlan& plan, const ExpertSeqRows& rows,
-                        const ExpertGradLayout& layout) {
+                        const ExpertGradLayout& layout, LeafTreeInto into) {
   const int max_local = plan.placement.max_local(), Bs = rows.per_source;
   // The group's sequence q: source s's sequence b, after the source's earlier sequences; its
   // first row and its number of rows.
@@ -124,15 +124,15 @@ void expert_weight_grad(T* d_weight, std::span<T> scratch, const T* in, const T*
     // out = in·W  ->  d_W[I,O] += the tree sum over the node's leaves of in_qᵀ·d_out_q
     gemm_leaf_tree<T>(I, O, in, I, d_out, O,
                       d_weight + static_cast<int64_t>(n) * layout.plane_stride, O, first, counts,
-                      scratch);
+                      scratch, into);
   }
 }
 
 template void expert_weight_grad<float>(float*, std::span<float>, const float*, const float*, int,
                                         int, int, const DispatchPlan&, const ExpertSeqRows&,
-                                        const ExpertGradLayout&);
+                                        const ExpertGradLayout&, LeafTreeInto);
 template void expert_weight_grad<double>(double*, std::span<double>, const double*, const double*,
                                          int, int, int, const DispatchPlan&, const ExpertSeqRows&,
-                                         const ExpertGradLayout&);
+                                         const ExpertGradLayout&, LeafTreeInto);
 
 }  // namespace moe

@@ -21,6 +21,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/dispatch_plan.hpp"
+#include "model/blas.hpp"
 #include "model/tree_sum.hpp"
 
 namespace moe {
@@ -72,12 +73,13 @@ void expert_seq_rows_exchange(ExpertSeqRows& rows, const DispatchPlan& plan, int
                               const ExpertGradLayout& layout, const Comm& ep);
 
 // d_weight (plane n for node n) += the tree sum over node n's sequences of inᵀ·d_out on local
-// expert i's rows of each (gemm_leaf_tree). `in` [R, I] and `d_out` [R, O] are the owner's
-// expert-major rows; `scratch` holds gemm_leaf_tree_scratch(I, O, P·Bs) values.
+// expert i's rows of each (gemm_leaf_tree; `into` kOverwrite: = that sum, as onto zeros). `in`
+// [R, I] and `d_out` [R, O] are the owner's expert-major rows; `scratch` holds
+// gemm_leaf_tree_scratch(I, O, P·Bs) values.
 template <class T>
 void expert_weight_grad(T* d_weight,  // [I, O] plane 0
                         std::span<T> scratch, const T* in, const T* d_out, int I, int O, int i,
                         const DispatchPlan& plan, const ExpertSeqRows& rows,
-                        const ExpertGradLayout& layout);
+                        const ExpertGradLayout& layout, LeafTreeInto into = LeafTreeInto::kAdd);
 
 }  // namespace moe

@@ -120,17 +120,19 @@ T* expert_weight_grad_at(const MoeWeights<T>& gr, const MoeDims& d, int i, int m
   return (m == 0 ? gr.w2 : m == 1 ? gr.w1 : gr.w3) + static_cast<size_t>(i) * d.D * d.F;
 }
 
-// Routed expert i's weight gradient m by sequence over its rows, in the thread's scratch.
+// Routed expert i's weight gradient m by sequence over its rows, in the thread's scratch: added
+// to the gradient, or written over it (weight_grads_final).
 template <class T>
 void expert_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeDims& d, int i, int m) {
   T* const dw = expert_weight_grad_at(gr, d, i, m);
   const std::span<T> scratch = thread_scratch(s);
+  const LeafTreeInto into = s.weight_grads_final ? LeafTreeInto::kOverwrite : LeafTreeInto::kAdd;
   if (m == 0) {
     expert_weight_grad(dw, scratch, s.h.data(), s.d_y.data(), d.F, d.D, i, s.plan, s.expert_rows,
-                       s.expert_layout);
+                       s.expert_layout, into);
   } else {
     expert_weight_grad(dw, scratch, s.x.data(), m == 1 ? s.d_g.data() : s.d_v.data(), d.D, d.F, i,
-                       s.plan, s.expert_rows, s.expert_layout);
+                       s.plan, s.expert_rows, s.expert_layout, into);
   }
 }
 
@@ -287,12 +289,18 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
   const int first = shared ? 3 : 0;
   const std::vector<int>& offsets = s.plan.expert_offsets;
   const int experts = static_cast<int>(offsets.size()) - 1;
-  const bool sq = std::is_same_v<T, float> && s.weight_grad_sq_wanted;
+  const bool sq = std::is_same_v<T, float> && s.weight_grads_final;
   if (sq) s.weight_grad_sq.assign(3 * static_cast<size_t>(experts), 0.0);
   parallel_tasks(first + 3 * int64_t{experts}, [&](int64_t task) {
     if (task < first) return shared_weight_task(s, gr, d_out, in, d, static_cast<int>(task));
     const int i = static_cast<int>((task - first) / 3), m = static_cast<int>((task - first) % 3);
-    if (offsets[i + 1] == offsets[i]) return;
+    if (offsets[i + 1] == offsets[i]) {
+      // No rows: its gradient is +0, which a final gradient has to be given.
+      if (s.weight_grads_final) {
+        std::fill_n(expert_weight_grad_at(gr, d, i, m), static_cast<size_t>(d.D) * d.F, T(0));
+      }
+      return;
+    }
     expert_weight_task(s, gr, d, i, m);
     if constexpr (std::is_same_v<T, float>) {
       if (sq) {

@@ -153,11 +153,13 @@ template <class T> struct MoeSaved {
   std::vector<std::vector<T>> leaf_scratch;  // [threads][leaf_scratch_values]
   size_t leaf_scratch_values = 0;
   std::vector<int> chunk_offsets;  // [local experts + 1]: each expert's first row task
-  // With weight_grad_sq_wanted (float only; the caller's promise that the backward's routed
-  // expert gradients are final: one plane, no replicas to add), backward also leaves each
-  // routed expert's Σ g² of its W2, W1 and W3 gradient (sum_squares), [local experts, 3], taken
-  // while each is in cache: 0 for an expert without rows.
-  bool weight_grad_sq_wanted = false;
+  // With weight_grads_final (the caller's promise that the backward's routed expert gradients
+  // are final: one plane, no replicas to add), backward writes each routed expert's W1, W3 and
+  // W2 gradients instead of adding to them (the bits of adding to zeros; +0 for an expert
+  // without rows), so the caller need not zero them, and (float only) leaves each one's Σ g²
+  // (sum_squares), [local experts, 3] in the order W2, W1, W3, taken while each is in cache: 0
+  // for an expert without rows.
+  bool weight_grads_final = false;
   std::vector<double> weight_grad_sq;
 };
 

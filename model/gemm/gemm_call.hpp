@@ -37,6 +37,7 @@ template <class T> struct LeafTreeCall {
   const int64_t* first;
   const int* rows;
   int leaves;
+  bool overwrite;  // C = the total (+0 added, as to a zeroed C), C's old values unread; else C +=
 };
 
 // One level's kernels for one element type: `block` computes C[i0:i0+m, j0:j0+n] on the calling

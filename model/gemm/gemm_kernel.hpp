@@ -453,7 +453,8 @@ template <class V, int R, int W, bool kRowsFull, bool kMasked>
     sizes[depth++] = size;
   }
   if (group.q1 < g.leaves || group.q0 == group.q1) return;
-  // TreeSum::finish: what is left merges from the right (acc holds the top), then C += the total.
+  // TreeSum::finish: what is left merges from the right (acc holds the top), then C += the total
+  // (overwrite: C = the total + 0, the same bits as on a zeroed C).
   for (int d = depth - 2; d >= 0; --d) add_level(acc, d);
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
@@ -462,9 +463,10 @@ template <class V, int R, int W, bool kRowsFull, bool kMasked>
 #pragma GCC unroll 4
     for (int v = 0; v < W; ++v) {
       if (kMasked && v == W - 1) {
-        V::store_first(c + v * L, V::add(acc[r][v], V::load_first(c + v * L, last)), last);
+        const Reg old = g.overwrite ? V::zero() : V::load_first(c + v * L, last);
+        V::store_first(c + v * L, V::add(acc[r][v], old), last);
       } else {
-        V::store(c + v * L, V::add(acc[r][v], V::load(c + v * L)));
+        V::store(c + v * L, V::add(acc[r][v], g.overwrite ? V::zero() : V::load(c + v * L)));
       }
     }
   }

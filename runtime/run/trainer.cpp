@@ -114,11 +114,12 @@ Trainer::Trainer(const RunConfig& cfg, const Comm& world, const HostLayout& host
   }
   if (replicated) expert_planes_ = ExpertInstanceReduce::planes_needed(placement_, W, B);
   // The backward's expert gradients are final (one plane, no replicas or redundant copies to
-  // add): each layer's backward takes their sums of squares (MoeSaved::weight_grad_sq).
-  const bool sq_in_backward = !replicated && groups_.num_replicas == 1 && expert_planes_ == 1;
+  // add): each layer's backward writes them rather than adding to them, so step() does not zero
+  // them first, and takes their sums of squares (MoeSaved::weight_grad_sq).
+  const bool grads_final = !replicated && groups_.num_replicas == 1 && expert_planes_ == 1;
   for (MoeSaved<float>& layer : acts_.moe) {
     layer.expert_layout = expert_layout;
-    layer.weight_grad_sq_wanted = sq_in_backward;
+    layer.weight_grads_final = grads_final;
   }
   d_experts_.resize(experts_.size() * expert_planes_);
   if (replicated) {
@@ -180,8 +181,9 @@ StepRecord Trainer::step(int step) {
   rec.step = step;
   rec.bias = routing_.bias;  // the bias this step routes with, before its update
   rec.shadow_bias = routing_.shadow_bias;
-  for (std::vector<float>* grads : {&d_dense_, &d_experts_}) {
-    parallel_zero(grads->data(), grads->size());
+  parallel_zero(d_dense_.data(), d_dense_.size());
+  if (acts_.moe.empty() || !acts_.moe.front().weight_grads_final) {
+    parallel_zero(d_experts_.data(), d_experts_.size());  // else the backward writes every value
   }
   sums_[0] = model_forward(acts_, dense_.data(), experts_.data(), layout_, routing_, batch_, mc_,
                            placement_, ex_);
@@ -434,7 +436,7 @@ double Trainer::expert_grad_norm_sq() {
     for (int i = 0; i < max_local_; ++i) {
       if (i >= placement_[l].num_local(me)) continue;
       double sq = 0.0;
-      if (acts_.moe[l].weight_grad_sq_wanted) {
+      if (acts_.moe[l].weight_grads_final) {
         const double* m = &acts_.moe[l].weight_grad_sq[3 * static_cast<size_t>(i)];  // W2, W1, W3
         for (const int w : {1, 2, 0}) sq += m[w];
       } else {

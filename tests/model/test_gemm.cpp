@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <random>
 #include <span>
 #include <string>
@@ -305,11 +306,11 @@ std::vector<T> tree_of(const std::vector<std::vector<T>>& leaves, size_t lo, siz
 }
 
 // gemm_leaf_tree against its contract: each leaf the plain fma chain over its rows (an empty
-// leaf +0), the leaves added along the tree above, the total added to C; every element of C's
-// storage bit for bit. Leaves of any row count (0 included) lie apart with gaps between them in
-// operands with padded rows. With `scale`, A's values are multiplied by it and B's by −scale,
-// and C holds zeros of both signs: products that round to −0 (scale 1e-30 in float), so that
-// leaf sums are −0.
+// leaf +0), the leaves added along the tree above, the total added to C (and, overwriting a C of
+// NaNs, +0 + the total); every element of C's storage bit for bit. Leaves of any row count (0
+// included) lie apart with gaps between them in operands with padded rows. With `scale`, A's values
+// are multiplied by it and B's by −scale, and C holds zeros of both signs: products that round to
+// −0 (scale 1e-30 in float), so that leaf sums are −0.
 template <class T>
 void expect_leaf_tree(int M, int N, const std::vector<int>& rows, int pad, uint32_t seed,
                       T scale = T(1)) {
@@ -340,12 +341,26 @@ void expect_leaf_tree(int M, int N, const std::vector<int>& rows, int pad, uint3
     for (int j = 0; j < N; ++j) want[size_t(i) * ldc + j] += total[size_t(i) * N + j];
   }
   std::vector<T> scratch(gemm_leaf_tree_scratch<T>(M, N, static_cast<int>(rows.size())));
+  // Overwriting, over a C of NaNs (its padding kept): what adding gives on a C of +0.
+  std::vector<T> written = C, want_written = C;
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      written[size_t(i) * ldc + j] = std::numeric_limits<T>::quiet_NaN();
+      want_written[size_t(i) * ldc + j] = T(0) + total[size_t(i) * N + j];
+    }
+  }
   gemm_leaf_tree<T>(M, N, A.data(), lda, B.data(), ldb, C.data(), ldc, first, rows, scratch);
+  gemm_leaf_tree<T>(M, N, A.data(), lda, B.data(), ldb, written.data(), ldc, first, rows, scratch,
+                    LeafTreeInto::kOverwrite);
   for (size_t e = 0; e < C.size(); ++e) {
     ASSERT_EQ(bits(C[e]), bits(want[e]))
         << "element " << e << " (row " << e / ldc << ", column " << e % ldc << ") of M=" << M
         << " N=" << N << " over " << rows.size() << " leaves, pad=" << pad << ": " << C[e]
         << " against " << want[e];
+    ASSERT_EQ(bits(written[e]), bits(want_written[e]))
+        << "overwriting: element " << e << " (row " << e / ldc << ", column " << e % ldc
+        << ") of M=" << M << " N=" << N << " over " << rows.size() << " leaves, pad=" << pad << ": "
+        << written[e] << " against " << want_written[e];
   }
 }
 
@@ -387,6 +402,22 @@ TEST_P(GemmLevels, LeafTreeIsTheTreeOfPerLeafGemms) {
   }
   expect_leaf_tree<float>(13, 33, {5, 9, 1, 0, 4}, 2, seed++, 1e-30f);
   expect_leaf_tree<double>(13, 33, {5, 9, 1, 0, 4}, 2, seed++, 1e-200);
+  // Without an empty leaf (+0) among them, the totals are −0 too: overwriting stores +0.
+  expect_leaf_tree<float>(13, 33, {5, 9, 1, 4}, 2, seed++, 1e-30f);
+  expect_leaf_tree<double>(13, 33, {5, 9, 1, 4}, 2, seed++, 1e-200);
+  // No leaves at all: adding leaves C as it was; overwriting makes it +0 (its padding kept).
+  for (const bool overwrite : {false, true}) {
+    std::vector<float> C(5 * 7, std::nanf("")), scratch(gemm_leaf_tree_scratch<float>(5, 6, 0));
+    gemm_leaf_tree<float>(5, 6, nullptr, 5, nullptr, 6, C.data(), 7, {}, {}, scratch,
+                          overwrite ? LeafTreeInto::kOverwrite : LeafTreeInto::kAdd);
+    for (size_t e = 0; e < C.size(); ++e) {
+      if (overwrite && e % 7 < 6) {
+        ASSERT_EQ(bits(C[e]), 0u) << "element " << e;
+      } else {
+        ASSERT_TRUE(std::isnan(C[e])) << "element " << e;
+      }
+    }
+  }
 }
 
 // Arguments that cannot hold are refused before anything is read or written.

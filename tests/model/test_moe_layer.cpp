@@ -12,6 +12,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -348,7 +349,7 @@ TEST(MoeGradSq, BackwardSumsOfSquaresAreThoseOfEachMatrix) {
   const std::vector<float> in = testing_moe::global_normal<float>("in", first * 16 + ND, 1.0);
   const std::vector<float> d_out = testing_moe::global_normal<float>("d_out", first * 16 + ND, 1.0);
   MoeHarness<float> h(dims, groups.ep_size, groups.ep.rank(), 9, V, N);
-  h.saved.weight_grad_sq_wanted = true;
+  h.saved.weight_grads_final = true;
   std::vector<float> out(ND), d_in(ND, 0.0f);
   moe_forward(out.data(), h.saved, &in[first * 16], h.weights(),
               h.routing(RoutingMode::kTopK, nullptr, 0), dims, h.placement, ex, N);
@@ -376,6 +377,53 @@ TEST(MoeGradSq, BackwardSumsOfSquaresAreThoseOfEachMatrix) {
   EXPECT_GT(any[0], 0);
 }
 
+// Promised final (weight_grads_final), the backward writes every routed expert's gradients over
+// whatever the arena held: NaN-filled, the arena ends bit for bit as a zeroed one does without the
+// promise, an expert without rows at +0. Alone with 2 tokens (6 assignments over 8 experts: some
+// get none) and in the world's EP group.
+TEST(MoeGradsFinal, WrittenOverWhateverTheArenaHeld) {
+  const Comm world = Comm::world();
+  const Comm self = Comm::self();
+  const MoeDims dims{16, 12, 12, 8, 3, ScoreFunc::kSqrtSoftplus, 1.5f, 10.0f};
+  const ParallelGroups groups = parallel_groups_make(world, default_ep_size(world.size(), 8));
+  for (const bool alone : {true, false}) {
+    EpExchange ex(alone ? self : groups.ep);
+    const int N = alone ? 2 : 12, V = 64, ep_size = alone ? 1 : groups.ep_size;
+    const int ep_rank = alone ? 0 : groups.ep.rank();
+    const size_t first = alone ? 0 : static_cast<size_t>(world.rank()) * N;
+    const size_t ND = static_cast<size_t>(N) * 16;
+    const std::vector<float> in = testing_moe::global_normal<float>("in", first * 16 + ND, 1.0);
+    const std::vector<float> d_out =
+        testing_moe::global_normal<float>("d_out", first * 16 + ND, 1.0);
+    auto run = [&](bool final_grads) {
+      MoeHarness<float> h(dims, ep_size, ep_rank, 9, V, N);
+      h.saved.weight_grads_final = final_grads;
+      std::fill(h.expert_grads.begin(), h.expert_grads.end(), final_grads ? std::nanf("") : 0.0f);
+      std::vector<float> out(ND), d_in(ND, 0.0f);
+      moe_forward(out.data(), h.saved, &in[first * 16], h.weights(),
+                  h.routing(RoutingMode::kTopK, nullptr, 0), dims, h.placement, ex, N);
+      moe_backward(d_in.data(), h.grads(), &d_out[first * 16], h.saved, &in[first * 16],
+                   h.weights(), dims, ex);
+      int empty = 0;
+      for (size_t i = 0; i + 1 < h.saved.plan.expert_offsets.size(); ++i) {
+        empty += h.saved.plan.expert_offsets[i + 1] == h.saved.plan.expert_offsets[i];
+      }
+      std::vector<float> all = d_in;
+      all.insert(all.end(), h.expert_grads.begin(), h.expert_grads.end());
+      return std::pair{all, empty};
+    };
+    const auto [added, empty] = run(false);
+    const auto [written, empty_too] = run(true);
+    ASSERT_EQ(added.size(), written.size());
+    EXPECT_EQ(std::memcmp(added.data(), written.data(), added.size() * sizeof(float)), 0)
+        << (alone ? "alone" : "in the world's EP group");
+    EXPECT_EQ(empty, empty_too);
+    if (alone) {
+      EXPECT_GT(empty, 0) << "every expert got rows: the case of none is not exercised";
+    }
+  }
+}
+
 // Output gradients so small that the experts' backward GEMMs underflow to zeros of either sign:
 // every output of the backward, signs of zeros included, keeps the bits it had when each GEMM
 // added into buffers of +0 (pinned: computed with that code). The layer now writes the first
@@ -395,20 +443,38 @@ TEST(MoeUnderflow, ZeroSignsOfUnderflowingGradientsKeepTheirBits) {
     for (int c = 0; c < dims.D; ++c) d_out[t * dims.D + c] *= scales[(t / 2) % 8];
   }
   std::vector<float> out(N * dims.D), d_in(N * dims.D, 0.0f);
+  // FNV-1a over the bits of d_in and the gradients; and how many of them are zeros.
+  auto hash_of = [&](const MoeHarness<float>& of) {
+    uint64_t hash = 1469598103934665603ull;
+    size_t zeros = 0;
+    for (const std::vector<float>* v : {&std::as_const(d_in), &of.dense_grads, &of.expert_grads}) {
+      for (float x : *v) {
+        const uint32_t b = std::bit_cast<uint32_t>(x);
+        for (int i = 0; i < 4; ++i) hash = (hash ^ ((b >> (8 * i)) & 0xffu)) * 1099511628211ull;
+        zeros += x == 0.0f;
+      }
+    }
+    return std::pair{hash, zeros};
+  };
   moe_forward(out.data(), h.saved, in.data(), h.weights(),
               h.routing(RoutingMode::kTopK, nullptr, 0), dims, h.placement, ex, N);
   moe_backward(d_in.data(), h.grads(), d_out.data(), h.saved, in.data(), h.weights(), dims, ex);
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the bits
-  size_t zeros = 0;
-  for (const std::vector<float>* v : {&d_in, &h.dense_grads, &h.expert_grads}) {
-    for (float x : *v) {
-      const uint32_t b = std::bit_cast<uint32_t>(x);
-      for (int i = 0; i < 4; ++i) hash = (hash ^ ((b >> (8 * i)) & 0xffu)) * 1099511628211ull;
-      zeros += x == 0.0f;
-    }
-  }
+  const auto [hash, zeros] = hash_of(h);
   EXPECT_EQ(hash, 0x8b3e795a3aad22aeull);
   EXPECT_GT(zeros, 0u);  // the outputs hold zeros whose signs the hash pins
+  {
+    // The same bits when the expert gradients are written over a NaN arena (weight_grads_final)
+    // instead of added to zeros: a leaf tree's −0 sum lands as +0 either way.
+    MoeHarness<float> written(dims, 1, 0, /*seed=*/11, V, N);
+    written.saved.weight_grads_final = true;
+    std::fill(written.expert_grads.begin(), written.expert_grads.end(), std::nanf(""));
+    std::fill(d_in.begin(), d_in.end(), 0.0f);
+    moe_forward(out.data(), written.saved, in.data(), written.weights(),
+                written.routing(RoutingMode::kTopK, nullptr, 0), dims, written.placement, ex, N);
+    moe_backward(d_in.data(), written.grads(), d_out.data(), written.saved, in.data(),
+                 written.weights(), dims, ex);
+    EXPECT_EQ(hash_of(written).first, 0x8b3e795a3aad22aeull);
+  }
   // The case is exercised: the experts' raw d_h and d_x (which an EP group of one rank scatters
   // into d_in where it lies) hold zeros of both signs.
   for (const std::vector<float>* v : {&h.saved.d_h, &h.saved.d_x}) {
