@@ -10,9 +10,10 @@ cross-entropy rows out of line), the wide kernel calls one shared copy compiled 
 are the same at every width, so no value test can see it, only the clock (the attention forward
 at SSE2 width took 42 ms of a 340 ms step instead of 33).
 
-This reads the binary's disassembly (objdump) and fails, naming both, for every call from a
-NAME_avx2 or NAME_avx512 function to a function of the binary that is not itself of that level;
-calls through the PLT (the C library's memset and memcpy) are allowed. Exits 77 (skipped) where
+This reads the binary's disassembly (objdump) and fails, naming both, for every call (or tail
+call: a jump to another function) from a NAME_avx2 or NAME_avx512 function to a function of the
+binary that is not itself of that level; calls through the PLT (the C library's memset and
+memcpy) are allowed. Exits 77 (skipped) where
 there is nothing to check: no objdump, or a build without the levels (not GCC on x86-64).
 """
 import re
@@ -22,7 +23,10 @@ import sys
 
 SKIP_CODE = 77
 FUNCTION = re.compile(r"^[0-9a-f]+ <(?P<name>.*)>:$")
-CALL = re.compile(r"\bcall\s+(?:\*?[0-9a-f]+ )?<(?P<target>.*)>\s*$")
+# A call, or a jump (a tail call) to another function: objdump names a jump inside the function
+# as <caller+0x...>.
+BRANCH = re.compile(r"\b(?P<op>call|j[a-z]+)q?\s+(?:\*?[0-9a-f]+ )?<(?P<target>.*)>\s*$")
+OFFSET = re.compile(r"\+0x[0-9a-f]+$")
 LEVEL = re.compile(r"_(?P<level>avx2|avx512)\(")
 
 
@@ -32,8 +36,8 @@ def level_of(name):
 
 
 def out_of_level_calls(disassembly):
-    """(caller, callee) for each call from a level function to a non-PLT function of another
-    level, and the number of level functions seen."""
+    """(caller, callee) for each call or tail call from a level function to a non-PLT function
+    of another level, and the number of level functions seen."""
     bad, kernels, caller, level = [], 0, None, None
     for line in disassembly.splitlines():
         m = FUNCTION.match(line)
@@ -44,10 +48,12 @@ def out_of_level_calls(disassembly):
             continue
         if level is None:
             continue
-        call = CALL.search(line)
-        if not call:
+        branch = BRANCH.search(line)
+        if not branch:
             continue
-        target = call.group("target")
+        target = OFFSET.sub("", branch.group("target"))
+        if branch.group("op") != "call" and target == caller:
+            continue  # a jump inside the function
         if "@plt" in target or level_of(target) == level:
             continue
         bad.append((caller, target))

@@ -58,6 +58,19 @@ def test_plt_calls_and_calls_within_a_level_pass():
     assert kernels == 3
 
 
+def test_a_tail_call_is_named_and_a_jump_inside_the_function_is_not():
+    kernel = "moe::(anonymous namespace)::masked_f32_avx512(float*, long, int, int, int, int)"
+    text = (f"0000000000001000 <{kernel}>:\n"
+            f"    1000:\tjne    1010 <{kernel}+0x10>\n"
+            f"    1004:\tjmp    1008 <{kernel}+0x8>\n"
+            f"    1008:\tjmp    2000 <{LAMBDA}>\n"
+            f"\n0000000000002000 <{LAMBDA}>:\n"
+            f"    2000:\tret\n")
+    bad, kernels = checker.out_of_level_calls(text)
+    assert kernels == 1
+    assert bad == [(kernel, LAMBDA)]
+
+
 def test_a_call_to_another_level_is_named():
     text = disassembly(
         ("moe::(anonymous namespace)::rows_avx512(float*, long)",
