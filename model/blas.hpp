@@ -52,6 +52,9 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* 
              T beta, T* C, int ldc,  // [M,N], rows ldc apart
              std::source_location where = std::source_location::current());
 
+// Whether gemm_leaf_tree adds its total to C or writes it over C.
+enum class LeafTreeInto { kAdd, kOverwrite };
+
 // A weight gradient summed by leaves along model/tree_sum.hpp's tree: C[M,N] += the tree sum over
 // q = 0 … n−1 of A_qᵀ·B_q, where leaf q is rows [first[q], first[q] + rows[q]) of A (M values of
 // each, rows lda apart) and of B (N values, rows ldb apart), n = first.size() = rows.size().
@@ -63,7 +66,6 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* 
 // dimensions below M, N or N, a first row below 0, too little scratch, or a null pointer to a
 // non-empty operand. With LeafTreeInto::kOverwrite, C = the tree sum + 0 instead, C's old values
 // unread: the bits C += gives on a C of +0 (no leaves, or none with rows: C = +0).
-enum class LeafTreeInto { kAdd, kOverwrite };
 template <class T>
 void gemm_leaf_tree(int M, int N, const T* A, int lda, const T* B, int ldb, T* C, int ldc,
                     std::span<const int64_t> first, std::span<const int> rows, std::span<T> scratch,

@@ -56,16 +56,16 @@ void adamw_update_range(std::span<float> params, std::span<const float> grads, A
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
 #pragma omp parallel
   {
-    // Each tensor's part of [begin, end) in equal contiguous shares, one per thread (as a static
-    // schedule would cut it), each share one call at the CPU's level.
+    // Each tensor's part of [begin, end) in contiguous shares as equal as they can be, one per
+    // thread, each share one call at the CPU's level (an element's arithmetic is its own: any
+    // split gives the same bits).
     const size_t threads = static_cast<size_t>(omp_get_num_threads());
     const size_t me = static_cast<size_t>(omp_get_thread_num());
     for (const ParamEntry& e : layout.entries) {
       const size_t lo = std::max(e.offset, begin), hi = std::min(e.offset + e.count, end);
       if (lo >= hi) continue;
-      const size_t share = (hi - lo + threads - 1) / threads;
-      const size_t first = lo + std::min(hi - lo, me * share);
-      const size_t last = lo + std::min(hi - lo, (me + 1) * share);
+      const size_t first = lo + (hi - lo) * me / threads;
+      const size_t last = lo + (hi - lo) * (me + 1) / threads;
       if (first >= last) continue;
       const float decay = e.weight_decay ? lr * c.weight_decay : 0.0f;
       adamw_f32(params.data() + first, grads.data() + first, s.m.data() + first, s.v.data() + first,

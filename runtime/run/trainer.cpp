@@ -182,8 +182,11 @@ StepRecord Trainer::step(int step) {
   rec.bias = routing_.bias;  // the bias this step routes with, before its update
   rec.shadow_bias = routing_.shadow_bias;
   parallel_zero(d_dense_.data(), d_dense_.size());
+  // Where the expert gradients are final (set for every layer alike in the constructor), the one
+  // model_backward below writes every value of d_experts_ before anything reads it: a second
+  // backward into the same arena (accumulating micro-batches) would need the zeroing back.
   if (acts_.moe.empty() || !acts_.moe.front().weight_grads_final) {
-    parallel_zero(d_experts_.data(), d_experts_.size());  // else the backward writes every value
+    parallel_zero(d_experts_.data(), d_experts_.size());
   }
   sums_[0] = model_forward(acts_, dense_.data(), experts_.data(), layout_, routing_, batch_, mc_,
                            placement_, ex_);

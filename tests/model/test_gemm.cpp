@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -313,7 +314,7 @@ std::vector<T> tree_of(const std::vector<std::vector<T>>& leaves, size_t lo, siz
 // −0 (scale 1e-30 in float), so that leaf sums are −0.
 template <class T>
 void expect_leaf_tree(int M, int N, const std::vector<int>& rows, int pad, uint32_t seed,
-                      T scale = T(1)) {
+                      T scale = T(1), size_t* negative_zero_totals = nullptr) {
   const int lda = M + pad, ldb = N + pad, ldc = N + pad;
   std::vector<int64_t> first(rows.size());
   int64_t next = 1;
@@ -337,6 +338,10 @@ void expect_leaf_tree(int M, int N, const std::vector<int>& rows, int pad, uint3
                      B.data() + first[q] * ldb, ldb, T(0), leaves.back().data(), N);
   }
   const std::vector<T> total = tree_of(leaves, 0, leaves.size());
+  if (negative_zero_totals != nullptr) {
+    *negative_zero_totals = static_cast<size_t>(std::count_if(
+        total.begin(), total.end(), [](T x) { return x == T(0) && std::signbit(x); }));
+  }
   for (int i = 0; i < M; ++i) {
     for (int j = 0; j < N; ++j) want[size_t(i) * ldc + j] += total[size_t(i) * N + j];
   }
@@ -403,8 +408,11 @@ TEST_P(GemmLevels, LeafTreeIsTheTreeOfPerLeafGemms) {
   expect_leaf_tree<float>(13, 33, {5, 9, 1, 0, 4}, 2, seed++, 1e-30f);
   expect_leaf_tree<double>(13, 33, {5, 9, 1, 0, 4}, 2, seed++, 1e-200);
   // Without an empty leaf (+0) among them, the totals are −0 too: overwriting stores +0.
-  expect_leaf_tree<float>(13, 33, {5, 9, 1, 4}, 2, seed++, 1e-30f);
-  expect_leaf_tree<double>(13, 33, {5, 9, 1, 4}, 2, seed++, 1e-200);
+  size_t negative_zeros = 0;
+  expect_leaf_tree<float>(13, 33, {5, 9, 1, 4}, 2, seed++, 1e-30f, &negative_zeros);
+  EXPECT_EQ(negative_zeros, size_t{13 * 33}) << "totals of −0, float";
+  expect_leaf_tree<double>(13, 33, {5, 9, 1, 4}, 2, seed++, 1e-200, &negative_zeros);
+  EXPECT_EQ(negative_zeros, size_t{13 * 33}) << "totals of −0, double";
   // No leaves at all: adding leaves C as it was; overwriting makes it +0 (its padding kept).
   for (const bool overwrite : {false, true}) {
     std::vector<float> C(5 * 7, std::nanf("")), scratch(gemm_leaf_tree_scratch<float>(5, 6, 0));

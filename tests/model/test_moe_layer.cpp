@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -380,48 +381,52 @@ TEST(MoeGradSq, BackwardSumsOfSquaresAreThoseOfEachMatrix) {
 // Promised final (weight_grads_final), the backward writes every routed expert's gradients over
 // whatever the arena held: NaN-filled, the arena ends bit for bit as a zeroed one does without the
 // promise, an expert without rows at +0. Alone with 2 tokens (6 assignments over 8 experts: some
-// get none) and in the world's EP group.
-TEST(MoeGradsFinal, WrittenOverWhateverTheArenaHeld) {
+// get none), in float and double, and in the world's EP group.
+template <class T> void expect_final_grads_written(bool alone) {
   const Comm world = Comm::world();
   const Comm self = Comm::self();
   const MoeDims dims{16, 12, 12, 8, 3, ScoreFunc::kSqrtSoftplus, 1.5f, 10.0f};
   const ParallelGroups groups = parallel_groups_make(world, default_ep_size(world.size(), 8));
-  for (const bool alone : {true, false}) {
-    EpExchange ex(alone ? self : groups.ep);
-    const int N = alone ? 2 : 12, V = 64, ep_size = alone ? 1 : groups.ep_size;
-    const int ep_rank = alone ? 0 : groups.ep.rank();
-    const size_t first = alone ? 0 : static_cast<size_t>(world.rank()) * N;
-    const size_t ND = static_cast<size_t>(N) * 16;
-    const std::vector<float> in = testing_moe::global_normal<float>("in", first * 16 + ND, 1.0);
-    const std::vector<float> d_out =
-        testing_moe::global_normal<float>("d_out", first * 16 + ND, 1.0);
-    auto run = [&](bool final_grads) {
-      MoeHarness<float> h(dims, ep_size, ep_rank, 9, V, N);
-      h.saved.weight_grads_final = final_grads;
-      std::fill(h.expert_grads.begin(), h.expert_grads.end(), final_grads ? std::nanf("") : 0.0f);
-      std::vector<float> out(ND), d_in(ND, 0.0f);
-      moe_forward(out.data(), h.saved, &in[first * 16], h.weights(),
-                  h.routing(RoutingMode::kTopK, nullptr, 0), dims, h.placement, ex, N);
-      moe_backward(d_in.data(), h.grads(), &d_out[first * 16], h.saved, &in[first * 16],
-                   h.weights(), dims, ex);
-      int empty = 0;
-      for (size_t i = 0; i + 1 < h.saved.plan.expert_offsets.size(); ++i) {
-        empty += h.saved.plan.expert_offsets[i + 1] == h.saved.plan.expert_offsets[i];
-      }
-      std::vector<float> all = d_in;
-      all.insert(all.end(), h.expert_grads.begin(), h.expert_grads.end());
-      return std::pair{all, empty};
-    };
-    const auto [added, empty] = run(false);
-    const auto [written, empty_too] = run(true);
-    ASSERT_EQ(added.size(), written.size());
-    EXPECT_EQ(std::memcmp(added.data(), written.data(), added.size() * sizeof(float)), 0)
-        << (alone ? "alone" : "in the world's EP group");
-    EXPECT_EQ(empty, empty_too);
-    if (alone) {
-      EXPECT_GT(empty, 0) << "every expert got rows: the case of none is not exercised";
+  EpExchange ex(alone ? self : groups.ep);
+  const int N = alone ? 2 : 12, V = 64, ep_size = alone ? 1 : groups.ep_size;
+  const int ep_rank = alone ? 0 : groups.ep.rank();
+  const size_t first = alone ? 0 : static_cast<size_t>(world.rank()) * N;
+  const size_t ND = static_cast<size_t>(N) * 16;
+  const std::vector<T> in = testing_moe::global_normal<T>("in", first * 16 + ND, 1.0);
+  const std::vector<T> d_out = testing_moe::global_normal<T>("d_out", first * 16 + ND, 1.0);
+  auto run = [&](bool final_grads) {
+    MoeHarness<T> h(dims, ep_size, ep_rank, 9, V, N);
+    h.saved.weight_grads_final = final_grads;
+    std::fill(h.expert_grads.begin(), h.expert_grads.end(),
+              final_grads ? std::numeric_limits<T>::quiet_NaN() : T(0));
+    std::vector<T> out(ND), d_in(ND, T(0));
+    moe_forward(out.data(), h.saved, &in[first * 16], h.weights(),
+                h.routing(RoutingMode::kTopK, nullptr, 0), dims, h.placement, ex, N);
+    moe_backward(d_in.data(), h.grads(), &d_out[first * 16], h.saved, &in[first * 16], h.weights(),
+                 dims, ex);
+    int empty = 0;
+    for (size_t i = 0; i + 1 < h.saved.plan.expert_offsets.size(); ++i) {
+      empty += h.saved.plan.expert_offsets[i + 1] == h.saved.plan.expert_offsets[i];
     }
+    std::vector<T> all = d_in;
+    all.insert(all.end(), h.expert_grads.begin(), h.expert_grads.end());
+    return std::pair{all, empty};
+  };
+  const auto [added, empty] = run(false);
+  const auto [written, empty_too] = run(true);
+  ASSERT_EQ(added.size(), written.size());
+  EXPECT_EQ(std::memcmp(added.data(), written.data(), added.size() * sizeof(T)), 0)
+      << (alone ? "alone" : "in the world's EP group");
+  EXPECT_EQ(empty, empty_too);
+  if (alone) {
+    EXPECT_GT(empty, 0) << "every expert got rows: the case of none is not exercised";
   }
+}
+
+TEST(MoeGradsFinal, WrittenOverWhateverTheArenaHeld) {
+  expect_final_grads_written<float>(true);
+  expect_final_grads_written<double>(true);
+  expect_final_grads_written<float>(false);
 }
 
 // Output gradients so small that the experts' backward GEMMs underflow to zeros of either sign:

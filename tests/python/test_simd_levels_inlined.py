@@ -71,6 +71,17 @@ def test_a_tail_call_is_named_and_a_jump_inside_the_function_is_not():
     assert bad == [(kernel, LAMBDA)]
 
 
+def test_older_binutils_spellings_are_read():
+    kernel = "moe::(anonymous namespace)::rows_avx2(float*, long)"
+    text = (f"0000000000001000 <{kernel}>:\n"
+            f"    1000:\tcallq  2000 <{LAMBDA}>\n"
+            f"    1005:\tjmpq   2000 <{LAMBDA}>\n"
+            f"\n0000000000002000 <{LAMBDA}>:\n"
+            f"    2000:\tretq\n")
+    bad, _ = checker.out_of_level_calls(text)
+    assert bad == [(kernel, LAMBDA), (kernel, LAMBDA)]
+
+
 def test_a_call_to_another_level_is_named():
     text = disassembly(
         ("moe::(anonymous namespace)::rows_avx512(float*, long)",
