@@ -120,11 +120,9 @@ T* expert_weight_grad_at(const MoeWeights<T>& gr, const MoeDims& d, int i, int m
   return (m == 0 ? gr.w2 : m == 1 ? gr.w1 : gr.w3) + static_cast<size_t>(i) * d.D * d.F;
 }
 
-// Routed expert i's weight gradient m by sequence over its rows, in the thread's scratch: added
-// to the gradient, or written over it (weight_grads_final).
-template <class T>
-void expert_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeDims& d, int i, int m) {
-  T* const dw = expert_weight_grad_at(gr, d, i, m);
+// Routed expert i's weight gradient m (at dw: expert_weight_grad_at) by sequence over its rows,
+// in the thread's scratch: added to the gradient, or written over it (weight_grads_final).
+template <class T> void expert_weight_task(MoeSaved<T>& s, T* dw, const MoeDims& d, int i, int m) {
   const std::span<T> scratch = thread_scratch(s);
   const LeafTreeInto into = s.weight_grads_final ? LeafTreeInto::kOverwrite : LeafTreeInto::kAdd;
   if (m == 0) {
@@ -294,19 +292,15 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
   parallel_tasks(first + 3 * int64_t{experts}, [&](int64_t task) {
     if (task < first) return shared_weight_task(s, gr, d_out, in, d, static_cast<int>(task));
     const int i = static_cast<int>((task - first) / 3), m = static_cast<int>((task - first) % 3);
+    T* const dw = expert_weight_grad_at(gr, d, i, m);
     if (offsets[i + 1] == offsets[i]) {
       // No rows: its gradient is +0, which a final gradient has to be given.
-      if (s.weight_grads_final) {
-        std::fill_n(expert_weight_grad_at(gr, d, i, m), static_cast<size_t>(d.D) * d.F, T(0));
-      }
+      if (s.weight_grads_final) std::fill_n(dw, DF, T(0));
       return;
     }
-    expert_weight_task(s, gr, d, i, m);
+    expert_weight_task(s, dw, d, i, m);
     if constexpr (std::is_same_v<T, float>) {
-      if (sq) {
-        s.weight_grad_sq[task - first] = sum_squares(std::span<const float>(
-            expert_weight_grad_at(gr, d, i, m), static_cast<size_t>(d.D) * d.F));
-      }
+      if (sq) s.weight_grad_sq[task - first] = sum_squares(std::span<const float>(dw, DF));
     }
   });
 }
