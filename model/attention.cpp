@@ -24,6 +24,7 @@
 #include "model/blas.hpp"
 #include "model/linear.hpp"
 #include "model/parallel.hpp"
+#include "model/prefetch.hpp"
 #include "numeric/det_math.hpp"
 
 namespace moe {
@@ -254,6 +255,9 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     T* leaf_k = B > 1 ? leaf + nq : grads.wk;
     T* leaf_v = B > 1 ? leaf + nq + nk : grads.wv;
     T* leaf_o = B > 1 ? leaf + nq + 2 * nk : grads.wo;
+    // The forward's concat, read by Wo's weight gradient below, is long out of the caches: asked
+    // for now, it arrives while d_concat is computed.
+    prefetch_values(saved.concat.data() + row0 * HD, static_cast<size_t>(S) * HD);
     // out = concat·Wo  ->  d_concat = d_out·Woᵀ, d_Wo_b = concat_bᵀ·d_out_b: independent tasks
     std::fill(d_concat, d_concat + int64_t{S} * HD, T(0));
     parallel_tasks(2, [&](int64_t task) {
@@ -272,6 +276,9 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     attn_core_backward(d_q, d_k, d_v, saved.d_probs.data() + t * std::min(S, kQueryTile) * d.H * Kt,
                        saved.d_k_heads.data() + t * S * HD, saved.d_v_heads.data() + t * S * HD,
                        d_concat, saved.probs.data() + b * d.H * S * Kt, q, k, v_t, d);
+    // x, read by the weight gradients below, likewise (asked for after the core, whose own rows
+    // would push it out again).
+    prefetch_values(x, static_cast<size_t>(S) * D);
     // q = rope(in·Wq), k = rope(in·Wk)  ->  gradients of the unrotated projections
     rope_backward(d_q, rope, d.H);
     rope_backward(d_k, rope, d.KVH);

@@ -6,6 +6,7 @@
 #include "model/blas.hpp"
 #include "model/embedding.hpp"
 #include "model/parallel.hpp"
+#include "model/prefetch.hpp"
 #include "model/rmsnorm.hpp"
 
 namespace moe {
@@ -32,6 +33,12 @@ void seq_linear_weight_backward(T* d_weight, std::span<T> scratch, const T* d_ou
   first.resize(static_cast<size_t>(std::max(B, 0)));
   rows.assign(first.size(), S);
   for (size_t b = 0; b < first.size(); ++b) first[b] = static_cast<int64_t>(b) * S;
+  // Written long before (the forward's input, the backward's first pass), the rows come from far
+  // caches: asked for at once, they arrive together rather than a row at a time, as the routed
+  // experts' leaves do (expert_grads.cpp).
+  const size_t values = first.size() * static_cast<size_t>(std::max(S, 0));
+  prefetch_values(in, values * static_cast<size_t>(std::max(I, 0)));
+  prefetch_values(d_out, values * static_cast<size_t>(std::max(O, 0)));
   gemm_leaf_tree<T>(I, O, in, I, d_out, O, d_weight, O, first, rows, scratch);
 }
 

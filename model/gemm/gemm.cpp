@@ -92,27 +92,42 @@ std::atomic<int> g_wide_tiles{static_cast<int>(gemm_detail::WideTiles::kWhereThe
 // rather than every nr. That pays where the columns fill the last wide panel past three quarters
 // (or fill whole ones); below that, a narrow tile's half-wide edge wastes fewer lanes. Measured
 // at avx512 (bench_gemm_shapes --against narrow, docs/performance.md): most of the model's calls
-// over 56, 64, 128 and 2048 columns 4-35% faster in wide tiles, a transposed A over 128 columns
-// (the attention's q/o weight gradients, about 1% of the step) 2-7% slower; 40, 48 and 159
-// columns no faster. Which tile computes an element changes none of its bits.
+// over 56, 64, 128 and 2048 columns 4-35% faster in wide tiles (a transposed A over a long K
+// excepted: wide_panel_spills); 40, 48 and 159 columns no faster. Which tile computes an element
+// changes none of its bits.
 bool wide_tiles_pay(int n, int nr) {
   const int rest = n % (2 * nr);
   return rest == 0 || rest > nr + nr / 2;  // n <= nr: rest is n, neither
 }
 
-// Whether a block of n columns at level k runs in wide tiles, as gemm_wide_tiles_force says.
-template <class T> bool wide_tiles_for(const GemmKernelsOf<T>& k, int n) {
+// Bytes of one panel of B (K × its columns) that stay in the level-1 cache while the tiles of A
+// pass over it.
+constexpr int64_t kL1PanelBytes = 32 * 1024;
+
+// A transposed A over few columns (at most four wide panels, which the tiles read in place) with
+// a long K: a wide panel of B (K × 2·nr) then outgrows the level-1 cache where a narrow one fits,
+// and every tile of A reads it from the level-2 cache again. The attention's q/o weight
+// gradients (128 × 128 over K = 256, about 4% of a deepseek4-tiny step) ran 2-10% faster in
+// narrow tiles alone (bench_gemm_shapes --against narrow) and faster still inside a step
+// (docs/performance.md); the LM head's weight gradient (2048 columns, both operands packed) stays
+// wide, 6% faster so.
+template <class T> bool wide_panel_spills(const GemmCall<T>& g, int n, int nr) {
+  return g.trans_a && n <= 8 * nr && int64_t{g.K} * 2 * nr * int64_t{sizeof(T)} > kL1PanelBytes;
+}
+
+// Whether a block of n columns of g at level k runs in wide tiles, as gemm_wide_tiles_force says.
+template <class T> bool wide_tiles_for(const GemmKernelsOf<T>& k, const GemmCall<T>& g, int n) {
   using gemm_detail::WideTiles;
   const auto use = static_cast<WideTiles>(g_wide_tiles.load(std::memory_order_relaxed));
   return k.wide_block != nullptr && use != WideTiles::kNever &&
-         (use == WideTiles::kAlways || wide_tiles_pay(n, k.nr));
+         (use == WideTiles::kAlways || (wide_tiles_pay(n, k.nr) && !wide_panel_spills(g, n, k.nr)));
 }
 
 std::atomic<int64_t> g_wide_blocks{0};  // gemm_wide_blocks
 
 template <class T>
 void run_block(const GemmKernelsOf<T>& k, const GemmCall<T>& g, int i0, int m, int j0, int n) {
-  if (wide_tiles_for(k, n)) {
+  if (wide_tiles_for(k, g, n)) {
     g_wide_blocks.fetch_add(1, std::memory_order_relaxed);
     k.wide_block(g, i0, m, j0, n, pack_space<T>(k.wide_pack_elements(m, n, g.K)));
   } else {
@@ -220,7 +235,7 @@ int64_t gemm_wide_blocks() {
 template <class T> void gemm_run(const GemmCall<T>& g) {
   const GemmKernelsOf<T>& k = kernels_of<T>(gemm_level());
   // A call whose columns go wide is split in wide panels, so that its blocks do too.
-  run_split(g.M, g.N, k.mr, wide_tiles_for(k, g.N) ? 2 * k.nr : k.nr, 2.0 * g.M * g.N * g.K,
+  run_split(g.M, g.N, k.mr, wide_tiles_for(k, g, g.N) ? 2 * k.nr : k.nr, 2.0 * g.M * g.N * g.K,
             [&](int i0, int m, int j0, int n) { run_block(k, g, i0, m, j0, n); });
 }
 

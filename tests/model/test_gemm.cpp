@@ -240,6 +240,30 @@ TEST_P(GemmLevels, WideAndNarrowTilesAreTheSameChains) {
   }
 }
 
+// Where the wide tiles run by themselves (kWhereTheyPay): over columns that fill them, but not for
+// a transposed A over at most eight narrow panels whose K makes a wide panel of B outgrow the
+// level-1 cache (model/gemm/gemm.cpp, wide_panel_spills). Counted through gemm_wide_blocks at
+// avx512, the level with wide tiles: the attention's q/o weight gradient (K = 256) and
+// deepseek4-fine's router weight gradient run narrow; the same over K = 128, the LM head's weight
+// gradient (2048 columns) and an untransposed A over K = 256 run wide.
+TEST_P(GemmLevels, WideTilesWhereTheirPanelsStayNear) {
+  if (GetParam() != GemmLevel::kAvx512) GTEST_SKIP() << "only avx512 has wide tiles";
+  gemm_detail::gemm_wide_tiles_force(gemm_detail::WideTiles::kWhereTheyPay);
+  auto runs_wide = [](bool ta, int M, int N, int K) {
+    std::vector<float> A(static_cast<size_t>(M) * K, 0.5f), B(static_cast<size_t>(K) * N, 0.25f),
+        C(static_cast<size_t>(M) * N);
+    const int64_t before = gemm_detail::gemm_wide_blocks();
+    gemm<float>(ta, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data());
+    EXPECT_EQ(C[0], 0.125f * static_cast<float>(K));
+    return gemm_detail::gemm_wide_blocks() > before;
+  };
+  EXPECT_FALSE(runs_wide(true, 128, 128, 256)) << "attention q/o weight gradient";
+  EXPECT_FALSE(runs_wide(true, 128, 64, 256)) << "deepseek4-fine router weight gradient";
+  EXPECT_TRUE(runs_wide(true, 128, 128, 128)) << "a wide panel of K = 128 fits";
+  EXPECT_TRUE(runs_wide(true, 128, 2048, 256)) << "LM head weight gradient";
+  EXPECT_TRUE(runs_wide(false, 256, 128, 256)) << "untransposed A";
+}
+
 // The property the contract is for: the first rows of a call of 2M rows (columns of 2N) are the
 // bits of a call of M rows (N columns), at M, N around the register tiles and OpenBLAS's blocks.
 TEST_P(GemmLevels, ARowsBitsDoNotDependOnTheCallsShape) {
