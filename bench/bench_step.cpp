@@ -18,20 +18,28 @@
 //  4. The balance bookkeeping of a step timed alone (target: < 1% of the step): the loss-free bias
 //     update and the balance metrics of every layer (model/balance.hpp), and the two load
 //     collectives (all-reduce of the [L, E] counts, all-gather of the rows each rank received).
+//  5. With --gemm-sites: every GEMM call of the run on rank 0 timed (gemm_observe, model/blas.hpp)
+//     and added up by where it was made (file:line) and its shape, largest first: ms per step
+//     (all steps, the first included), calls, GFLOP/s and share of the mean step. A site inside
+//     a helper (linear.cpp's) stands for all its callers; the shape tells them apart.
 //
 // Run: mpiexec -np 1|2 build/bench/bench_step [--steps 8] [--model deepseek4-tiny]
-//      [--threads N] [--seed 1234]
+//      [--threads N] [--seed 1234] [--gemm-sites]
 // Legend: W ranks, P EP group size, N tokens per rank, L layers, E experts, T = W·N tokens/step.
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "bench/bench_common.hpp"
 #include "bench/model_flops.hpp"
 #include "model/balance.hpp"
+#include "model/blas.hpp"
 #include "model/model.hpp"
 #include "model/phase_timer.hpp"
 #include "runtime/options/options.hpp"
@@ -40,6 +48,52 @@
 
 namespace moe::bench {
 namespace {
+
+// 5.: the GEMM calls by site and shape (an expert's rows vary: M is summed; a leaf tree's rows
+// too: K is summed), from gemm_observe on every thread of this rank.
+struct GemmSite {
+  int64_t calls = 0;
+  double seconds = 0, flops = 0, M = 0, K = 0;
+};
+std::mutex g_sites_mutex;
+std::map<std::string, GemmSite> g_sites;
+
+void record_gemm(const GemmTiming& t) {
+  std::string file = t.where.file_name();
+  file = file.substr(file.find_last_of('/') + 1);
+  const std::string key = file + ":" + std::to_string(t.where.line()) + " " +
+                          (t.trans_a ? "t" : "n") + (t.trans_b ? "t" : "n") +
+                          (t.leaf_tree ? " leaf tree" : "") + " N=" + std::to_string(t.N) +
+                          (t.leaf_tree ? "" : " K=" + std::to_string(t.K));
+  const std::lock_guard lock(g_sites_mutex);
+  GemmSite& site = g_sites[key];
+  ++site.calls;
+  site.seconds += t.seconds;
+  site.flops += 2.0 * t.M * t.N * t.K;
+  site.M += t.M;
+  site.K += t.K;
+}
+
+void print_gemm_sites(int steps, double step_ms) {
+  std::vector<std::pair<std::string, GemmSite>> sites(g_sites.begin(), g_sites.end());
+  std::sort(sites.begin(), sites.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  double seconds = 0, flops = 0;
+  for (const auto& [key, site] : sites) seconds += site.seconds, flops += site.flops;
+  std::printf(
+      "#\n# GEMM calls by site and shape, rank 0 (gemm_observe; %d steps, the first included): "
+      "%.2f ms per step, %.1f%% of the mean step, %.1f GFLOP/s\n",
+      steps, seconds * 1e3 / steps, 100 * seconds * 1e3 / steps / step_ms, flops / seconds / 1e9);
+  std::printf("# %-44s %8s %8s %9s %9s %8s %7s\n", "site, op, shape", "mean M", "mean K",
+              "calls/st", "ms/step", "GFLOP/s", "share");
+  for (const auto& [key, site] : sites) {
+    const double ms = site.seconds * 1e3 / steps;
+    if (ms < 0.005 * step_ms) break;  // the rest under 0.5% of a step each
+    std::printf("  %-44s %8.0f %8.0f %9.1f %9.2f %8.1f %6.1f%%\n", key.c_str(), site.M / site.calls,
+                site.K / site.calls, static_cast<double>(site.calls) / steps, ms,
+                site.flops / site.seconds / 1e9, 100 * ms / step_ms);
+  }
+}
 
 // The balance bookkeeping of one step alone: local (bias update + metrics of every layer) and the
 // two load collectives; medians over `reps` repetitions, slowest rank.
@@ -106,8 +160,11 @@ int run(int argc, char** argv) {
   replay_s = max_over_ranks(world, replay_s);
   const double same_shapes = sum_over_ranks(world, gemm_flops(gemms) / replay_s);
 
-  // 2. The training loop itself.
+  // 2. The training loop itself (5.: its GEMMs timed, when asked for).
+  const bool gemm_sites = arg_flag(argc, argv, "--gemm-sites");
+  if (gemm_sites) gemm_observe(record_gemm);
   const TrainSummary summary = train_run(cfg, world, /*quiet=*/true);
+  gemm_observe(nullptr);
   std::vector<double> secs, tps;
   for (size_t i = 1; i < summary.steps.size(); ++i) {
     secs.push_back(summary.steps[i].step_time_s);
@@ -164,6 +221,7 @@ int run(int argc, char** argv) {
       "%.2f us, load all-reduce + all-gather %.2f us = %.3f%% of the train_run step\n",
       mc.layers, balance_local * 1e6, balance_comm * 1e6,
       100 * (balance_local + balance_comm) / step.median);
+  if (gemm_sites) print_gemm_sites(cfg.steps, ph.step_ms);
   return 0;
 }
 

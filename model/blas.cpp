@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -58,6 +59,30 @@ bool fits_int(int64_t elements) {
 namespace moe {
 namespace {
 
+std::atomic<GemmObserver> g_observer{nullptr};  // gemm_observe
+
+// run() on the clock when an observer is set, then the call's timing to it.
+template <class Run>
+void observed(const std::source_location& where, const GemmShape& shape, bool leaf_tree,
+              Run&& run) {
+  const GemmObserver observer = g_observer.load(std::memory_order_relaxed);
+  if (observer == nullptr) {
+    run();
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  run();
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  observer({.where = where,
+            .trans_a = shape.trans_a,
+            .trans_b = shape.trans_b,
+            .leaf_tree = leaf_tree,
+            .M = shape.M,
+            .N = shape.N,
+            .K = shape.K,
+            .seconds = took.count()});
+}
+
 template <class T>
 void gemm_call(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda,
                const T* B, int ldb, T beta, T* C, int ldc) {
@@ -90,7 +115,8 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
   MOE_BLAS_CHECK(A != nullptr && B != nullptr, call, shape, where);
   const int lda = trans_a ? M : K;  // row length of A as stored
   const int ldb = trans_b ? K : N;  // row length of B as stored
-  gemm_call(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, N);
+  observed(where, shape, false,
+           [&] { gemm_call(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, N); });
 }
 
 template void gemm<float>(bool, bool, int, int, int, float, const float*, const float*, float,
@@ -125,7 +151,8 @@ void gemm_ld(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* 
     return;
   }
   MOE_BLAS_CHECK(A != nullptr && B != nullptr, call, shape, where);
-  gemm_call(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  observed(where, shape, false,
+           [&] { gemm_call(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
 }
 
 template void gemm_ld<float>(bool, bool, int, int, int, float, const float*, int, const float*, int,
@@ -165,8 +192,11 @@ void gemm_leaf_tree(int M, int N, const T* A, int lda, const T* B, int ldb, T* C
     return;
   }
   MOE_BLAS_CHECK(A != nullptr && B != nullptr, call, shape, where);
-  gemm_detail::gemm_leaf_tree_run<T>(
-      {M, N, A, lda, B, ldb, C, ldc, first.data(), rows.data(), leaves, overwrite}, scratch.data());
+  observed(where, shape, true, [&] {
+    gemm_detail::gemm_leaf_tree_run<T>(
+        {M, N, A, lda, B, ldb, C, ldc, first.data(), rows.data(), leaves, overwrite},
+        scratch.data());
+  });
 }
 
 template void gemm_leaf_tree<float>(int, int, const float*, int, const float*, int, float*, int,
@@ -215,6 +245,10 @@ double blas_sgemm_gflops(int M, int K, int N, double seconds) {
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   return 2.0 * M * K * N * static_cast<double>(calls) / elapsed * 1e-9;
+}
+
+void gemm_observe(GemmObserver observer) {
+  g_observer.store(observer, std::memory_order_relaxed);
 }
 
 }  // namespace moe

@@ -88,4 +88,19 @@ std::string blas_info();
 // utilisation.
 double blas_sgemm_gflops(int M, int K, int N, double seconds);
 
+// One GEMM call as a profiler sees it: where it was made (gemm's, gemm_ld's or gemm_leaf_tree's
+// `where`), its shape (a leaf tree's K: its leaves' rows), and its time on the steady clock.
+struct GemmTiming {
+  std::source_location where;
+  bool trans_a = false, trans_b = false, leaf_tree = false;
+  int M = 0, N = 0, K = 0;
+  double seconds = 0;
+};
+// While set, every gemm, gemm_ld and gemm_leaf_tree call that runs kernels is timed and reported
+// to `observer` after it returns, on the calling thread (several at once inside the model's
+// parallel regions). Null (the default) times nothing. For profiling (bench_step --gemm-sites);
+// set it while no GEMM runs.
+using GemmObserver = void (*)(const GemmTiming& call);
+void gemm_observe(GemmObserver observer);
+
 }  // namespace moe

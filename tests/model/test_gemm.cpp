@@ -500,5 +500,51 @@ TEST(GemmLevel, NamesParseAndForcingAnAbsentLevelIsRefused) {
   gemm_level_reset();
 }
 
+std::vector<GemmTiming> g_observed;
+void observe(const GemmTiming& call) {
+  g_observed.push_back(call);
+}
+
+// gemm_observe: each gemm, gemm_ld and gemm_leaf_tree call that runs kernels reaches the observer
+// with its caller's line, its shape and a time; a call that runs none (M = 0) does not, nor any
+// call once the observer is cleared. The results are the same bits either way.
+TEST(GemmObserver, SeesEachCallWithItsSiteAndShape) {
+  const int M = 13, N = 20, K = 9;
+  std::vector<float> A(size_t{M} * K), B(size_t{K} * N), C(size_t{M} * N), plain(C.size()),
+      Cld(C.size());
+  for (size_t i = 0; i < A.size(); ++i) A[i] = std::sin(0.3f * static_cast<float>(i));
+  for (size_t i = 0; i < B.size(); ++i) B[i] = std::cos(0.7f * static_cast<float>(i));
+  gemm<float>(false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, plain.data());
+  g_observed.clear();
+  gemm_observe(observe);
+  const int line = __LINE__ + 1;
+  gemm<float>(false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data());
+  gemm_ld<float>(true, true, 4, 5, 3, 1.0f, A.data(), 9, B.data(), 20, 0.0f, Cld.data(), 20);
+  gemm<float>(false, false, 0, N, K, 1.0f, A.data(), B.data(), 0.0f, Cld.data());  // no kernels
+  const std::vector<int64_t> first = {0, 6};
+  const std::vector<int> rows = {6, 3};
+  std::vector<float> scratch(gemm_leaf_tree_scratch<float>(K, N, 2)), W(size_t{K} * N);
+  gemm_leaf_tree<float>(K, N, A.data(), K, B.data(), N, W.data(), N, first, rows, scratch,
+                        LeafTreeInto::kOverwrite);
+  gemm_observe(nullptr);
+  gemm<float>(false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, plain.data());
+  ASSERT_EQ(g_observed.size(), 3u);
+  const GemmTiming& g = g_observed[0];
+  EXPECT_EQ(static_cast<int>(g.where.line()), line);
+  EXPECT_NE(std::string(g.where.file_name()).find("test_gemm.cpp"), std::string::npos);
+  EXPECT_TRUE(!g.trans_a && !g.trans_b && !g.leaf_tree);
+  EXPECT_EQ(g.M, M);
+  EXPECT_EQ(g.N, N);
+  EXPECT_EQ(g.K, K);
+  EXPECT_GE(g.seconds, 0.0);
+  EXPECT_EQ(static_cast<int>(g_observed[1].where.line()), line + 1);
+  EXPECT_TRUE(g_observed[1].trans_a && g_observed[1].trans_b);
+  EXPECT_EQ(g_observed[1].M, 4);
+  EXPECT_TRUE(g_observed[2].leaf_tree);
+  EXPECT_EQ(g_observed[2].K, 9);  // the leaves' rows
+  EXPECT_EQ(g_observed[2].N, N);
+  for (size_t i = 0; i < C.size(); ++i) ASSERT_EQ(bits(C[i]), bits(plain[i]));
+}
+
 }  // namespace
 }  // namespace moe
