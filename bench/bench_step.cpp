@@ -21,7 +21,10 @@
 //  5. With --gemm-sites: every GEMM call of the run on rank 0 timed (gemm_observe, model/blas.hpp)
 //     and added up by where it was made (file:line) and its shape, largest first: ms per step
 //     (all steps, the first included), calls, GFLOP/s and share of the mean step. A site inside
-//     a helper (linear.cpp's) stands for all its callers; the shape tells them apart.
+//     a helper (linear.cpp's) stands for all its callers; the shape tells them apart. Times are
+//     per calling thread: with several threads, calls inside the model's tasks overlap, and the
+//     shares can add up past 100%. The run's other figures are then measured with the timing on
+//     (a clock read, a lock and a map update per call).
 //
 // Run: mpiexec -np 1|2 build/bench/bench_step [--steps 8] [--model deepseek4-tiny]
 //      [--threads N] [--seed 1234] [--gemm-sites]
@@ -79,10 +82,14 @@ void print_gemm_sites(int steps, double step_ms) {
   std::sort(sites.begin(), sites.end(),
             [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   double seconds = 0, flops = 0;
-  for (const auto& [key, site] : sites) seconds += site.seconds, flops += site.flops;
+  for (const auto& [key, site] : sites) {
+    seconds += site.seconds;
+    flops += site.flops;
+  }
   std::printf(
-      "#\n# GEMM calls by site and shape, rank 0 (gemm_observe; %d steps, the first included): "
-      "%.2f ms per step, %.1f%% of the mean step, %.1f GFLOP/s\n",
+      "#\n# GEMM calls by site and shape, rank 0 (gemm_observe; %d steps, the first included; "
+      "time per calling thread, the figures above measured with the timing on): %.2f ms per "
+      "step, %.1f%% of the mean step, %.1f GFLOP/s\n",
       steps, seconds * 1e3 / steps, 100 * seconds * 1e3 / steps / step_ms, flops / seconds / 1e9);
   std::printf("# %-44s %8s %8s %9s %9s %8s %7s\n", "site, op, shape", "mean M", "mean K",
               "calls/st", "ms/step", "GFLOP/s", "share");

@@ -256,7 +256,7 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     T* leaf_v = B > 1 ? leaf + nq + nk : grads.wv;
     T* leaf_o = B > 1 ? leaf + nq + 2 * nk : grads.wo;
     // The forward's concat, read by Wo's weight gradient below, is long out of the caches: asked
-    // for now, it arrives while d_concat is computed.
+    // for at once, its rows arrive together rather than one at a time as the GEMM reaches them.
     prefetch_values(saved.concat.data() + row0 * HD, static_cast<size_t>(S) * HD);
     // out = concat·Wo  ->  d_concat = d_out·Woᵀ, d_Wo_b = concat_bᵀ·d_out_b: independent tasks
     std::fill(d_concat, d_concat + int64_t{S} * HD, T(0));
@@ -276,8 +276,8 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     attn_core_backward(d_q, d_k, d_v, saved.d_probs.data() + t * std::min(S, kQueryTile) * d.H * Kt,
                        saved.d_k_heads.data() + t * S * HD, saved.d_v_heads.data() + t * S * HD,
                        d_concat, saved.probs.data() + b * d.H * S * Kt, q, k, v_t, d);
-    // x, read by the weight gradients below, likewise (asked for after the core, whose own rows
-    // would push it out again).
+    // x, read by the weight gradients below, likewise: asked for after the core, whose own rows
+    // would push it out again, so that it comes in while RoPE's backward runs.
     prefetch_values(x, static_cast<size_t>(S) * D);
     // q = rope(in·Wq), k = rope(in·Wk)  ->  gradients of the unrotated projections
     rope_backward(d_q, rope, d.H);

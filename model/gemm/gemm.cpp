@@ -104,15 +104,17 @@ bool wide_tiles_pay(int n, int nr) {
 // pass over it.
 constexpr int64_t kL1PanelBytes = 32 * 1024;
 
-// A transposed A over few columns (at most four wide panels, which the tiles read in place) with
-// a long K: a wide panel of B (K × 2·nr) then outgrows the level-1 cache where a narrow one fits,
-// and every tile of A reads it from the level-2 cache again. The attention's q/o weight
-// gradients (128 × 128 over K = 256, about 4% of a deepseek4-tiny step) ran 2-10% faster in
-// narrow tiles alone (bench_gemm_shapes --against narrow) and faster still inside a step
+// A call with a transposed A over few columns (at most four wide panels in all, which the tiles
+// read in place) and a long K: a wide panel of B (K × 2·nr) then outgrows the level-1 cache, and
+// every tile of A reads it from the level-2 cache again; a narrow panel is half its size. The
+// attention's q/o weight gradients (128 × 128 over K = 256, about 4% of a deepseek4-tiny step)
+// and deepseek4-fine's router weight gradient (128 × 64 over K = 256) ran 5-10% faster in narrow
+// tiles alone (bench_gemm_shapes --against narrow) and faster still inside a step
 // (docs/performance.md); the LM head's weight gradient (2048 columns, both operands packed) stays
-// wide, 6% faster so.
-template <class T> bool wide_panel_spills(const GemmCall<T>& g, int n, int nr) {
-  return g.trans_a && n <= 8 * nr && int64_t{g.K} * 2 * nr * int64_t{sizeof(T)} > kL1PanelBytes;
+// wide, 6% faster so. The call's columns decide, not a block's, so that the choice does not
+// depend on how many threads split the call.
+template <class T> bool wide_panel_spills(const GemmCall<T>& g, int nr) {
+  return g.trans_a && g.N <= 8 * nr && int64_t{g.K} * 2 * nr * int64_t{sizeof(T)} > kL1PanelBytes;
 }
 
 // Whether a block of n columns of g at level k runs in wide tiles, as gemm_wide_tiles_force says.
@@ -120,7 +122,7 @@ template <class T> bool wide_tiles_for(const GemmKernelsOf<T>& k, const GemmCall
   using gemm_detail::WideTiles;
   const auto use = static_cast<WideTiles>(g_wide_tiles.load(std::memory_order_relaxed));
   return k.wide_block != nullptr && use != WideTiles::kNever &&
-         (use == WideTiles::kAlways || (wide_tiles_pay(n, k.nr) && !wide_panel_spills(g, n, k.nr)));
+         (use == WideTiles::kAlways || (wide_tiles_pay(n, k.nr) && !wide_panel_spills(g, k.nr)));
 }
 
 std::atomic<int64_t> g_wide_blocks{0};  // gemm_wide_blocks

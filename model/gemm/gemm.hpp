@@ -39,9 +39,10 @@ void gemm_level_reset();  // back to the best level the CPU has
 std::string_view gemm_level_description();
 
 namespace gemm_detail {
-// Where a level's wide tiles (gemm_call.hpp) run: on the blocks whose columns they fill and whose
-// panels of B stay in the level-1 cache (the default, gemm.cpp), never, or on every block (tests
-// and benchmarks, for either tile at every shape).
+// Where a level's wide tiles (gemm_call.hpp) run: on the blocks whose columns they fill, except a
+// transposed A over few columns whose wide panels of B would outgrow the level-1 cache (the
+// default, gemm.cpp), never, or on every block (tests and benchmarks, for either tile at every
+// shape).
 enum class WideTiles { kWhereTheyPay, kNever, kAlways };
 void gemm_wide_tiles_force(WideTiles use);
 // Blocks run in wide tiles since the program started (tests: that a switch took effect).

@@ -241,11 +241,12 @@ TEST_P(GemmLevels, WideAndNarrowTilesAreTheSameChains) {
 }
 
 // Where the wide tiles run by themselves (kWhereTheyPay): over columns that fill them, but not for
-// a transposed A over at most eight narrow panels whose K makes a wide panel of B outgrow the
-// level-1 cache (model/gemm/gemm.cpp, wide_panel_spills). Counted through gemm_wide_blocks at
-// avx512, the level with wide tiles: the attention's q/o weight gradient (K = 256) and
-// deepseek4-fine's router weight gradient run narrow; the same over K = 128, the LM head's weight
-// gradient (2048 columns) and an untransposed A over K = 256 run wide.
+// a call with a transposed A over at most eight narrow panels whose K makes a wide panel of B
+// outgrow the level-1 cache (model/gemm/gemm.cpp, wide_panel_spills). Counted through
+// gemm_wide_blocks at avx512, the level with wide tiles: the attention's q/o weight gradient
+// (K = 256) and deepseek4-fine's router weight gradient run narrow; the same over K = 128, the LM
+// head's weight gradient (2048 columns) and an untransposed A over K = 256 run wide; and so on 1
+// thread as on 8, which split the LM head's call into blocks of 256 columns.
 TEST_P(GemmLevels, WideTilesWhereTheirPanelsStayNear) {
   if (GetParam() != GemmLevel::kAvx512) GTEST_SKIP() << "only avx512 has wide tiles";
   gemm_detail::gemm_wide_tiles_force(gemm_detail::WideTiles::kWhereTheyPay);
@@ -255,13 +256,18 @@ TEST_P(GemmLevels, WideTilesWhereTheirPanelsStayNear) {
     const int64_t before = gemm_detail::gemm_wide_blocks();
     gemm<float>(ta, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data());
     EXPECT_EQ(C[0], 0.125f * static_cast<float>(K));
+    EXPECT_EQ(C.back(), 0.125f * static_cast<float>(K));
     return gemm_detail::gemm_wide_blocks() > before;
   };
-  EXPECT_FALSE(runs_wide(true, 128, 128, 256)) << "attention q/o weight gradient";
-  EXPECT_FALSE(runs_wide(true, 128, 64, 256)) << "deepseek4-fine router weight gradient";
-  EXPECT_TRUE(runs_wide(true, 128, 128, 128)) << "a wide panel of K = 128 fits";
-  EXPECT_TRUE(runs_wide(true, 128, 2048, 256)) << "LM head weight gradient";
-  EXPECT_TRUE(runs_wide(false, 256, 128, 256)) << "untransposed A";
+  for (int threads : {1, 8}) {
+    SCOPED_TRACE(threads);
+    blas_set_threads(threads);
+    EXPECT_FALSE(runs_wide(true, 128, 128, 256)) << "attention q/o weight gradient";
+    EXPECT_FALSE(runs_wide(true, 128, 64, 256)) << "deepseek4-fine router weight gradient";
+    EXPECT_TRUE(runs_wide(true, 128, 128, 128)) << "a wide panel of K = 128 fits";
+    EXPECT_TRUE(runs_wide(true, 128, 2048, 256)) << "LM head weight gradient";
+    EXPECT_TRUE(runs_wide(false, 256, 128, 256)) << "untransposed A";
+  }
 }
 
 // The property the contract is for: the first rows of a call of 2M rows (columns of 2N) are the
@@ -510,40 +516,60 @@ void observe(const GemmTiming& call) {
 // call once the observer is cleared. The results are the same bits either way.
 TEST(GemmObserver, SeesEachCallWithItsSiteAndShape) {
   const int M = 13, N = 20, K = 9;
-  std::vector<float> A(size_t{M} * K), B(size_t{K} * N), C(size_t{M} * N), plain(C.size()),
-      Cld(C.size());
+  std::vector<float> A(size_t{M} * K), B(size_t{K} * N);
   for (size_t i = 0; i < A.size(); ++i) A[i] = std::sin(0.3f * static_cast<float>(i));
   for (size_t i = 0; i < B.size(); ++i) B[i] = std::cos(0.7f * static_cast<float>(i));
-  gemm<float>(false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, plain.data());
-  g_observed.clear();
-  gemm_observe(observe);
-  const int line = __LINE__ + 1;
-  gemm<float>(false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, C.data());
-  gemm_ld<float>(true, true, 4, 5, 3, 1.0f, A.data(), 9, B.data(), 20, 0.0f, Cld.data(), 20);
-  gemm<float>(false, false, 0, N, K, 1.0f, A.data(), B.data(), 0.0f, Cld.data());  // no kernels
   const std::vector<int64_t> first = {0, 6};
   const std::vector<int> rows = {6, 3};
-  std::vector<float> scratch(gemm_leaf_tree_scratch<float>(K, N, 2)), W(size_t{K} * N);
-  gemm_leaf_tree<float>(K, N, A.data(), K, B.data(), N, W.data(), N, first, rows, scratch,
-                        LeafTreeInto::kOverwrite);
+  std::vector<float> scratch(gemm_leaf_tree_scratch<float>(K, N, 2));
+  // The three calls into C, D and W; `line` is the first's.
+  struct Out {
+    std::vector<float> C = std::vector<float>(size_t{M} * N), D = C,
+                       W = std::vector<float>(size_t{K} * N);
+  };
+  int line = 0;
+  auto calls = [&](Out& o) {
+    line = __LINE__ + 1;
+    gemm<float>(false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, o.C.data());
+    gemm_ld<float>(true, true, 4, 5, 3, 1.0f, A.data(), 9, B.data(), 20, 0.0f, o.D.data(), 20);
+    gemm_leaf_tree<float>(K, N, A.data(), K, B.data(), N, o.W.data(), N, first, rows, scratch,
+                          LeafTreeInto::kOverwrite);
+    gemm<float>(false, false, 0, N, K, 1.0f, A.data(), B.data(), 0.0f, o.C.data());  // no kernels
+  };
+  Out plain, seen;
+  calls(plain);
+  g_observed.clear();
+  struct Clear {  // the observer off again, whatever happens
+    ~Clear() { gemm_observe(nullptr); }
+  } clear;
+  gemm_observe(observe);
+  calls(seen);
   gemm_observe(nullptr);
-  gemm<float>(false, false, M, N, K, 1.0f, A.data(), B.data(), 0.0f, plain.data());
+  Out after;
+  calls(after);
   ASSERT_EQ(g_observed.size(), 3u);
+  for (size_t c = 0; c < 3; ++c) {
+    EXPECT_EQ(static_cast<int>(g_observed[c].where.line()), line + static_cast<int>(c)) << c;
+    EXPECT_NE(std::string(g_observed[c].where.file_name()).find("test_gemm.cpp"),
+              std::string::npos);
+    EXPECT_GE(g_observed[c].seconds, 0.0);
+  }
   const GemmTiming& g = g_observed[0];
-  EXPECT_EQ(static_cast<int>(g.where.line()), line);
-  EXPECT_NE(std::string(g.where.file_name()).find("test_gemm.cpp"), std::string::npos);
   EXPECT_TRUE(!g.trans_a && !g.trans_b && !g.leaf_tree);
   EXPECT_EQ(g.M, M);
   EXPECT_EQ(g.N, N);
   EXPECT_EQ(g.K, K);
-  EXPECT_GE(g.seconds, 0.0);
-  EXPECT_EQ(static_cast<int>(g_observed[1].where.line()), line + 1);
-  EXPECT_TRUE(g_observed[1].trans_a && g_observed[1].trans_b);
+  EXPECT_TRUE(g_observed[1].trans_a && g_observed[1].trans_b && !g_observed[1].leaf_tree);
   EXPECT_EQ(g_observed[1].M, 4);
   EXPECT_TRUE(g_observed[2].leaf_tree);
+  EXPECT_EQ(g_observed[2].M, K);
   EXPECT_EQ(g_observed[2].K, 9);  // the leaves' rows
   EXPECT_EQ(g_observed[2].N, N);
-  for (size_t i = 0; i < C.size(); ++i) ASSERT_EQ(bits(C[i]), bits(plain[i]));
+  for (const Out* o : {&seen, &after}) {
+    for (size_t i = 0; i < plain.C.size(); ++i) ASSERT_EQ(bits(o->C[i]), bits(plain.C[i]));
+    for (size_t i = 0; i < plain.D.size(); ++i) ASSERT_EQ(bits(o->D[i]), bits(plain.D[i]));
+    for (size_t i = 0; i < plain.W.size(); ++i) ASSERT_EQ(bits(o->W[i]), bits(plain.W[i]));
+  }
 }
 
 }  // namespace
