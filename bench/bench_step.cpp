@@ -27,7 +27,7 @@
 //     (a clock read, a lock and a map update per call).
 //
 // Run: mpiexec -np 1|2 build/bench/bench_step [--steps 8] [--model deepseek4-tiny]
-//      [--threads N] [--seed 1234] [--gemm-sites]
+//      [--threads N] [--seed 1234] [--batch-per-rank 1] [--gemm-sites]
 // Legend: W ranks, P EP group size, N tokens per rank, L layers, E experts, T = W·N tokens/step.
 #include <mpi.h>
 
@@ -142,6 +142,9 @@ int run(int argc, char** argv) {
   cfg.steps = static_cast<int>(std::max(2LL, arg_int(argc, argv, "--steps", 8)));
   cfg.seed = static_cast<uint64_t>(arg_int(argc, argv, "--seed", 1234));
   cfg.threads = static_cast<int>(arg_int(argc, argv, "--threads", 0));
+  // Sequences per rank: the preset's one, or the global batch of the targets' runs (8 at 1 rank).
+  cfg.model.batch_per_rank =
+      static_cast<int>(arg_int(argc, argv, "--batch-per-rank", cfg.model.batch_per_rank));
   run_config_validate(cfg);
   const ModelConfig& mc = cfg.model;
   const int threads = set_blas_threads(world, cfg.threads);
