@@ -126,10 +126,17 @@ void attn_core_backward(T* d_q, T* d_k, T* d_v, T* d_p, T* d_k_heads, T* d_v_hea
     // The saved probabilities were written in the forward, long before: this tile's block (the
     // first tile) and the next one's are fetched ahead of the GEMMs that read them, where this
     // thread reads them all (with a team, the hint would land in the wrong thread's cache).
-    if (alone && t == 0) prefetch_values(p_tile, size_t(m) * c.H * c.Kt);
+    // So are the tile's query rows, which d_k's GEMMs read (as B, packed), each head's hd values
+    // of each row: runs too short for the hardware's prefetchers (d_k's GEMMs ran at 71-78 GF/s,
+    // 106-114 with the hint, deepseek4-tiny 1 × 1, bench_step --gemm-sites).
+    if (alone && t == 0) {
+      prefetch_values(p_tile, size_t(m) * c.H * c.Kt);
+      prefetch_values(q + int64_t{s0} * c.HD, size_t(m) * c.HD);
+    }
     if (alone && s1 < c.S) {
-      prefetch_values(p_tile + int64_t{m} * c.H * c.Kt,
-                      size_t(std::min(c.S - s1, c.Tq)) * c.H * c.Kt);
+      const int next = std::min(c.S - s1, c.Tq);
+      prefetch_values(p_tile + int64_t{m} * c.H * c.Kt, size_t(next) * c.H * c.Kt);
+      prefetch_values(q + int64_t{s1} * c.HD, size_t(next) * c.HD);
     }
     parallel_tasks(int64_t{c.sets} * parts, [&](int64_t task) {
       const int h0 = static_cast<int>(task / parts) * c.set.heads, g = h0 / c.group;
