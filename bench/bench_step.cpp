@@ -20,8 +20,9 @@
 //     collectives (all-reduce of the [L, E] counts, all-gather of the rows each rank received).
 //  5. With --gemm-sites: every GEMM call of the run on rank 0 timed (gemm_observe, model/blas.hpp)
 //     and added up by where it was made (file:line) and its shape, largest first: ms per step
-//     (all steps, the first included), calls, GFLOP/s and share of the mean step. A site inside
-//     a helper (linear.cpp's) stands for all its callers; the shape tells them apart. Times are
+//     (all steps, the first included), calls, GFLOP/s and share of the mean step. The linear
+//     layer's functions (model/linear.hpp) pass their callers' lines on; a site inside another
+//     helper (the per-sequence weight gradients') stands for all its callers. Times are
 //     per calling thread: with several threads, calls inside the model's tasks overlap, and the
 //     shares can add up past 100%. The run's other figures are then measured with the timing on
 //     (a clock read, a lock and a map update per call).

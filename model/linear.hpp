@@ -1,8 +1,12 @@
 // A bias-free linear layer out = in·W over the model's GEMM (model/blas.hpp), forward and backward.
 // Used for the router's backward, the experts' projections, attention projections and the LM head.
+// Each passes its caller's source location on to the GEMM, so that a GEMM observer
+// (gemm_observe, model/blas.hpp; bench_step --gemm-sites) names the layer's line, not this file's.
 // Legend: N rows/tokens, I input width, O output width (e.g. I = D model width, O = F expert
 // width, E experts or V vocab); D, F, E, K top-k, V as in the rest of model/.
 #pragma once
+
+#include <source_location>
 
 namespace moe {
 
@@ -11,7 +15,8 @@ template <class T>
 void linear_forward(T* out,           // [N,O]
                     const T* in,      // [N,I]
                     const T* weight,  // [I,O]
-                    int N, int I, int O);
+                    int N, int I, int O,
+                    std::source_location where = std::source_location::current());
 
 // d_in += d_out·weightᵀ: the input's half of linear_backward, for callers that run the two halves
 // as separate tasks.
@@ -19,7 +24,8 @@ template <class T>
 void linear_backward_input(T* d_in,          // [N,I]
                            const T* d_out,   // [N,O]
                            const T* weight,  // [I,O]
-                           int N, int I, int O);
+                           int N, int I, int O,
+                           std::source_location where = std::source_location::current());
 
 // d_in = d_out·weightᵀ, overwriting d_in (a GEMM with beta 0): the bits of linear_backward_input
 // into zeros, except that an element whose k-chain underflowed to −0 stays −0 where adding it to
@@ -29,7 +35,8 @@ template <class T>
 void linear_backward_input_overwrite(T* d_in,          // [N,I]
                                      const T* d_out,   // [N,O]
                                      const T* weight,  // [I,O]
-                                     int N, int I, int O);
+                                     int N, int I, int O,
+                                     std::source_location where = std::source_location::current());
 
 // d_in += d_out·weightᵀ (skipped when d_in is nullptr: then only the weight's half);
 // d_weight += inᵀ·d_out.
@@ -39,6 +46,7 @@ void linear_backward(T* d_in,          // [N,I], may be nullptr
                      const T* d_out,   // [N,O]
                      const T* in,      // [N,I]
                      const T* weight,  // [I,O]
-                     int N, int I, int O);
+                     int N, int I, int O,
+                     std::source_location where = std::source_location::current());
 
 }  // namespace moe

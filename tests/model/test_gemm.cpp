@@ -24,6 +24,7 @@
 
 #include "model/blas.hpp"
 #include "model/gemm/gemm.hpp"
+#include "model/linear.hpp"
 
 namespace moe {
 namespace {
@@ -570,6 +571,36 @@ TEST(GemmObserver, SeesEachCallWithItsSiteAndShape) {
     for (size_t i = 0; i < plain.D.size(); ++i) ASSERT_EQ(bits(o->D[i]), bits(plain.D[i]));
     for (size_t i = 0; i < plain.W.size(); ++i) ASSERT_EQ(bits(o->W[i]), bits(plain.W[i]));
   }
+}
+
+// The linear layer's GEMMs (model/linear.hpp) are named by the layer's callers, not by
+// model/linear.cpp: each of the four calls below, one line apart, and linear_backward's two GEMMs
+// by its own caller's line.
+TEST(GemmObserver, NamesTheLinearLayersCaller) {
+  const int N = 5, I = 7, O = 6;
+  std::vector<float> in(size_t{N} * I, 0.5f), w(size_t{I} * O, 0.25f), out(size_t{N} * O),
+      d_in(in.size()), d_w(w.size());
+  g_observed.clear();
+  struct Clear {
+    ~Clear() { gemm_observe(nullptr); }
+  } clear;
+  gemm_observe(observe);
+  const int line = __LINE__ + 1;
+  linear_forward(out.data(), in.data(), w.data(), N, I, O);
+  linear_backward_input(d_in.data(), out.data(), w.data(), N, I, O);
+  linear_backward_input_overwrite(d_in.data(), out.data(), w.data(), N, I, O);
+  linear_backward(d_in.data(), d_w.data(), out.data(), in.data(), w.data(), N, I, O);
+  gemm_observe(nullptr);
+  ASSERT_EQ(g_observed.size(), 5u);
+  for (size_t c = 0; c < g_observed.size(); ++c) {
+    EXPECT_EQ(static_cast<int>(g_observed[c].where.line()), line + std::min(static_cast<int>(c), 3))
+        << c;
+    EXPECT_NE(std::string(g_observed[c].where.file_name()).find("test_gemm.cpp"), std::string::npos)
+        << c;
+  }
+  EXPECT_TRUE(!g_observed[0].trans_a && !g_observed[0].trans_b);
+  EXPECT_TRUE(g_observed[1].trans_b && g_observed[2].trans_b && g_observed[3].trans_b);
+  EXPECT_TRUE(g_observed[4].trans_a);  // linear_backward's weight gradient
 }
 
 }  // namespace
