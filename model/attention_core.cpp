@@ -126,7 +126,7 @@ void attn_core_backward(T* d_q, T* d_k, T* d_v, T* d_p, T* d_k_heads, T* d_v_hea
     // The saved probabilities were written in the forward, long before: this tile's block (the
     // first tile) and the next one's are fetched ahead of the GEMMs that read them, where this
     // thread reads them all (with a team, the hint would land in the wrong thread's cache).
-    // So are the tile's query rows, which d_k's GEMMs read (as B, packed), each head's hd values
+    // So are the tile's query rows, which d_k's GEMMs read (as B), each head's hd values
     // of each row: runs too short for the hardware's prefetchers (d_k's GEMMs ran at 71-78 GF/s,
     // 106-114 with the hint, deepseek4-tiny 1 × 1, bench_step --gemm-sites).
     if (alone && t == 0) {
