@@ -41,8 +41,9 @@ template <class I> constexpr I greater(I a, I b) {
 constexpr int kPackKStep = 64;
 
 // dst[j·dst_row + i] = src[i·src_row + j] for i, j < 8: 8 rows of 8 values turned into 8 columns
-// through vector shuffles (interleave pairs, then pairs of pairs, then halves), which GCC lowers to
-// the level's own instructions. Data movement only: no value changes.
+// through vector shuffles (interleave pairs, then pairs of pairs, then halves), which the compiler
+// lowers to the level's own instructions (__builtin_shufflevector: GCC 12 or later, or clang). Only
+// panels of at least 8 values reach it. Data movement only: no value changes.
 template <class T>
 [[gnu::always_inline]] inline void transpose_8x8(T* dst, int64_t dst_row, const T* src,
                                                  int64_t src_row) {
@@ -73,10 +74,10 @@ template <class T>
 
 // Copies a panel of `width` <= W values per k from `lanes` sources into dst (W values per k,
 // zero past `width`): value (k, w) is src[w·src_lane + k·src_k]. Where a source runs along k
-// (src_k == 1: a transposed operand) its values are written W apart, 8 sources × 8 values of k
-// at a time through a transpose in registers (transpose_8x8): value by value, the LM head's
-// input gradient at one sequence (K = 2048) ran at 0.8× OpenBLAS's rate, now 1.16× (the
-// attention's and the experts' input gradients 5-10% faster; bench_gemm_shapes); otherwise each k's
+// (src_k == 1: a transposed B, an untransposed A) its values are written W apart, 8 sources × 8
+// values of k at a time through a transpose in registers (transpose_8x8): value by value, the LM
+// head's input gradient at one sequence (K = 2048) ran at 0.8× OpenBLAS's rate, now 1.16× (the
+// attention's and the router's input gradients 5-15% faster; bench_gemm_shapes); otherwise each k's
 // W values lie together and are copied as a row. Full panels take loops with a fixed trip count,
 // which GCC unrolls and vectorises.
 template <class T, int W>
