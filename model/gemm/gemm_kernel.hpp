@@ -94,15 +94,10 @@ template <class T, int W>
         for (int k = k0; k < k8; k += 8) {
           transpose_8x8(dst + static_cast<int64_t>(k) * W + w, W, src + w * src_lane + k, src_lane);
         }
-        for (int k = k8; k < k1; ++k) {
-          for (int c = w; c < w + 8; ++c) {
-            dst[static_cast<int64_t>(k) * W + c] = src[c * src_lane + k];
-          }
-        }
       }
-      for (int w = w8; w < width; ++w) {
+      for (int w = 0; w < width; ++w) {  // what the transposes left: k past k8, sources past w8
         const T* s = src + w * src_lane;
-        for (int k = k0; k < k1; ++k) dst[static_cast<int64_t>(k) * W + w] = s[k];
+        for (int k = w < w8 ? k8 : k0; k < k1; ++k) dst[static_cast<int64_t>(k) * W + w] = s[k];
       }
       for (int w = width; w < W; ++w) {
         for (int k = k0; k < k1; ++k) dst[static_cast<int64_t>(k) * W + w] = T(0);
