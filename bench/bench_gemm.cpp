@@ -205,7 +205,8 @@ void BM_swiglu_fwd(benchmark::State& state) {
 void BM_swiglu_bwd(benchmark::State& state) {
   use_model_threads();
   const int64_t n = state.range(0);
-  const auto g = random_matrix(n, 1), v = random_matrix(n, 2), d_h = random_matrix(n, 3);
+  const auto g = random_matrix(n, 1), v = random_matrix(n, 2);
+  auto d_h = random_matrix(n, 3);  // receives h each call, then serves as the next call's d_h
   std::vector<float> d_g(n), d_v(n);
   for (auto _ : state) {
     swiglu_backward(d_g.data(), d_v.data(), d_h.data(), g.data(), v.data(), n, 10.0f);

@@ -34,13 +34,15 @@ void swiglu_forward(T* h,        // [n]
 // and input gradients with linear_backward), so there is nothing to accumulate into.
 // Where the clamp is active (g > limit, |v| > limit) the gradient is zero. d_h is read as d_h + 0
 // (−0 as +0), so that a d_h written by linear_backward_input_overwrite gives the bits of one
-// added into zeros.
+// added into zeros. Then overwrites d_h with the forward's h, the same bits as swiglu_forward's
+// (the same operations on the same values): the MoE layer keeps no h from its forward, whose
+// W2 weight gradient reads it back from here.
 template <class T>
-void swiglu_backward(T* d_g,        // [n]
-                     T* d_v,        // [n]
-                     const T* d_h,  // [n]
-                     const T* g,    // [n] forward input, before the clamp
-                     const T* v,    // [n] forward input, before the clamp
+void swiglu_backward(T* d_g,      // [n]
+                     T* d_v,      // [n]
+                     T* d_h_h,    // [n] in: d_h; out: h
+                     const T* g,  // [n] forward input, before the clamp
+                     const T* v,  // [n] forward input, before the clamp
                      int64_t n, float limit);
 
 }  // namespace moe

@@ -144,9 +144,11 @@ void check_swiglu_grad(float limit) {
     swiglu_forward(h.data(), g.data(), v.data(), n, limit);
     return dot(h, r);
   };
-  // d_g, d_v are written, not added: stale values must not survive.
-  Vec d_g(n, 1e30), d_v(n, 1e30);
-  swiglu_backward(d_g.data(), d_v.data(), r.data(), g.data(), v.data(), n, limit);
+  // d_g, d_v are written, not added: stale values must not survive. d_h's place receives h.
+  Vec d_g(n, 1e30), d_v(n, 1e30), d_h_h = r;
+  swiglu_backward(d_g.data(), d_v.data(), d_h_h.data(), g.data(), v.data(), n, limit);
+  loss();
+  EXPECT_EQ(d_h_h, h);
   expect_grad_near(d_g, {}, numeric_grad(g, loss), "d_g");
   expect_grad_near(d_v, {}, numeric_grad(v, loss), "d_v");
 }
@@ -159,8 +161,8 @@ TEST(SwigluGrad, MatchesFiniteDifferencesWithAndWithoutClamp) {
 }
 
 TEST(SwigluGrad, ClampedEntriesHaveZeroGradient) {
-  const double g[3] = {12.0, 0.5, 0.5}, v[3] = {1.0, 11.0, -11.0}, d_h[3] = {1.0, 1.0, 1.0};
-  double h[3], d_g[3], d_v[3];
+  const double g[3] = {12.0, 0.5, 0.5}, v[3] = {1.0, 11.0, -11.0};
+  double h[3], d_g[3], d_v[3], d_h[3] = {1.0, 1.0, 1.0};
   swiglu_forward(h, g, v, 3, 10.0f);
   swiglu_backward(d_g, d_v, d_h, g, v, 3, 10.0f);
   const double silu_half = 0.5 / (1.0 + std::exp(-0.5));
@@ -187,8 +189,7 @@ TEST(SwigluForward, NanInEitherInputGivesNan) {
 
 TEST(SwigluForward, FiniteForLargeInputs) {
   const float g[4] = {-1e4f, 1e4f, -100.0f, 100.0f}, v[4] = {1.0f, 1.0f, 2.0f, 2.0f};
-  const float d_h[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-  float h[4], d_g[4], d_v[4];
+  float h[4], d_g[4], d_v[4], d_h[4] = {1.0f, 1.0f, 1.0f, 1.0f};
   swiglu_forward(h, g, v, 4, 0.0f);
   swiglu_backward(d_g, d_v, d_h, g, v, 4, 0.0f);
   for (int i = 0; i < 4; ++i) {

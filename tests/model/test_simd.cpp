@@ -117,11 +117,12 @@ TEST_P(SimdLevels, RouterLogitsMatchThePlainLoopBitwise) {
   }
 }
 
-// Normal, large and tiny inputs, with and without the clamp; output gradients of −0 act as +0.
+// Normal, large and tiny inputs, with and without the clamp; output gradients of −0 act as +0; the
+// backward gives back the forward's h in d_h's place, bit for bit.
 TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
   ASSERT_EQ(simd_level(), GetParam());
   const int64_t n = 20000;
-  std::vector<float> g(n), v(n), d_h(n), h(n), d_g(n), d_v(n);
+  std::vector<float> g(n), v(n), d_h(n), h(n), d_g(n), d_v(n), h_again(n);
   for (int64_t i = 0; i < n; ++i) {
     const float u = static_cast<float>(i) / n;
     g[i] = (i % 7 == 0) ? -100.0f + 200.0f * u : 12.0f * std::sin(37.0f * u);
@@ -131,7 +132,8 @@ TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
   }
   for (float limit : {10.0f, 0.0f}) {
     swiglu_forward(h.data(), g.data(), v.data(), n, limit);
-    swiglu_backward(d_g.data(), d_v.data(), d_h.data(), g.data(), v.data(), n, limit);
+    h_again = d_h;
+    swiglu_backward(d_g.data(), d_v.data(), h_again.data(), g.data(), v.data(), n, limit);
     const float lim = limit > 0 ? limit : std::numeric_limits<float>::infinity();
     for (int64_t i = 0; i < n; ++i) {
       const float gc = std::min(g[i], lim), vc = std::min(std::max(v[i], -lim), lim);
@@ -144,6 +146,7 @@ TEST_P(SimdLevels, SwigluMatchesTheScalarFormulaBitwise) {
       ASSERT_EQ(bits(h[i]), bits(want_h)) << "h[" << i << "], limit " << limit;
       ASSERT_EQ(bits(d_g[i]), bits(want_dg)) << "d_g[" << i << "], limit " << limit;
       ASSERT_EQ(bits(d_v[i]), bits(want_dv)) << "d_v[" << i << "], limit " << limit;
+      ASSERT_EQ(bits(h_again[i]), bits(h[i])) << "h again[" << i << "], limit " << limit;
     }
   }
 }
