@@ -123,28 +123,26 @@ namespace {
 
 // One sequence's scratch, the forward's kv_t and the backward's (AttnSavedSizes), for `threads`
 // threads.
-template <class T> void scratch_reserve(AttnSaved<T>& saved, const AttnDims& d, int threads) {
+template <class T> void thread_scratch_reserve(AttnScratch<T>& s, const AttnDims& d, int threads) {
   const AttnSavedSizes z = attn_saved_sizes(1, d, 1);
   auto n = [&](double elements) { return static_cast<size_t>(elements) * threads; };
-  for (std::vector<T>* v : {&saved.d_concat, &saved.d_q, &saved.d_k_heads, &saved.d_v_heads}) {
+  for (std::vector<T>* v : {&s.d_concat, &s.d_q, &s.d_k_heads, &s.d_v_heads}) {
     v->assign(n(z.d_q), T(0));
   }
-  for (std::vector<T>* v : {&saved.d_k, &saved.d_v, &saved.kv_t}) v->assign(n(z.d_kv), T(0));
-  saved.d_probs.assign(n(z.d_probs), T(0));
-  saved.threads = threads;
+  for (std::vector<T>* v : {&s.d_k, &s.d_v, &s.kv_t}) v->assign(n(z.d_kv), T(0));
+  s.d_probs.assign(n(z.d_probs), T(0));
+  s.threads = threads;
 }
 
 // A call on B sequences runs one task per sequence, each with its thread's scratch: grown here
 // when the region has more threads than were reserved for (one sequence uses set 0).
-template <class T> void scratch_for_threads(AttnSaved<T>& saved, const AttnDims& d, int B) {
-  if (B > 1 && omp_get_max_threads() > saved.threads) {
-    scratch_reserve(saved, d, omp_get_max_threads());
+template <class T> void scratch_for_threads(AttnScratch<T>& s, const AttnDims& d, int B) {
+  if (B > 1 && omp_get_max_threads() > s.threads) {
+    thread_scratch_reserve(s, d, omp_get_max_threads());
   }
 }
 
-}  // namespace
-
-template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d) {
+void check_dims(int max_B, const AttnDims& d) {
   if (max_B < 0 || d.D <= 0 || d.H <= 0 || d.KVH <= 0 || d.H % d.KVH != 0 || d.hd <= 0 ||
       d.hd % 2 != 0 || d.S <= 0 || d.window < 0) {
     throw std::invalid_argument(
@@ -153,6 +151,21 @@ template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const
         " KVH=" + std::to_string(d.KVH) + " hd=" + std::to_string(d.hd) +
         " S=" + std::to_string(d.S) + " W=" + std::to_string(d.window));
   }
+}
+
+}  // namespace
+
+template <class T>
+void attn_scratch_reserve(AttnScratch<T>& scratch, int max_B, const AttnDims& d) {
+  check_dims(max_B, d);
+  const AttnSavedSizes z = attn_saved_sizes(max_B, d, omp_get_max_threads());
+  thread_scratch_reserve(scratch, d, z.threads);
+  scratch.leaves.assign(static_cast<size_t>(z.trees()), T(0));
+}
+
+template <class T>
+void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d, bool own_scratch) {
+  check_dims(max_B, d);
   const AttnSavedSizes z = attn_saved_sizes(max_B, d, omp_get_max_threads());
   auto n = [](double elements) { return static_cast<size_t>(elements); };
   saved.max_B = max_B;
@@ -160,8 +173,11 @@ template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const
   for (std::vector<T>* v : {&saved.q, &saved.concat}) v->assign(n(z.q), T(0));
   for (std::vector<T>* v : {&saved.k, &saved.v}) v->assign(n(z.kv), T(0));
   saved.probs.assign(n(z.probs), T(0));
-  scratch_reserve(saved, d, z.threads);
-  saved.leaves.assign(n(z.leaf_sets * (2 * z.tree_q + 2 * z.tree_kv)), T(0));
+  if (own_scratch) {
+    attn_scratch_reserve(saved.scratch, max_B, d);
+  } else {
+    saved.scratch = AttnScratch<T>{};
+  }
 }
 
 // kv_t[c·S + s] = kv[s·KD + c]: a sequence's keys (or values) transposed once, so that the
@@ -174,10 +190,16 @@ template <class T> static void transpose_kv(T* kv_t, const T* kv, int S, int KD)
   }
 }
 
-static void check_call(const char* fn, int B, int max_B, const AttnDims& d, const RopeTable& r) {
-  if (B < 0 || B > max_B) {
+template <class T>
+static void check_call(const char* fn, int B, const AttnSaved<T>& saved, const AttnDims& d,
+                       const RopeTable& r) {
+  if (B < 0 || B > saved.max_B) {
     throw std::invalid_argument(std::string(fn) + ": B=" + std::to_string(B) +
-                                " outside [0, reserved " + std::to_string(max_B) + "]");
+                                " outside [0, reserved " + std::to_string(saved.max_B) + "]");
+  }
+  if (B > 0 && saved.scratch.threads == 0) {
+    throw std::invalid_argument(
+        std::string(fn) + ": no scratch (attn_scratch_reserve, or a model's lent for the call)");
   }
   if (r.S != d.S || r.hd != d.hd || r.theta != d.rope_theta) {
     throw std::invalid_argument(std::string(fn) + ": RoPE table made for S=" + std::to_string(r.S) +
@@ -190,10 +212,11 @@ static void check_call(const char* fn, int B, int max_B, const AttnDims& d, cons
 template <class T>
 void attention_forward(T* out, AttnSaved<T>& saved, const T* in, const AttnWeights<T>& w,
                        const AttnDims& d, const RopeTable& rope, int B) {
-  check_call("attention_forward", B, saved.max_B, d, rope);
+  check_call("attention_forward", B, saved, d, rope);
   saved.B = B;
   const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Kt = attn_keys_per_tile(d);
-  scratch_for_threads(saved, d, B);
+  AttnScratch<T>& scratch = saved.scratch;
+  scratch_for_threads(scratch, d, B);
   // Each sequence on its own, projections included (see top): a task per sequence when there are
   // several (the work inside then runs on the task's thread), else the sequence's own tasks.
   auto sequence = [&](int64_t b) {
@@ -209,7 +232,7 @@ void attention_forward(T* out, AttnSaved<T>& saved, const T* in, const AttnWeigh
     linear_forward(v, x, w.wv, S, D, KD);
     rope_forward(q, rope, d.H);
     rope_forward(k, rope, d.KVH);
-    T* k_t = saved.kv_t.data() + t * S * KD;
+    T* k_t = scratch.kv_t.data() + t * S * KD;
     transpose_kv(k_t, k, S, KD);
     attn_core_forward(concat, saved.probs.data() + b * d.H * S * Kt, q, k_t, v, d);
     linear_forward(out + row0 * D, concat, w.wo, S, HD, D);
@@ -225,16 +248,17 @@ template <class T>
 void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, AttnSaved<T>& saved,
                         const T* in, const AttnWeights<T>& w, const AttnDims& d,
                         const RopeTable& rope, int B) {
-  check_call("attention_backward", B, saved.max_B, d, rope);
+  check_call("attention_backward", B, saved, d, rope);
   if (B != saved.B) {
     throw std::invalid_argument("attention_backward: B=" + std::to_string(B) +
                                 " but the last forward had B=" + std::to_string(saved.B));
   }
   const int S = d.S, D = d.D, HD = d.H * d.hd, KD = d.KVH * d.hd, Kt = attn_keys_per_tile(d);
-  scratch_for_threads(saved, d, B);
+  AttnScratch<T>& scratch = saved.scratch;
+  scratch_for_threads(scratch, d, B);
   // Weight gradients by sequence, added along the fixed tree (model/tree_sum.hpp): with several
-  // sequences each one's leaves go to its set in saved.leaves, [Wq | Wk | Wv | Wo], summed once all
-  // are in; one sequence adds into the gradients directly (beta 1: the bits of 0 + its sum).
+  // sequences each one's leaves go to its set in scratch.leaves, [Wq | Wk | Wv | Wo], summed once
+  // all are in; one sequence adds into the gradients directly (beta 1: the bits of 0 + its sum).
   const size_t nq = size_t(D) * HD, nk = size_t(D) * KD, leaf_set = 2 * nq + 2 * nk;
   const T beta = B > 1 ? T(0) : T(1);
   // Each sequence on its own (see attention_forward), with its thread's scratch.
@@ -246,11 +270,11 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     const T* k = saved.k.data() + row0 * KD;
     const T* v = saved.v.data() + row0 * KD;
     T* dx = d_in + row0 * D;
-    T* d_concat = saved.d_concat.data() + t * S * HD;
-    T* d_q = saved.d_q.data() + t * S * HD;
-    T* d_k = saved.d_k.data() + t * S * KD;
-    T* d_v = saved.d_v.data() + t * S * KD;
-    T* leaf = B > 1 ? saved.leaves.data() + b * leaf_set : nullptr;
+    T* d_concat = scratch.d_concat.data() + t * S * HD;
+    T* d_q = scratch.d_q.data() + t * S * HD;
+    T* d_k = scratch.d_k.data() + t * S * KD;
+    T* d_v = scratch.d_v.data() + t * S * KD;
+    T* leaf = B > 1 ? scratch.leaves.data() + b * leaf_set : nullptr;
     T* leaf_q = B > 1 ? leaf : grads.wq;
     T* leaf_k = B > 1 ? leaf + nq : grads.wk;
     T* leaf_v = B > 1 ? leaf + nq + nk : grads.wv;
@@ -271,10 +295,11 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
     // concat = softmax(q·kᵀ/sqrt(hd) + mask)·v  ->  d_q, d_k, d_v
     std::fill(d_k, d_k + int64_t{S} * KD, T(0));
     std::fill(d_v, d_v + int64_t{S} * KD, T(0));
-    T* v_t = saved.kv_t.data() + t * S * KD;
+    T* v_t = scratch.kv_t.data() + t * S * KD;
     transpose_kv(v_t, v, S, KD);
-    attn_core_backward(d_q, d_k, d_v, saved.d_probs.data() + t * std::min(S, kQueryTile) * d.H * Kt,
-                       saved.d_k_heads.data() + t * S * HD, saved.d_v_heads.data() + t * S * HD,
+    attn_core_backward(d_q, d_k, d_v,
+                       scratch.d_probs.data() + t * std::min(S, kQueryTile) * d.H * Kt,
+                       scratch.d_k_heads.data() + t * S * HD, scratch.d_v_heads.data() + t * S * HD,
                        d_concat, saved.probs.data() + b * d.H * S * Kt, q, k, v_t, d);
     // x, read by the weight gradients below, likewise: asked for after the core, whose own rows
     // would push it out again, so that it comes in while RoPE's backward runs.
@@ -305,7 +330,7 @@ void attention_backward(T* d_in, const AttnWeights<T>& grads, const T* d_out, At
   };
   if (B > 1) {
     parallel_tasks(B, sequence);
-    T* leaves = saved.leaves.data();
+    T* leaves = scratch.leaves.data();
     tree_sum_leaves(grads.wq, leaves, B, leaf_set, nq);
     tree_sum_leaves(grads.wk, leaves + nq, B, leaf_set, nk);
     tree_sum_leaves(grads.wv, leaves + nq + nk, B, leaf_set, nk);
@@ -319,8 +344,10 @@ template void rope_forward<float>(float*, const RopeTable&, int);
 template void rope_forward<double>(double*, const RopeTable&, int);
 template void rope_backward<float>(float*, const RopeTable&, int);
 template void rope_backward<double>(double*, const RopeTable&, int);
-template void attn_saved_reserve<float>(AttnSaved<float>&, int, const AttnDims&);
-template void attn_saved_reserve<double>(AttnSaved<double>&, int, const AttnDims&);
+template void attn_saved_reserve<float>(AttnSaved<float>&, int, const AttnDims&, bool);
+template void attn_saved_reserve<double>(AttnSaved<double>&, int, const AttnDims&, bool);
+template void attn_scratch_reserve<float>(AttnScratch<float>&, int, const AttnDims&);
+template void attn_scratch_reserve<double>(AttnScratch<double>&, int, const AttnDims&);
 template void attention_forward<float>(float*, AttnSaved<float>&, const float*,
                                        const AttnWeights<float>&, const AttnDims&, const RopeTable&,
                                        int);

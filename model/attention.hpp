@@ -57,9 +57,10 @@ struct AttnSavedSizes {
   // into the gradients directly).
   double tree_q = 0, tree_kv = 0;
   int leaf_sets = 0;
-  double activations() const {
-    return 2 * q + 2 * kv + probs + threads * (4 * d_q + 3 * d_kv + d_probs);
-  }
+  // A layer's own buffers (AttnSaved less its scratch); the scratch (AttnScratch) less its
+  // leaves; the leaves, which are scratch too.
+  double activations() const { return 2 * q + 2 * kv + probs; }
+  double scratch() const { return threads * (4 * d_q + 3 * d_kv + d_probs); }
   double trees() const { return leaf_sets * (2 * tree_q + 2 * tree_kv); }
 };
 AttnSavedSizes attn_saved_sizes(int max_B, const AttnDims& dims, int threads);
@@ -90,21 +91,11 @@ template <class T>
 void rope_backward(T* d_x,  // [S, num_heads·hd]
                    const RopeTable& rope, int num_heads);
 
-// Activations kept from forward for backward, and the temporaries of both. Sized once for max_B
-// sequences by attn_saved_reserve; forward and backward allocate nothing.
-template <class T> struct AttnSaved {
-  int max_B = 0;          // sequences reserved for
-  int B = 0;              // sequences of the last forward
-  std::vector<T> q;       // [max_B·S, H·hd] after RoPE
-  std::vector<T> k;       // [max_B·S, KVH·hd] after RoPE
-  std::vector<T> v;       // [max_B·S, KVH·hd]
-  std::vector<T> probs;   // [max_B, S, H, Kt] row (s, h) of a query tile: the tile's keys lo ..
-                          //   in columns 0 .. n−1 (see attention.cpp), 0 where s does not
-                          //   see the key; columns >= n unused
-  std::vector<T> concat;  // [max_B·S, H·hd] heads' outputs P_h·v_g side by side
-
-  // Temporaries of one sequence, one set per thread ([threads, …]) when max_B > 1: a task per
-  // sequence uses its thread's set.
+// The temporaries of one layer's forward or backward, which nothing keeps from one call to the
+// next: a model's layers share one set, each borrowing it for its calls (as MoeScratch,
+// model/moe_layer.hpp). Those of one sequence come one set per thread ([threads, …]) when
+// max_B > 1: a task per sequence uses its thread's set.
+template <class T> struct AttnScratch {
   int threads = 0;
   std::vector<T> d_concat;  // [S, H·hd]
   std::vector<T> d_q;       // [S, H·hd]
@@ -118,10 +109,32 @@ template <class T> struct AttnSaved {
   std::vector<T> leaves;
 };
 
+// Activations kept from forward for backward, and the temporaries of a call. Sized once for max_B
+// sequences by attn_saved_reserve; forward and backward allocate nothing.
+template <class T> struct AttnSaved {
+  int max_B = 0;          // sequences reserved for
+  int B = 0;              // sequences of the last forward
+  std::vector<T> q;       // [max_B·S, H·hd] after RoPE
+  std::vector<T> k;       // [max_B·S, KVH·hd] after RoPE
+  std::vector<T> v;       // [max_B·S, KVH·hd]
+  std::vector<T> probs;   // [max_B, S, H, Kt] row (s, h) of a query tile: the tile's keys lo ..
+                          //   in columns 0 .. n−1 (see attention.cpp), 0 where s does not
+                          //   see the key; columns >= n unused
+  std::vector<T> concat;  // [max_B·S, H·hd] heads' outputs P_h·v_g side by side
+
+  // The temporaries of a call (own, or a model's shared set lent for the call: AttnScratch).
+  AttnScratch<T> scratch;
+};
+
 // Checks dims (positive sizes, KVH divides H, hd even, W >= 0) and sizes saved for max_B sequences
 // and the OpenMP threads a parallel region gets now (a forward or backward with more threads adds
-// scratch).
-template <class T> void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& dims);
+// scratch). Without own_scratch, saved.scratch is left empty: a model's layers borrow one set
+// (attn_scratch_reserve) for each call.
+template <class T>
+void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& dims,
+                        bool own_scratch = true);
+template <class T>
+void attn_scratch_reserve(AttnScratch<T>& scratch, int max_B, const AttnDims& dims);
 
 // out[B·S, D] = Attn(in) for B independent sequences (B <= saved.max_B; rope made for dims' S, hd,
 // rope_theta). A token's output is bitwise independent of B: see attention.cpp.

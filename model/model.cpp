@@ -108,14 +108,15 @@ ModelMemory model_memory_estimate(const ModelConfig& c, int ep_size, int world_s
   const double dense = 2 * V * D + L * (2 * D + 2 * D * HD + 2 * D * KD + D * E + 3 * D * Fs) + D;
   const double experts = L * static_cast<double>(max_local) * 3 * D * F;
   // What model_acts_reserve reserves, from the same size functions: per layer attention's and
-  // the MoE block's saved buffers and weight-gradient trees (the MoE rows at their worst case,
-  // so that part is an upper bound); the residual stream, norms and logits; the LM head's and
-  // embedding's tree.
+  // the MoE block's saved buffers, and once their scratch and weight-gradient trees (the MoE rows
+  // at their worst case, so that part is an upper bound); the residual stream, norms and logits;
+  // the LM head's and embedding's tree.
   const AttnSavedSizes attn = attn_saved_sizes(B, attn_dims_from(c), threads);
   const MoeSavedSizes moe = moe_saved_sizes(N, moe_dims_from(c), P, max_local, B, threads);
   const ModelActSizes own = model_act_sizes(c, B);
-  const double trees = L * (attn.trees() + moe.trees()) + own.trees();
-  const double acts = L * (attn.activations() + moe.activations()) + own.activations() + trees;
+  const double trees = attn.trees() + moe.trees() + own.trees();
+  const double acts = L * (attn.activations() + moe.activations()) + attn.scratch() +
+                      moe.scratch() + own.activations() + trees;
   const double keys = attn_keys_per_tile(attn_dims_from(c));
   const double rows = moe.R;
   ModelMemory m;
@@ -194,9 +195,12 @@ void model_acts_reserve(ModelActs<T>& a, const ModelConfig& c, int B, int ep_siz
   a.attn.resize(L);
   a.moe.resize(L);
   for (size_t l = 0; l < L; ++l) {
-    attn_saved_reserve(a.attn[l], B, ad);
-    moe_saved_reserve(a.moe[l], static_cast<int>(N), md, ep_size, max_local, B);
+    attn_saved_reserve(a.attn[l], B, ad, /*own_scratch=*/false);
+    moe_saved_reserve(a.moe[l], static_cast<int>(N), md, ep_size, max_local, B,
+                      /*own_scratch=*/false);
   }
+  attn_scratch_reserve(a.attn_scratch, B, ad);
+  moe_scratch_reserve(a.moe_scratch, static_cast<int>(N), md, ep_size, max_local, B);
 }
 
 namespace {
@@ -208,6 +212,21 @@ template <class T> void add_into(T* out, const T* a, const T* b, size_t n) {
     for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
   });
 }
+
+// Lends a model's one set of scratch to a layer for one call: the layer's own (empty) scratch and
+// the set swap places (vectors' pointers, nothing copied), and back when the loan ends, also when
+// the call throws.
+template <class S> class ScratchLoan {
+ public:
+  ScratchLoan(S& layer, S& lent) : layer_(layer), lent_(lent) { std::swap(layer_, lent_); }
+  ~ScratchLoan() { std::swap(layer_, lent_); }
+  ScratchLoan(const ScratchLoan&) = delete;
+  ScratchLoan& operator=(const ScratchLoan&) = delete;
+
+ private:
+  S& layer_;
+  S& lent_;
+};
 
 template <class T> AttnWeights<T> attn_weights_at(T* dense, const LayerOffsets& o) {
   return AttnWeights<T>{dense + o.wq, dense + o.wk, dense + o.wv, dense + o.wo};
@@ -297,17 +316,23 @@ double model_forward(ModelActs<T>& a, T* dense, T* experts, const ModelLayout& m
       ScopedPhase timer(a.times, Phase::kAttention);
       rmsnorm_forward(normed + i0 * ND, rstd + i0 * N, resid + i0 * ND, dense + o.attn_norm, N, D,
                       c.norm_eps);
-      attention_forward(a.block_out.data(), a.attn[l], normed + i0 * ND, attn_weights_at(dense, o),
-                        z.ad, a.rope, B);
+      {
+        const ScratchLoan loan(a.attn[l].scratch, a.attn_scratch);
+        attention_forward(a.block_out.data(), a.attn[l], normed + i0 * ND,
+                          attn_weights_at(dense, o), z.ad, a.rope, B);
+      }
       add_into(resid + i1 * ND, resid + i0 * ND, a.block_out.data(), ND);
       // x2 = x1 + MoE(RMSNorm(x1)): the norm is counted with attention, the MoE times itself
       rmsnorm_forward(normed + i1 * ND, rstd + i1 * N, resid + i1 * ND, dense + o.moe_norm, N, D,
                       c.norm_eps);
     }
     a.moe[l].times = a.times;
-    moe_forward(a.block_out.data(), a.moe[l], normed + i1 * ND,
-                moe_weights_at(dense, experts, o.moe, z.md), layer_routing<T>(routing, b, c, l),
-                z.md, placement[l], ex, N);
+    {
+      const ScratchLoan loan(a.moe[l].scratch, a.moe_scratch);
+      moe_forward(a.block_out.data(), a.moe[l], normed + i1 * ND,
+                  moe_weights_at(dense, experts, o.moe, z.md), layer_routing<T>(routing, b, c, l),
+                  z.md, placement[l], ex, N);
+    }
     add_into(resid + (i1 + 1) * ND, resid + i1 * ND, a.block_out.data(), ND);
     a.layer_balance_loss[l] = a.moe[l].balance_loss;
     a.layer_z_loss[l] = a.moe[l].z_loss;
@@ -358,15 +383,21 @@ void model_backward(T* dd, T* de, ModelActs<T>& a, T* dense, T* experts, const M
     const size_t i0 = 2 * l, i1 = 2 * l + 1;
     // x2 = x1 + MoE(RMSNorm(x1)): d_x1 = d_x2 + RMSNorm'ᵀ(MoE'ᵀ d_x2)
     parallel_zero(a.d_normed.data(), a.d_normed.size());
-    moe_backward(d_normed, moe_weights_at(dd, de, o.moe, z.md), d_resid, a.moe[l], normed + i1 * ND,
-                 moe_weights_at(dense, experts, o.moe, z.md), z.md, ex);
+    {
+      const ScratchLoan loan(a.moe[l].scratch, a.moe_scratch);
+      moe_backward(d_normed, moe_weights_at(dd, de, o.moe, z.md), d_resid, a.moe[l],
+                   normed + i1 * ND, moe_weights_at(dense, experts, o.moe, z.md), z.md, ex);
+    }
     ScopedPhase timer(a.times, Phase::kAttentionBackward);
     seq_rmsnorm_backward(d_resid, dd + o.moe_norm, a.norm_leaves, d_normed, resid + i1 * ND,
                          dense + o.moe_norm, rstd + i1 * N, B, S, D);
     // x1 = x0 + Attn(RMSNorm(x0)): d_x0 = d_x1 + RMSNorm'ᵀ(Attn'ᵀ d_x1)
     parallel_zero(a.d_normed.data(), a.d_normed.size());
-    attention_backward(d_normed, attn_weights_at(dd, o), d_resid, a.attn[l], normed + i0 * ND,
-                       attn_weights_at(dense, o), z.ad, a.rope, B);
+    {
+      const ScratchLoan loan(a.attn[l].scratch, a.attn_scratch);
+      attention_backward(d_normed, attn_weights_at(dd, o), d_resid, a.attn[l], normed + i0 * ND,
+                         attn_weights_at(dense, o), z.ad, a.rope, B);
+    }
     seq_rmsnorm_backward(d_resid, dd + o.attn_norm, a.norm_leaves, d_normed, resid + i0 * ND,
                          dense + o.attn_norm, rstd + i0 * N, B, S, D);
   }

@@ -127,6 +127,11 @@ template <class T> struct ModelActs {
   RopeTable rope;                  // cos/sin for S positions
   std::vector<AttnSaved<T>> attn;  // [L]
   std::vector<MoeSaved<T>> moe;    // [L]
+  // The layers' temporaries, one set that each layer's forward and backward borrow (their own
+  // AttnSaved::scratch and MoeSaved::scratch stay empty): it stays in the caches from one layer
+  // to the next.
+  AttnScratch<T> attn_scratch;
+  MoeScratch<T> moe_scratch;
 };
 
 template <class T>

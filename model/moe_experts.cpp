@@ -58,11 +58,12 @@ void expert_row_tasks(std::vector<int>& chunk_offsets, const std::vector<int>& o
 // The leaf-tree scratch of the calling thread's weight-gradient task: one per thread, added here
 // when a region has more threads than moe_saved_reserve saw.
 template <class T> std::span<T> thread_scratch(MoeSaved<T>& s) {
-  return s.leaf_scratch[static_cast<size_t>(omp_get_thread_num())];
+  return s.scratch.leaf_scratch[static_cast<size_t>(omp_get_thread_num())];
 }
 template <class T> void scratch_for_threads(MoeSaved<T>& s) {
   const size_t threads = static_cast<size_t>(std::max(omp_get_max_threads(), 1));
-  while (s.leaf_scratch.size() < threads) s.leaf_scratch.emplace_back(s.leaf_scratch_values);
+  while (s.scratch.leaf_scratch.size() < threads)
+    s.scratch.leaf_scratch.emplace_back(s.scratch.leaf_scratch_values);
 }
 
 // ExpertRows::kInPlace: x's rows [row, row + rows), each its assignment's token row.
@@ -81,8 +82,9 @@ void shared_rows_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T
   const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.Fs;
   linear_forward(&s.sg[rf], in + rd, w.shared_w1, rows, d.D, d.Fs);
   linear_forward(&s.sv[rf], in + rd, w.shared_w3, rows, d.D, d.Fs);
-  swiglu_forward(&s.sh[rf], &s.sg[rf], &s.sv[rf], static_cast<int64_t>(rows) * d.Fs, 0.0f);
-  linear_forward(out + rd, &s.sh[rf], w.shared_w2, rows, d.Fs, d.D);
+  T* const h = &s.scratch.sh[rf];
+  swiglu_forward(h, &s.sg[rf], &s.sv[rf], static_cast<int64_t>(rows) * d.Fs, 0.0f);
+  linear_forward(out + rd, h, w.shared_w2, rows, d.Fs, d.D);
 }
 
 // shared_rows_forward reversed for its rows, adding into d_in; the weight gradients come after
@@ -92,11 +94,13 @@ void shared_rows_backward(T* d_in, MoeSaved<T>& s, const T* d_out, const MoeWeig
                           const MoeDims& d, int row, int rows) {
   const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.Fs;
   const int64_t n = static_cast<int64_t>(rows) * d.Fs;
-  // sd_h is written, not added into zeros: swiglu_backward reads it as x + 0, the same bits.
-  linear_backward_input_overwrite(&s.sd_h[rf], d_out + rd, w.shared_w2, rows, d.Fs, d.D);
-  swiglu_backward(&s.sd_g[rf], &s.sd_v[rf], &s.sd_h[rf], &s.sg[rf], &s.sv[rf], n, 0.0f);
-  linear_backward_input(d_in + rd, &s.sd_g[rf], w.shared_w1, rows, d.D, d.Fs);
-  linear_backward_input(d_in + rd, &s.sd_v[rf], w.shared_w3, rows, d.D, d.Fs);
+  // out = h·S2: d_h = d_out·S2ᵀ, into sh; written, not added into zeros: swiglu_backward reads
+  // it as x + 0, the same bits, and leaves h there for S2's weight gradient.
+  linear_backward_input_overwrite(&s.scratch.sh[rf], d_out + rd, w.shared_w2, rows, d.Fs, d.D);
+  swiglu_backward(&s.scratch.sd_g[rf], &s.scratch.sd_v[rf], &s.scratch.sh[rf], &s.sg[rf], &s.sv[rf],
+                  n, 0.0f);
+  linear_backward_input(d_in + rd, &s.scratch.sd_g[rf], w.shared_w1, rows, d.D, d.Fs);
+  linear_backward_input(d_in + rd, &s.scratch.sd_v[rf], w.shared_w3, rows, d.D, d.Fs);
 }
 
 // The shared expert's weight gradient m (0: S2, 1: S1, 2: S3) by sequence, in the thread's
@@ -107,10 +111,11 @@ void shared_weight_task(MoeSaved<T>& s, const MoeWeights<T>& gr, const T* d_out,
   const auto [B, S] = moe_sequences(s, s.N);
   const std::span<T> scratch = thread_scratch(s);
   if (m == 0) {
-    seq_linear_weight_backward(gr.shared_w2, scratch, d_out, s.sh.data(), B, S, d.Fs, d.D);
+    seq_linear_weight_backward(gr.shared_w2, scratch, d_out, s.scratch.sh.data(), B, S, d.Fs, d.D);
   } else {
     seq_linear_weight_backward(m == 1 ? gr.shared_w1 : gr.shared_w3, scratch,
-                               m == 1 ? s.sd_g.data() : s.sd_v.data(), in, B, S, d.D, d.Fs);
+                               m == 1 ? s.scratch.sd_g.data() : s.scratch.sd_v.data(), in, B, S,
+                               d.D, d.Fs);
   }
 }
 
@@ -126,22 +131,24 @@ template <class T> void expert_weight_task(MoeSaved<T>& s, T* dw, const MoeDims&
   const std::span<T> scratch = thread_scratch(s);
   const LeafTreeInto into = s.weight_grads_final ? LeafTreeInto::kOverwrite : LeafTreeInto::kAdd;
   if (m == 0) {
-    expert_weight_grad(dw, scratch, s.h.data(), s.d_y.data(), d.F, d.D, i, s.plan, s.expert_rows,
-                       s.expert_layout, into);
+    expert_weight_grad(dw, scratch, s.scratch.h.data(), s.scratch.d_y.data(), d.F, d.D, i, s.plan,
+                       s.expert_rows, s.expert_layout, into);
   } else {
-    expert_weight_grad(dw, scratch, s.x.data(), m == 1 ? s.d_g.data() : s.d_v.data(), d.D, d.F, i,
-                       s.plan, s.expert_rows, s.expert_layout, into);
+    expert_weight_grad(dw, scratch, s.x.data(),
+                       m == 1 ? s.scratch.d_g.data() : s.scratch.d_v.data(), d.D, d.F, i, s.plan,
+                       s.expert_rows, s.expert_layout, into);
   }
 }
 
-// The shared expert's buffers for N tokens (forward: sg, sv, sh; backward: sd_g, sd_v, sd_h).
+// The shared expert's buffers for N tokens (forward: sg, sv, sh; backward: sd_g, sd_v, sh).
 template <class T> void shared_resize(MoeSaved<T>& s, const MoeDims& d, int N, bool backward) {
   const size_t NFs = static_cast<size_t>(N) * d.Fs;
   if (backward) {
-    for (auto* v : {&s.sd_g, &s.sd_v, &s.sd_h}) v->resize(NFs);
+    for (auto* v : {&s.scratch.sd_g, &s.scratch.sd_v}) v->resize(NFs);
   } else {
-    for (auto* v : {&s.sg, &s.sv, &s.sh}) v->resize(NFs);
+    for (auto* v : {&s.sg, &s.sv}) v->resize(NFs);
   }
+  s.scratch.sh.resize(NFs);
 }
 
 // <g_r, y_r> for R rows of D values: R chains, each the plain loop's sum in order, run side by
@@ -175,7 +182,7 @@ void combine_rows_group(MoeSaved<T>& s, const T* d_out, const T* y_rows, T* d_ro
   row_dots(dot, g, y, D);
   for (int r = 0; r < R; ++r) {
     const int a = s.plan.send_assignment[p + r];
-    s.d_weights[a] = dot[r];
+    s.scratch.d_weights[a] = dot[r];
     const T wt = s.weights[a];
     T* out = d_rows + static_cast<size_t>(p + r) * D;
     for (size_t c = 0; c < D; ++c) out[c] = wt * g[r][c];
@@ -216,9 +223,9 @@ void moe_experts_forward(MoeSaved<T>& s, const MoeWeights<T>& w, const MoeDims& 
         if (where == ExpertRows::kInPlace) gather_token_rows(s, in, row, rows, d);
         linear_forward(&s.g[rf], &s.x[rd], w.w1 + i * DF, rows, d.D, d.F);
         linear_forward(&s.v[rf], &s.x[rd], w.w3 + i * DF, rows, d.D, d.F);
-        swiglu_forward(&s.h[rf], &s.g[rf], &s.v[rf], static_cast<int64_t>(rows) * d.F,
+        swiglu_forward(&s.scratch.h[rf], &s.g[rf], &s.v[rf], static_cast<int64_t>(rows) * d.F,
                        d.swiglu_limit);
-        linear_forward(&s.y[rd], &s.h[rf], w.w2 + i * DF, rows, d.F, d.D);
+        linear_forward(&s.y[rd], &s.scratch.h[rf], w.w2 + i * DF, rows, d.F, d.D);
       });
 }
 
@@ -258,10 +265,10 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
   const bool shared = shared_d_in != nullptr && d.Fs > 0;
   const auto [B, S] = moe_sequences(s, s.N);
   if (shared) shared_resize(s, d, s.N, true);
-  s.d_x.resize(static_cast<size_t>(R) * d.D);
-  s.d_h.resize(static_cast<size_t>(R) * d.F);
-  s.d_g.resize(s.d_h.size());
-  s.d_v.resize(s.d_h.size());
+  s.scratch.d_x.resize(static_cast<size_t>(R) * d.D);
+  s.scratch.h.resize(static_cast<size_t>(R) * d.F);
+  s.scratch.d_g.resize(s.scratch.h.size());
+  s.scratch.d_v.resize(s.scratch.h.size());
   scratch_for_threads(s);
   expert_row_tasks(
       s.chunk_offsets, s.plan.expert_offsets, shared ? B : 0, S,
@@ -270,17 +277,22 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
         const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.F;
         const int64_t n = static_cast<int64_t>(rows) * d.F;
         if (where == ExpertRows::kInPlace) {
-          combine_rows_backward(s, d_out, s.y.data(), s.d_y.data(), row, rows, d);
+          combine_rows_backward(s, d_out, s.y.data(), s.scratch.d_y.data(), row, rows, d);
         }
         // d_h and d_x are written by their first GEMM, not added into zeros: their readers
         // (swiglu_backward; the layer's scatter of d_x, after the combine) take each element
         // as x + 0, which gives the bits of the sums into +0 (linear_backward_input_overwrite).
-        // y = h·W2: d_h = d_y·W2ᵀ
-        linear_backward_input_overwrite(&s.d_h[rf], &s.d_y[rd], w.w2 + i * DF, rows, d.F, d.D);
-        swiglu_backward(&s.d_g[rf], &s.d_v[rf], &s.d_h[rf], &s.g[rf], &s.v[rf], n, d.swiglu_limit);
+        // y = h·W2: d_h = d_y·W2ᵀ, into h's place, where swiglu_backward leaves h again (for
+        // W2's weight gradient below).
+        linear_backward_input_overwrite(&s.scratch.h[rf], &s.scratch.d_y[rd], w.w2 + i * DF, rows,
+                                        d.F, d.D);
+        swiglu_backward(&s.scratch.d_g[rf], &s.scratch.d_v[rf], &s.scratch.h[rf], &s.g[rf],
+                        &s.v[rf], n, d.swiglu_limit);
         // g = x·W1, v = x·W3: d_x = d_g·W1ᵀ + d_v·W3ᵀ
-        linear_backward_input_overwrite(&s.d_x[rd], &s.d_g[rf], w.w1 + i * DF, rows, d.D, d.F);
-        linear_backward_input(&s.d_x[rd], &s.d_v[rf], w.w3 + i * DF, rows, d.D, d.F);
+        linear_backward_input_overwrite(&s.scratch.d_x[rd], &s.scratch.d_g[rf], w.w1 + i * DF, rows,
+                                        d.D, d.F);
+        linear_backward_input(&s.scratch.d_x[rd], &s.scratch.d_v[rf], w.w3 + i * DF, rows, d.D,
+                              d.F);
       });
   // The weight gradients: the shared expert's three first (the largest), then three per routed
   // expert that received rows.

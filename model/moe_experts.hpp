@@ -56,16 +56,18 @@ void moe_shared_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>
                         const MoeDims& d, int N);
 
 // The shared expert's backward alone (while the routed rows are in flight), with buffers of its
-// own (sd_*): its rows a task per sequence, adding into d_in, then its three weight gradients.
+// own (sd_g, sd_v, sh): its rows a task per sequence, adding into d_in, then its three weight
+// gradients.
 template <class T>
 void moe_shared_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>& s,
                          const T* in, const MoeWeights<T>& w, const MoeDims& d, int N);
 
 // moe_experts_forward reversed, in two rounds of tasks. First the rows, in chunks:
-// d_h = d_y·W2ᵀ, h = swiglu(g, v) reversed, d_x = d_g·W1ᵀ + d_v·W3ᵀ. Then every weight gradient,
-// each a task summing its expert's rows by sequence: d_W2 from h and d_y, d_W1 and d_W3 from x and
-// d_g, d_v. With `shared_d_in`, the shared expert's rows and weight gradients are tasks of the
-// same rounds (its rows adding into shared_d_in). The first GEMM of d_h (sd_h) and of d_x
+// d_h = d_y·W2ᵀ, h = swiglu(g, v) reversed (which leaves h in d_h's place), d_x = d_g·W1ᵀ +
+// d_v·W3ᵀ. Then every weight gradient, each a task summing its expert's rows by sequence: d_W2
+// from h and d_y, d_W1 and d_W3 from x and d_g, d_v. With `shared_d_in`, the shared expert's rows
+// and weight gradients are tasks of the same rounds (its rows adding into shared_d_in). The first
+// GEMM of d_h (the shared expert's too) and of d_x
 // overwrites (linear_backward_input_overwrite): a zero there may be −0 where a sum into zeros
 // gives +0, so their readers take each element as x + 0 (swiglu_backward; the layer's scatter
 // of d_x into the tokens' gradients). With ExpertRows::kInPlace each row task first writes its

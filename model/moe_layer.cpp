@@ -100,34 +100,59 @@ MoeSavedSizes moe_saved_sizes(double N, const MoeDims& d, int ep_size, int max_l
 }
 
 template <class T>
-void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int max_local,
-                       int max_sequences) {
+void moe_scratch_reserve(MoeScratch<T>& s, int N, const MoeDims& d, int ep_size, int max_local,
+                         int max_sequences) {
   const MoeSavedSizes z =
       moe_saved_sizes(N, d, ep_size, max_local, max_sequences, omp_get_max_threads());
   auto n = [](double elements) { return static_cast<size_t>(elements); };
-  for (auto* v : {&s.logits, &s.scores, &s.d_scores, &s.d_logits, &s.d_scores_balance}) {
-    v->reserve(n(z.NE));
-  }
+  for (auto* v : {&s.d_scores, &s.d_logits}) v->reserve(n(z.NE));
+  s.d_weights.reserve(n(z.NK));
+  for (auto* v : {&s.send_rows, &s.d_rows}) v->reserve(n(z.NKD));
+  for (auto* v : {&s.d_y, &s.d_x}) v->reserve(n(z.RD));
+  for (auto* v : {&s.d_g, &s.d_v, &s.h}) v->reserve(n(z.RF));
+  for (auto* v : {&s.sd_g, &s.sd_v, &s.sh}) v->reserve(n(z.NFs));
+  s.router_leaves.assign(n(z.router_leaves), T(0));
+  s.leaf_scratch_values = n(z.leaf_scratch);
+  s.leaf_scratch.assign(z.leaf_scratches, std::vector<T>(s.leaf_scratch_values));
+}
+
+template <class T>
+void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int max_local,
+                       int max_sequences, bool own_scratch) {
+  const MoeSavedSizes z =
+      moe_saved_sizes(N, d, ep_size, max_local, max_sequences, omp_get_max_threads());
+  auto n = [](double elements) { return static_cast<size_t>(elements); };
+  for (auto* v : {&s.logits, &s.scores, &s.d_scores_balance}) v->reserve(n(z.NE));
   for (auto* v : {&s.expert_idx, &s.topk_scratch, &s.dispatched_idx, &s.plan.send_assignment,
                   &s.plan.send_position}) {
     v->reserve(n(z.NK));
   }
   s.dropped.assign(d.E, 0);
   s.capacity_scratch.reserve(3 * static_cast<size_t>(d.E) + 1 + n(z.NK));
-  for (auto* v : {&s.weights, &s.d_weights}) v->reserve(n(z.NK));
-  for (auto* v : {&s.send_rows, &s.y_rows, &s.d_rows}) v->reserve(n(z.NKD));
-  for (auto* v : {&s.x, &s.y, &s.d_y, &s.d_x}) v->reserve(n(z.RD));
-  for (auto* v : {&s.g, &s.v, &s.h, &s.d_g, &s.d_v, &s.d_h}) v->reserve(n(z.RF));
-  for (auto* v : {&s.sg, &s.sv, &s.sh, &s.sd_g, &s.sd_v, &s.sd_h}) v->reserve(n(z.NFs));
+  s.weights.reserve(n(z.NK));
+  s.y_rows.reserve(n(z.NKD));
+  for (auto* v : {&s.x, &s.y}) v->reserve(n(z.RD));
+  for (auto* v : {&s.g, &s.v}) v->reserve(n(z.RF));
+  for (auto* v : {&s.sg, &s.sv}) v->reserve(n(z.NFs));
   s.max_sequences = max_sequences;
-  s.router_leaves.assign(n(z.router_leaves), T(0));
-  s.leaf_scratch_values = n(z.leaf_scratch);
-  s.leaf_scratch.assign(z.leaf_scratches, std::vector<T>(s.leaf_scratch_values));
   s.chunk_offsets.reserve(static_cast<size_t>(max_local) + 1);
   s.weight_grad_sq.reserve(3 * static_cast<size_t>(max_local));
+  if (own_scratch) {
+    moe_scratch_reserve(s.scratch, N, d, ep_size, max_local, max_sequences);
+  } else {
+    s.scratch = MoeScratch<T>{};
+  }
 }
 
 namespace {
+
+// A layer's calls use its scratch (its own, or a model's lent for the call), reserved beforehand.
+template <class T> void check_scratch(const MoeSaved<T>& s, const char* fn) {
+  if (s.scratch.leaf_scratch.empty()) {
+    throw std::invalid_argument(
+        std::string(fn) + ": no scratch (moe_scratch_reserve, or a model's lent for the call)");
+  }
+}
 
 template <class T>
 void select_experts(MoeSaved<T>& s, const MoeRouting& r, const MoeDims& d, int N) {
@@ -184,11 +209,11 @@ void z_loss_forward(MoeSaved<T>& s, const MoeRouting& routing, const MoeDims& d,
 template <class T> void gather_send_rows(MoeSaved<T>& s, const T* in, const MoeDims& d) {
   const size_t D = d.D;
   const int NK = s.plan.num_send();
-  s.send_rows.resize(NK * D);
+  s.scratch.send_rows.resize(NK * D);
 #pragma omp parallel for schedule(static) if (NK >= kParallelRows)
   for (int p = 0; p < NK; ++p) {
     const T* src = in + static_cast<size_t>(s.plan.send_assignment[p] / d.K) * D;
-    std::copy_n(src, D, &s.send_rows[p * D]);
+    std::copy_n(src, D, &s.scratch.send_rows[p * D]);
   }
 }
 
@@ -249,10 +274,10 @@ void weighted_sum_forward(T* out, const T* rows, const MoeSaved<T>& s, const Moe
 // the rows that travel back to the experts' owners (d_w of the dropped assignments untouched).
 template <class T> void weighted_sum_backward(MoeSaved<T>& s, const T* d_out, const MoeDims& d) {
   const int sent = s.plan.num_send();
-  s.d_rows.resize(static_cast<size_t>(sent) * d.D);
+  s.scratch.d_rows.resize(static_cast<size_t>(sent) * d.D);
   parallel_blocks(sent, kParallelRows, [&](int64_t first, int64_t last) {
-    combine_rows_backward(s, d_out, s.y_rows.data(), s.d_rows.data(), static_cast<int>(first),
-                          static_cast<int>(last - first), d);
+    combine_rows_backward(s, d_out, s.y_rows.data(), s.scratch.d_rows.data(),
+                          static_cast<int>(first), static_cast<int>(last - first), d);
   });
 }
 
@@ -264,29 +289,30 @@ void router_backward(T* d_in, const MoeWeights<T>& gr, MoeSaved<T>& s, const T* 
   const int N = s.N;
   const auto [B, S] = moe_sequences(s, N);
   if (s.d_scores_balance.empty()) {
-    s.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
+    s.scratch.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
   } else {
-    s.d_scores.assign(s.d_scores_balance.begin(), s.d_scores_balance.end());
+    s.scratch.d_scores.assign(s.d_scores_balance.begin(), s.d_scores_balance.end());
   }
-  s.d_logits.assign(s.d_scores.size(), T(0));
-  route_weights_backward(s.d_scores.data(), s.d_weights.data(), s.scores.data(),
+  s.scratch.d_logits.assign(s.scratch.d_scores.size(), T(0));
+  route_weights_backward(s.scratch.d_scores.data(), s.scratch.d_weights.data(), s.scores.data(),
                          s.expert_idx.data(), N, d.E, d.K, d.route_scale);
-  score_backward(s.d_logits.data(), s.d_scores.data(), s.logits.data(), s.scores.data(), N, d.E,
-                 d.score);
+  score_backward(s.scratch.d_logits.data(), s.scratch.d_scores.data(), s.logits.data(),
+                 s.scores.data(), N, d.E, d.score);
   if (s.z_loss_weight > 0) {
-    router_z_loss_backward(s.d_logits.data(), s.logits.data(), N, d.E, s.z_loss_weight);
+    router_z_loss_backward(s.scratch.d_logits.data(), s.logits.data(), N, d.E, s.z_loss_weight);
   }
   // logits = in·W_g, a task per sequence: d_in += d_logits·W_gᵀ, and the sequence's d_W_g, added
   // along the tree over sequences once all are in (one sequence adds into the gradient directly).
   const size_t DE = static_cast<size_t>(d.D) * d.E;
   parallel_tasks(B, [&](int64_t b) {
     const int64_t row0 = b * S;
-    linear_backward_input(d_in + row0 * d.D, s.d_logits.data() + row0 * d.E, w.router, S, d.D, d.E);
-    T* leaf = B > 1 ? s.router_leaves.data() + b * DE : gr.router;
-    gemm<T>(true, false, d.D, d.E, S, T(1), in + row0 * d.D, s.d_logits.data() + row0 * d.E,
+    linear_backward_input(d_in + row0 * d.D, s.scratch.d_logits.data() + row0 * d.E, w.router, S,
+                          d.D, d.E);
+    T* leaf = B > 1 ? s.scratch.router_leaves.data() + b * DE : gr.router;
+    gemm<T>(true, false, d.D, d.E, S, T(1), in + row0 * d.D, s.scratch.d_logits.data() + row0 * d.E,
             B > 1 ? T(0) : T(1), leaf);
   });
-  if (B > 1) tree_sum_leaves(gr.router, s.router_leaves.data(), B, DE, DE);
+  if (B > 1) tree_sum_leaves(gr.router, s.scratch.router_leaves.data(), B, DE, DE);
 }
 
 // The shared expert overlaps the dispatch's transfer when asked to and when there is one (an EP
@@ -316,6 +342,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
                                 " tokens are not whole sequences of seq_len " +
                                 std::to_string(routing.seq_len));
   }
+  check_scratch(s, "moe_forward");
   const int num_sequences = routing.seq_len > 0 ? N / routing.seq_len : (N > 0 ? 1 : 0);
   if (num_sequences > s.max_sequences) {
     throw std::invalid_argument("moe_forward: " + std::to_string(num_sequences) +
@@ -360,7 +387,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
       gather_send_rows(s, in, d);
       // The plan's counts first (or with the rows, across hosts); s.x becomes [R, D] once they
       // are in.
-      ex.dispatch_counted_begin(s.x, std::span<const T>(s.send_rows), s.plan, d.D);
+      ex.dispatch_counted_begin(s.x, std::span<const T>(s.scratch.send_rows), s.plan, d.D);
       if (!overlap) {
         ex.dispatch_end();
       }
@@ -380,7 +407,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
     ScopedPhase timer(s.times, Phase::kExperts);
     s.g.resize(static_cast<size_t>(R) * d.F);
     s.v.resize(s.g.size());
-    s.h.resize(s.g.size());
+    s.scratch.h.resize(s.g.size());
     s.y.resize(R * D);
     if (where == ExpertRows::kInPlace) s.x.resize(R * D);
     moe_experts_forward(s, w, d, overlap ? nullptr : out, in, where);
@@ -398,6 +425,7 @@ void moe_forward(T* out, MoeSaved<T>& s, const T* in, const MoeWeights<T>& w,
 template <class T>
 void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>& s, const T* in,
                   const MoeWeights<T>& w, const MoeDims& d, EpExchange& ex) {
+  check_scratch(s, "moe_backward");
   const int R = s.plan.num_recv;
   const bool overlap = shared_overlaps_dispatch(d, ex);
   const ExpertRows where = expert_rows_of(ex);
@@ -406,11 +434,12 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     // is a dispatch: output gradients travel to the experts' owners. A dropped assignment's d_w
     // is 0.
     ScopedPhase timer(s.times, Phase::kCombineBackward);
-    s.d_y.resize(static_cast<size_t>(R) * d.D);
-    s.d_weights.assign(static_cast<size_t>(s.N) * d.K, T(0));
+    s.scratch.d_y.resize(static_cast<size_t>(R) * d.D);
+    s.scratch.d_weights.assign(static_cast<size_t>(s.N) * d.K, T(0));
     if (where == ExpertRows::kExchanged) {
       weighted_sum_backward(s, d_out, d);
-      ex.dispatch_begin(std::span<T>(s.d_y), std::span<const T>(s.d_rows), s.plan, d.D);
+      ex.dispatch_begin(std::span<T>(s.scratch.d_y), std::span<const T>(s.scratch.d_rows), s.plan,
+                        d.D);
       if (!overlap) {
         ex.dispatch_end();
       }
@@ -435,23 +464,25 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.
     ScopedPhase timer(s.times, Phase::kDispatchBackward);
     if (where == ExpertRows::kInPlace) {
-      scatter_rows_backward(d_in, s.d_x.data(), s, d);  // d_x's rows are in send order already
+      scatter_rows_backward(d_in, s.scratch.d_x.data(), s,
+                            d);  // d_x's rows are in send order already
     } else {
-      ex.combine(std::span<T>(s.d_rows), std::span<const T>(s.d_x), s.plan, d.D);
-      scatter_rows_backward(d_in, s.d_rows.data(), s, d);
+      ex.combine(std::span<T>(s.scratch.d_rows), std::span<const T>(s.scratch.d_x), s.plan, d.D);
+      scatter_rows_backward(d_in, s.scratch.d_rows.data(), s, d);
     }
   }
   ScopedPhase timer(s.times, Phase::kRouterBackward);
   router_backward(d_in, gr, s, in, w, d);
 }
 
-#define MOE_LAYER_INSTANTIATE(T)                                                            \
-  template MoeWeights<T> moe_weights_at<T>(T*, T*, const MoeOffsets&, const MoeDims&);      \
-  template void moe_saved_reserve<T>(MoeSaved<T>&, int, const MoeDims&, int, int, int);     \
-  template void moe_forward<T>(T*, MoeSaved<T>&, const T*, const MoeWeights<T>&,            \
-                               const MoeRouting&, const MoeDims&, const ExpertPlacement&,   \
-                               EpExchange&, int);                                           \
-  template void moe_backward<T>(T*, const MoeWeights<T>&, const T*, MoeSaved<T>&, const T*, \
+#define MOE_LAYER_INSTANTIATE(T)                                                              \
+  template MoeWeights<T> moe_weights_at<T>(T*, T*, const MoeOffsets&, const MoeDims&);        \
+  template void moe_saved_reserve<T>(MoeSaved<T>&, int, const MoeDims&, int, int, int, bool); \
+  template void moe_scratch_reserve<T>(MoeScratch<T>&, int, const MoeDims&, int, int, int);   \
+  template void moe_forward<T>(T*, MoeSaved<T>&, const T*, const MoeWeights<T>&,              \
+                               const MoeRouting&, const MoeDims&, const ExpertPlacement&,     \
+                               EpExchange&, int);                                             \
+  template void moe_backward<T>(T*, const MoeWeights<T>&, const T*, MoeSaved<T>&, const T*,   \
                                 const MoeWeights<T>&, const MoeDims&, EpExchange&);
 MOE_LAYER_INSTANTIATE(float)
 MOE_LAYER_INSTANTIATE(double)

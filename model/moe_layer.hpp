@@ -95,7 +95,33 @@ struct MoeRouting {
   bool capacity_per_rank = false;  // counted over all N tokens (--capacity-unit rank), not by S
 };
 
-// Activations kept from forward for backward, and backward's temporaries. Sized once by
+// The temporaries of one layer's forward or backward, which nothing keeps from one call to the
+// next. A model's layers share one set (model_acts_reserve), each borrowing it for its calls: its
+// pages stay in the caches from one layer to the next instead of every layer's own set coming
+// from memory (the experts' backward of deepseek4-tiny at 1 rank × 1 thread 7% faster), and a
+// rank holds one set instead of L.
+template <class T> struct MoeScratch {
+  std::vector<T> send_rows;  // [N·K, D] forward: input rows in send order
+  std::vector<T> d_rows;     // [N·K, D] send-order rows: w·d_out out, d_x back
+  std::vector<T> d_y, d_x;   // [R, D]
+  std::vector<T> d_g, d_v;   // [R, F]
+  // The expert activation h = swiglu(g, v) for the forward's W2 GEMM; in the backward first d_h,
+  // then h again (swiglu_backward gives back the forward's bits) for W2's weight gradient: no
+  // layer keeps its h from forward to backward.
+  std::vector<T> h;                   // [R, F]
+  std::vector<T> sd_g, sd_v, sh;      // [N, Fs] the shared expert's, likewise
+  std::vector<T> d_weights;           // [N, K]
+  std::vector<T> d_scores, d_logits;  // [N, E]
+  // The router's and the shared expert's weight gradients go by sequence (model/tree_sum.hpp):
+  std::vector<T> router_leaves;  // [max_sequences, D·E] each sequence's router gradient, when
+                                 //   there are several, added along the tree afterwards
+  // Per thread the scratch of a weight-gradient task's leaf tree (gemm_leaf_tree), for the tasks
+  // that run at once.
+  std::vector<std::vector<T>> leaf_scratch;  // [threads][leaf_scratch_values]
+  size_t leaf_scratch_values = 0;
+};
+
+// Activations kept from forward for backward, and the temporaries of a call. Sized once by
 // moe_saved_reserve; per-step sizes (R) resize within the reserved capacity, so a step allocates
 // nothing unless its routing needs more rows than any earlier step did.
 template <class T> struct MoeSaved {
@@ -105,15 +131,13 @@ template <class T> struct MoeSaved {
   std::vector<int32_t> expert_idx;  // [N, K] selected experts (global ids)
   std::vector<T> weights;           // [N, K]
   DispatchPlan plan;                // plan.expert_counts: this rank's load per expert
-  // send_rows, y_rows and d_rows serve the exchange: an EP group of one rank leaves them empty
-  // (its expert-major order is the send order: moe_experts.hpp, ExpertRows).
-  std::vector<T> send_rows;           // [N·K, D] input rows in send order
+  // y_rows, and the scratch's send_rows and d_rows, serve the exchange: an EP group of one rank
+  // leaves them empty (its expert-major order is the send order: moe_experts.hpp, ExpertRows).
   std::vector<T> x;                   // [R, D] expert inputs, expert-major
-  std::vector<T> g, v, h;             // [R, F] expert pre-activations (unclamped) and activation
+  std::vector<T> g, v;                // [R, F] expert pre-activations (unclamped)
   std::vector<T> y;                   // [R, D] expert outputs, expert-major
   std::vector<T> y_rows;              // [N·K, D] expert outputs back in send order
-  std::vector<T> sg, sv, sh;          // [N, Fs] shared expert
-  std::vector<T> sd_g, sd_v, sd_h;    // [N, Fs] shared expert's backward
+  std::vector<T> sg, sv;              // [N, Fs] shared expert's
   double balance_loss = 0.0;          // this rank's share of the layer's balance loss
   std::vector<T> d_scores_balance;    // [N, E] its gradient, added in backward
   std::vector<int32_t> topk_scratch;  // [N, K]
@@ -132,26 +156,17 @@ template <class T> struct MoeSaved {
   double z_loss = 0.0;                  // this rank's share of the layer's router z-loss
   double z_loss_weight = 0.0;           // the forward's MoeRouting::z_loss_weight, for backward
 
-  // backward temporaries
-  std::vector<T> d_rows;              // [N·K, D] send-order rows: w·d_out out, d_x back
-  std::vector<T> d_y, d_x;            // [R, D]
-  std::vector<T> d_g, d_v, d_h;       // [R, F]
-  std::vector<T> d_weights;           // [N, K]
-  std::vector<T> d_scores, d_logits;  // [N, E]
-  // The router's and the shared expert's weight gradients go by sequence (model/tree_sum.hpp):
-  // the forward's N tokens are N / seq_len sequences (one when seq_len is 0), at most
-  // max_sequences.
+  // The temporaries of a call (own, or a model's shared set lent for the call: MoeScratch).
+  MoeScratch<T> scratch;
+  // The router's and the shared and routed experts' weight gradients go by sequence
+  // (model/tree_sum.hpp): the forward's N tokens are N / seq_len sequences (one when seq_len is
+  // 0), at most max_sequences.
   int seq_len = 0;
   int max_sequences = 0;
-  std::vector<T> router_leaves;  // [max_sequences, D·E] each sequence's router gradient, when
-                                 //   there are several, added along the tree afterwards
-  // The routed and shared experts' weight gradients by sequence (model/expert_grads.hpp): where
-  // the EP group's sequences lie (the run sets it), the rows behind each leaf, and per thread the
-  // scratch of a weight-gradient task's leaf tree (gemm_leaf_tree), for the tasks that run at once.
+  // Where the EP group's sequences lie (the run sets it) and the rows behind each leaf of the
+  // routed experts' weight gradients (model/expert_grads.hpp).
   ExpertGradLayout expert_layout;
   ExpertSeqRows expert_rows;
-  std::vector<std::vector<T>> leaf_scratch;  // [threads][leaf_scratch_values]
-  size_t leaf_scratch_values = 0;
   std::vector<int> chunk_offsets;  // [local experts + 1]: each expert's first row task
   // With weight_grads_final (the caller's promise that the backward's routed expert gradients
   // are final: one plane, no replicas to add), backward writes each routed expert's W1, W3 and
@@ -173,14 +188,17 @@ struct MoeSavedSizes {
                    //   send arrays [N, K]
   double R = 0;    // rows received
   double NKD = 0;  // send_rows, y_rows, d_rows [N·K, D]; none in an EP group of one rank
-  double RD = 0, RF = 0;     // x, y, d_y, d_x [R, D]; g, v, h, d_g, d_v, d_h [R, F]
-  double NFs = 0;            // the shared expert's sg, sv, sh, sd_g, sd_v, sd_h [N, Fs]
+  double RD = 0, RF = 0;     // x, y, d_y, d_x [R, D]; g, v, d_g, d_v, h [R, F]
+  double NFs = 0;            // the shared expert's sg, sv, sd_g, sd_v, sh [N, Fs]
   double router_leaves = 0;  // the router's weight-gradient leaves: max_sequences·D·E when
                              //   max_sequences > 1
   double leaf_scratch = 0;   // a weight-gradient task's leaf-tree scratch: the most
                              //   gemm_leaf_tree_scratch of the routed and shared weights' shapes
   int leaf_scratches = 0;    // one per thread
-  double activations() const { return 5 * NE + 7 * NK + 3 * NKD + 4 * RD + 6 * RF + 6 * NFs; }
+  // A layer's own buffers (MoeSaved less its scratch); the scratch (MoeScratch) less its trees;
+  // the trees (router_leaves, leaf_scratch), which are scratch too.
+  double activations() const { return 3 * NE + 6 * NK + NKD + 2 * RD + 2 * RF + 2 * NFs; }
+  double scratch() const { return 2 * NE + NK + 2 * NKD + 2 * RD + 3 * RF + 3 * NFs; }
   double trees() const { return router_leaves + double(leaf_scratches) * leaf_scratch; }
 };
 MoeSavedSizes moe_saved_sizes(double N, const MoeDims& dims, int ep_size, int max_local,
@@ -189,11 +207,15 @@ MoeSavedSizes moe_saved_sizes(double N, const MoeDims& dims, int ep_size, int ma
 // Reserves room for N local tokens, in at most `max_sequences` sequences, on an EP group of
 // `ep_size` ranks owning at most `max_local` experts each: R <= ep_size · N · min(K, max_local);
 // the weight-gradient tasks' leaf-tree scratch for the OpenMP threads a parallel region gets now
-// (omp_get_max_threads; a backward with more threads adds scratch).
+// (omp_get_max_threads; a backward with more threads adds scratch). Without own_scratch,
+// saved.scratch is left empty: a model's layers borrow one set (moe_scratch_reserve) for each call.
 // The default suits routing without a sequence length (seq_len 0: all N tokens one sequence).
 template <class T>
 void moe_saved_reserve(MoeSaved<T>& saved, int N, const MoeDims& dims, int ep_size, int max_local,
-                       int max_sequences = 1);
+                       int max_sequences = 1, bool own_scratch = true);
+template <class T>
+void moe_scratch_reserve(MoeScratch<T>& scratch, int N, const MoeDims& dims, int ep_size,
+                         int max_local, int max_sequences);
 
 // out[N, D] = MoE(in). Collective over the EP group of `ex`. Throws std::invalid_argument, before
 // any communication, when N is not a multiple of routing.seq_len or holds more sequences than

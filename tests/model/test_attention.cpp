@@ -297,6 +297,47 @@ TEST(AttentionBatch, SequenceResultIsBitwiseIndependentOfB) {
   }
 }
 
+// A model's layers borrow one set of scratch (ModelActs::attn_scratch): a call gives the same bits
+// with a lent set that another call left full of NaN as with its own fresh one, and a layer
+// reserved without scratch that is lent none refuses the call.
+TEST(AttentionScratch, ALentSetGivesTheBitsOfAnOwnOne) {
+  const AttnDims d{16, 4, 1, 4, 24, 8, 10000.0f};
+  const int B = 2;
+  const size_t n = size_t(B) * d.S * d.D;
+  const Weights w(d, 80);
+  Layer<float> own(d, B, w.wq, w.wk, w.wv, w.wo), lent(d, B, w.wq, w.wk, w.wv, w.wo);
+  const std::vector<float> in = cast<float>(random_normal(n, 81));
+  const std::vector<float> d_out = cast<float>(random_normal(n, 82));
+  auto step = [&](Layer<float>& layer, std::vector<float>& grads) {
+    grads.assign(2 * layer.wq.size() + 2 * layer.wk.size(), 0.0f);
+    float* g = grads.data();
+    const AttnWeights<float> d_w{g, g + layer.wq.size(), g + layer.wq.size() + layer.wk.size(),
+                                 g + layer.wq.size() + 2 * layer.wk.size()};
+    std::vector<float> out = layer.forward(in, B), d_in(n, 0.0f);
+    attention_backward(d_in.data(), d_w, d_out.data(), layer.saved, in.data(), layer.weights(), d,
+                       layer.rope, B);
+    out.insert(out.end(), d_in.begin(), d_in.end());
+    return out;
+  };
+  std::vector<float> grads_own, grads_lent;
+  const std::vector<float> want = step(own, grads_own);
+
+  attn_saved_reserve(lent.saved, B, d, /*own_scratch=*/false);
+  EXPECT_THROW(lent.forward(in, B), std::invalid_argument);
+  AttnScratch<float> set;
+  attn_scratch_reserve(set, B, d);
+  for (std::vector<float>* v : {&set.d_concat, &set.d_q, &set.d_k, &set.d_v, &set.d_probs,
+                                &set.kv_t, &set.d_k_heads, &set.d_v_heads, &set.leaves}) {
+    std::fill(v->begin(), v->end(), std::numeric_limits<float>::quiet_NaN());
+  }
+  std::swap(lent.saved.scratch, set);
+  const std::vector<float> got = step(lent, grads_lent);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+  ASSERT_EQ(grads_lent.size(), grads_own.size());
+  EXPECT_EQ(0, std::memcmp(grads_lent.data(), grads_own.data(), grads_own.size() * sizeof(float)));
+}
+
 // ---- RoPE --------------------------------------------------------------------------------------
 
 // rope(a, p)·rope(b, p + δ) = a·R(δ·ω)·b depends only on δ: every position pair at distance δ

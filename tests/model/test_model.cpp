@@ -1,11 +1,14 @@
 // Whole-model gradient check: finite differences in double precision over every parameter of a
 // micro configuration (embedding, norms, attention, router, shared and routed experts, LM head),
-// with hash, top-k (biased) and forced round-robin layers. Also the model's memory estimate.
+// with hash, top-k (biased) and forced round-robin layers. Also the layers' one set of scratch and
+// the model's memory estimate.
 #include <omp.h>
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -133,6 +136,56 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"random", RoutingMode::kRandom, 0.0, BalanceLossForm::kDeepSeek, 1, 1}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// The layers borrow one set of scratch for each call (ModelActs::attn_scratch, moe_scratch): their
+// own stays empty, the set comes back after every call, a call that throws included, and a second
+// step on the set the first one left gives the same bits.
+TEST(ModelActs, LayersBorrowOneScratchAndGiveItBack) {
+  const ModelConfig c = micro_config();
+  const Comm self = Comm::self();
+  EpExchange ex(self);
+  const ModelPlacement placement = model_placement_contiguous(c, 1);
+  const ModelLayout layout = model_layout(c, placement, 0);
+  std::vector<float> dense(layout.dense.num_elements), experts(layout.experts.num_elements);
+  param_init(std::span<float>(dense), layout.dense, 4);
+  param_init(std::span<float>(experts), layout.experts, 4);
+  const RoutingState routing = routing_state_make(c, RoutingConfig{}, 4);
+  const testing_util::RandomBatch data(c, 6);
+  ModelActs<float> acts;
+  model_acts_reserve(acts, c, c.batch_per_rank, 1, model_placement_max_local(placement));
+  auto lent_back = [&] {
+    for (const AttnSaved<float>& a : acts.attn) {
+      if (a.scratch.threads != 0 || a.scratch.d_q.capacity() != 0) return false;
+    }
+    for (const MoeSaved<float>& m : acts.moe) {
+      if (!m.scratch.leaf_scratch.empty() || m.scratch.h.capacity() != 0) return false;
+    }
+    return acts.attn_scratch.threads > 0 && !acts.moe_scratch.leaf_scratch.empty();
+  };
+  ASSERT_TRUE(lent_back());
+  auto step = [&] {
+    std::vector<float> grads(dense.size() + experts.size(), 0.0f);
+    const double loss = model_forward(acts, dense.data(), experts.data(), layout, routing,
+                                      data.batch, c, placement, ex);
+    model_backward(grads.data(), grads.data() + dense.size(), acts, dense.data(), experts.data(),
+                   layout, data.batch, c, ex);
+    grads.push_back(static_cast<float>(loss));
+    return grads;
+  };
+  const std::vector<float> first = step();
+  EXPECT_TRUE(lent_back());
+  EXPECT_EQ(step(), first);
+  EXPECT_TRUE(lent_back());
+  // A RoPE table that does not fit the layers: the first attention call throws inside its loan.
+  const RopeTable rope = acts.rope;
+  acts.rope = rope_table_make(c.seq_len + 1, c.head_dim, c.rope_theta);
+  EXPECT_THROW(model_forward(acts, dense.data(), experts.data(), layout, routing, data.batch, c,
+                             placement, ex),
+               std::invalid_argument);
+  EXPECT_TRUE(lent_back());
+  acts.rope = rope;
+  EXPECT_EQ(step(), first);
+}
+
 // The memory estimate counts the parameters exactly: 16 bytes (value, gradient, AdamW m and v)
 // per element of both arenas of the EP rank holding the most experts, for uneven splits too.
 TEST(ModelMemory, ParameterBytesMatchTheLayout) {
@@ -167,13 +220,8 @@ TEST(ModelMemory, TreeBytesMatchTheReservedTrees) {
         ModelActs<float> acts;
         model_acts_reserve(acts, c, B, 1, model_placement_max_local(placement));
         size_t values = acts.grad_tree.reserved_values() + acts.norm_leaves.capacity();
-        for (const AttnSaved<float>& a : acts.attn) {
-          values += a.leaves.capacity();
-        }
-        for (const MoeSaved<float>& m : acts.moe) {
-          values += m.router_leaves.capacity();
-          for (const std::vector<float>& t : m.leaf_scratch) values += t.capacity();
-        }
+        values += acts.attn_scratch.leaves.capacity() + acts.moe_scratch.router_leaves.capacity();
+        for (const std::vector<float>& t : acts.moe_scratch.leaf_scratch) values += t.capacity();
         const ModelMemory memory = model_memory_estimate(c, 1, 0, 0, threads);
         EXPECT_EQ(memory.tree_bytes, static_cast<double>(sizeof(float) * values))
             << "B=" << B << " shared=" << shared << " threads=" << threads;
@@ -203,21 +251,29 @@ TEST(ModelMemory, ActivationBytesMatchTheReservedBuffers) {
         add(acts.resid, acts.normed, acts.rstd, acts.block_out, acts.final_normed, acts.logits,
             acts.d_logits, acts.d_resid, acts.d_normed, acts.d_final);
         values += 2.0 * static_cast<double>(acts.row_loss.capacity());  // doubles
+        // Each layer's own buffers, and its scratch (empty: the layers borrow one set)...
+        auto add_attn_scratch = [&](const AttnScratch<float>& t) {
+          add(t.d_concat, t.d_q, t.d_k, t.d_v, t.kv_t, t.d_probs, t.d_k_heads, t.d_v_heads,
+              t.leaves);
+        };
+        auto add_moe_scratch = [&](const MoeScratch<float>& t) {
+          add(t.send_rows, t.d_rows, t.d_y, t.d_x, t.d_g, t.d_v, t.h, t.sd_g, t.sd_v, t.sh,
+              t.d_weights, t.d_scores, t.d_logits, t.router_leaves);
+          for (const std::vector<float>& leaf : t.leaf_scratch) add(leaf);
+        };
         for (const AttnSaved<float>& a : acts.attn) {
-          add(a.q, a.k, a.v, a.probs, a.concat, a.d_concat, a.d_q, a.d_k, a.d_v, a.kv_t, a.d_probs,
-              a.d_k_heads, a.d_v_heads);
-          values += static_cast<double>(a.leaves.capacity());
+          add(a.q, a.k, a.v, a.probs, a.concat);
+          add_attn_scratch(a.scratch);
         }
         for (const MoeSaved<float>& m : acts.moe) {
-          add(m.logits, m.scores, m.d_scores, m.d_logits, m.d_scores_balance, m.expert_idx,
-              m.topk_scratch, m.dispatched_idx, m.weights, m.d_weights, m.plan.send_assignment,
-              m.plan.send_position, m.send_rows, m.y_rows, m.d_rows, m.x, m.y, m.d_y, m.d_x, m.g,
-              m.v, m.h, m.d_g, m.d_v, m.d_h, m.sg, m.sv, m.sh, m.sd_g, m.sd_v, m.sd_h);
-          values += static_cast<double>(m.router_leaves.capacity());
-          for (const std::vector<float>& t : m.leaf_scratch) {
-            values += static_cast<double>(t.capacity());
-          }
+          add(m.logits, m.scores, m.d_scores_balance, m.expert_idx, m.topk_scratch,
+              m.dispatched_idx, m.weights, m.plan.send_assignment, m.plan.send_position, m.y_rows,
+              m.x, m.y, m.g, m.v, m.sg, m.sv);
+          add_moe_scratch(m.scratch);
         }
+        // ...and that set, once.
+        add_attn_scratch(acts.attn_scratch);
+        add_moe_scratch(acts.moe_scratch);
         EXPECT_EQ(model_memory_estimate(c, 1, 0, 0, omp_get_max_threads()).act_bytes, 4.0 * values)
             << "B=" << B << " shared=" << shared << " window=" << window;
       }

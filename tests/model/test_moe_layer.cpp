@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "model/linear.hpp"
 #include "model/optimizer.hpp"
 #include "moe_harness.hpp"
 
@@ -83,7 +84,7 @@ TEST_P(MoeGradient, MatchesFiniteDifferences) {
   std::vector<double> d_in(in.size(), 0.0);
   // What the buffers hold from an earlier step must not matter: every combine weight's gradient,
   // a dropped assignment's (0) included, is written anew.
-  h.saved.d_weights.assign(static_cast<size_t>(N) * dims.K, std::nan(""));
+  h.saved.scratch.d_weights.assign(static_cast<size_t>(N) * dims.K, std::nan(""));
   moe_backward(d_in.data(), h.grads(), R.data(), h.saved, in.data(), h.weights(), dims, ex);
 
   const double eps = 1e-6;
@@ -320,8 +321,9 @@ TEST(MoeBuffers, WhatAnEarlierStepLeftChangesNothing) {
     step(used, "in_earlier", "d_out_earlier");
     std::vector<int64_t> rows = {used.saved.plan.num_recv, 0};
     MoeSaved<float>& b = used.saved;
-    for (std::vector<float>* v : {&b.send_rows, &b.x, &b.g, &b.v, &b.h, &b.y, &b.y_rows, &b.d_rows,
-                                  &b.d_y, &b.d_x, &b.d_g, &b.d_v, &b.d_h, &b.d_weights}) {
+    MoeScratch<float>& t = b.scratch;
+    for (std::vector<float>* v : {&t.send_rows, &b.x, &b.g, &b.v, &t.h, &b.y, &b.y_rows, &t.d_rows,
+                                  &t.d_y, &t.d_x, &t.d_g, &t.d_v, &t.d_weights}) {
       std::fill(v->begin(), v->end(), std::nanf(""));
     }
     const std::vector<float> after = step(used, "in", "d_out");
@@ -480,9 +482,19 @@ TEST(MoeUnderflow, ZeroSignsOfUnderflowingGradientsKeepTheirBits) {
                  written.weights(), dims, ex);
     EXPECT_EQ(hash_of(written).first, 0x8b3e795a3aad22aeull);
   }
-  // The case is exercised: the experts' raw d_h and d_x (which an EP group of one rank scatters
-  // into d_in where it lies) hold zeros of both signs.
-  for (const std::vector<float>* v : {&h.saved.d_h, &h.saved.d_x}) {
+  // The case is exercised: the experts' raw d_h (which swiglu_backward overwrote with h: made
+  // again here, expert by expert, as the backward's first GEMM makes it) and d_x (which an EP group
+  // of one rank scatters into d_in where it lies) hold zeros of both signs.
+  const MoeScratch<float>& t = h.saved.scratch;
+  std::vector<float> d_h(t.h.size());
+  const std::vector<int>& offsets = h.saved.plan.expert_offsets;
+  const MoeWeights<float> w = h.weights();
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+    const size_t row = offsets[i], DF = size_t(dims.D) * dims.F;
+    linear_backward_input_overwrite(&d_h[row * dims.F], &t.d_y[row * dims.D], w.w2 + i * DF,
+                                    offsets[i + 1] - offsets[i], dims.F, dims.D);
+  }
+  for (const std::vector<float>* v : {&std::as_const(d_h), &t.d_x}) {
     const auto negative = std::count_if(
         v->begin(), v->end(), [](float x) { return std::bit_cast<uint32_t>(x) == 0x80000000u; });
     EXPECT_GT(negative, 0) << "no −0 to read as +0";
