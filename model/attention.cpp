@@ -161,6 +161,7 @@ void attn_scratch_reserve(AttnScratch<T>& scratch, int max_B, const AttnDims& d)
   const AttnSavedSizes z = attn_saved_sizes(max_B, d, omp_get_max_threads());
   thread_scratch_reserve(scratch, d, z.threads);
   scratch.leaves.assign(static_cast<size_t>(z.trees()), T(0));
+  scratch.max_B = max_B;
 }
 
 template <class T>
@@ -197,9 +198,11 @@ static void check_call(const char* fn, int B, const AttnSaved<T>& saved, const A
     throw std::invalid_argument(std::string(fn) + ": B=" + std::to_string(B) +
                                 " outside [0, reserved " + std::to_string(saved.max_B) + "]");
   }
-  if (B > 0 && saved.scratch.threads == 0) {
-    throw std::invalid_argument(
-        std::string(fn) + ": no scratch (attn_scratch_reserve, or a model's lent for the call)");
+  if (B > saved.scratch.max_B) {
+    throw std::invalid_argument(std::string(fn) + ": B=" + std::to_string(B) +
+                                " but the scratch is reserved for " +
+                                std::to_string(saved.scratch.max_B) +
+                                " (attn_scratch_reserve, or a model's lent for the call)");
   }
   if (r.S != d.S || r.hd != d.hd || r.theta != d.rope_theta) {
     throw std::invalid_argument(std::string(fn) + ": RoPE table made for S=" + std::to_string(r.S) +

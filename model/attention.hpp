@@ -96,6 +96,7 @@ void rope_backward(T* d_x,  // [S, num_heads·hd]
 // model/moe_layer.hpp). Those of one sequence come one set per thread ([threads, …]) when
 // max_B > 1: a task per sequence uses its thread's set.
 template <class T> struct AttnScratch {
+  int max_B = 0;  // sequences reserved for (the leaves'; 0: not reserved)
   int threads = 0;
   std::vector<T> d_concat;  // [S, H·hd]
   std::vector<T> d_q;       // [S, H·hd]
@@ -136,8 +137,9 @@ void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& dims,
 template <class T>
 void attn_scratch_reserve(AttnScratch<T>& scratch, int max_B, const AttnDims& dims);
 
-// out[B·S, D] = Attn(in) for B independent sequences (B <= saved.max_B; rope made for dims' S, hd,
-// rope_theta). A token's output is bitwise independent of B: see attention.cpp.
+// out[B·S, D] = Attn(in) for B independent sequences (B <= saved.max_B and saved.scratch.max_B;
+// rope made for dims' S, hd, rope_theta; else std::invalid_argument, as attention_backward). A
+// token's output is bitwise independent of B: see attention.cpp.
 template <class T>
 void attention_forward(T* out,  // [B·S, D]
                        AttnSaved<T>& saved,

@@ -107,7 +107,8 @@ struct ModelMemory {
 ModelMemory model_memory_estimate(const ModelConfig& cfg, int ep_size, int world_size = 0,
                                   int max_local = 0, int threads = 1);
 
-// Everything one step keeps from forward for backward, sized once for B sequences.
+// Everything one step keeps from forward for backward, and the layers' one set of temporaries,
+// sized once for B sequences.
 template <class T> struct ModelActs {
   PhaseTimes* times = nullptr;  // phase timers of forward and backward, or none
   int B = 0;

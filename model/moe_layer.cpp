@@ -114,6 +114,7 @@ void moe_scratch_reserve(MoeScratch<T>& s, int N, const MoeDims& d, int ep_size,
   s.router_leaves.assign(n(z.router_leaves), T(0));
   s.leaf_scratch_values = n(z.leaf_scratch);
   s.leaf_scratch.assign(z.leaf_scratches, std::vector<T>(s.leaf_scratch_values));
+  s.max_sequences = std::max(max_sequences, 1);
 }
 
 template <class T>
@@ -146,11 +147,14 @@ void moe_saved_reserve(MoeSaved<T>& s, int N, const MoeDims& d, int ep_size, int
 
 namespace {
 
-// A layer's calls use its scratch (its own, or a model's lent for the call), reserved beforehand.
+// A layer's calls use its scratch (its own, or a model's lent for the call), reserved beforehand
+// for at least the layer's sequences: the router's leaves are indexed by sequence.
 template <class T> void check_scratch(const MoeSaved<T>& s, const char* fn) {
-  if (s.scratch.leaf_scratch.empty()) {
-    throw std::invalid_argument(
-        std::string(fn) + ": no scratch (moe_scratch_reserve, or a model's lent for the call)");
+  if (s.scratch.max_sequences < std::max(s.max_sequences, 1)) {
+    throw std::invalid_argument(std::string(fn) + ": scratch reserved for " +
+                                std::to_string(s.scratch.max_sequences) +
+                                " sequences, the layer for " + std::to_string(s.max_sequences) +
+                                " (moe_scratch_reserve, or a model's lent for the call)");
   }
 }
 

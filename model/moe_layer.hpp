@@ -119,6 +119,7 @@ template <class T> struct MoeScratch {
   // that run at once.
   std::vector<std::vector<T>> leaf_scratch;  // [threads][leaf_scratch_values]
   size_t leaf_scratch_values = 0;
+  int max_sequences = 0;  // reserved for (0: not reserved)
 };
 
 // Activations kept from forward for backward, and the temporaries of a call. Sized once by
@@ -219,7 +220,7 @@ void moe_scratch_reserve(MoeScratch<T>& scratch, int N, const MoeDims& dims, int
 
 // out[N, D] = MoE(in). Collective over the EP group of `ex`. Throws std::invalid_argument, before
 // any communication, when N is not a multiple of routing.seq_len or holds more sequences than
-// were reserved.
+// were reserved, or when the layer's scratch is not reserved for as many sequences as the layer.
 template <class T>
 void moe_forward(T* out,              // [N, D]
                  MoeSaved<T>& saved,  //

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -138,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The layers borrow one set of scratch for each call (ModelActs::attn_scratch, moe_scratch): their
 // own stays empty, the set comes back after every call, a call that throws included, and a second
-// step on the set the first one left gives the same bits.
+// step on the set the first one left, filled with NaN, gives the same bits.
 TEST(ModelActs, LayersBorrowOneScratchAndGiveItBack) {
   const ModelConfig c = micro_config();
   const Comm self = Comm::self();
@@ -173,6 +175,18 @@ TEST(ModelActs, LayersBorrowOneScratchAndGiveItBack) {
   };
   const std::vector<float> first = step();
   EXPECT_TRUE(lent_back());
+  // Whatever the set holds between calls changes nothing.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  AttnScratch<float>& at = acts.attn_scratch;
+  MoeScratch<float>& mt = acts.moe_scratch;
+  for (std::vector<float>* v :
+       {&at.d_concat,  &at.d_q,       &at.d_k,      &at.d_v,       &at.d_probs,      &at.kv_t,
+        &at.d_k_heads, &at.d_v_heads, &at.leaves,   &mt.send_rows, &mt.d_rows,       &mt.d_y,
+        &mt.d_x,       &mt.d_g,       &mt.d_v,      &mt.h,         &mt.sd_g,         &mt.sd_v,
+        &mt.sh,        &mt.d_weights, &mt.d_scores, &mt.d_logits,  &mt.router_leaves}) {
+    std::fill(v->begin(), v->end(), nan);
+  }
+  for (std::vector<float>& leaf : mt.leaf_scratch) std::fill(leaf.begin(), leaf.end(), nan);
   EXPECT_EQ(step(), first);
   EXPECT_TRUE(lent_back());
   // A RoPE table that does not fit the layers: the first attention call throws inside its loan.

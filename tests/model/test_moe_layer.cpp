@@ -283,8 +283,10 @@ TEST(MoeOverlap, SharedExpertOverlapIsBitwiseNeutral) {
 
 // What an earlier step left in the layer's buffers changes nothing: a step after another whose
 // routing kept a different number of rows (a token capacity drops some), with every buffer of
-// rows then filled with NaN, gives the bits of the same step on fresh buffers, in an EP group of
-// one rank (whose experts read their rows in place) and in the world's.
+// rows and all of the scratch then filled with NaN, gives the bits of the same step on fresh
+// buffers, in an EP group of one rank (whose experts read their rows in place) and in the world's;
+// so does a layer reserved without scratch once that NaN scratch is lent to it (as a model's
+// layers borrow one set), which refuses the step before.
 TEST(MoeBuffers, WhatAnEarlierStepLeftChangesNothing) {
   const Comm world = Comm::world();
   const int N = 12, V = 64;
@@ -303,7 +305,8 @@ TEST(MoeBuffers, WhatAnEarlierStepLeftChangesNothing) {
       const std::vector<float> d_out =
           testing_moe::global_normal<float>(d_out_name, first * 16 + ND, 1.0);
       MoeRouting routing = h.routing(RoutingMode::kTopK, nullptr, 0);
-      routing.capacity = 5;  // an expert's rows of these 12 tokens (36 assignments over 8)
+      routing.capacity = 3;  // an expert's rows of a sequence (6 tokens: 18 assignments over 8)
+      routing.seq_len = 6;   // two sequences: the router's and the shared expert's leaves
       std::fill(h.dense_grads.begin(), h.dense_grads.end(), 0.0f);
       std::fill(h.expert_grads.begin(), h.expert_grads.end(), 0.0f);
       std::vector<float> out(ND), d_in(ND, 0.0f);
@@ -317,21 +320,39 @@ TEST(MoeBuffers, WhatAnEarlierStepLeftChangesNothing) {
       all.insert(all.end(), h.expert_grads.begin(), h.expert_grads.end());
       return all;
     };
-    MoeHarness<float> used(dims, groups.ep_size, groups.ep.rank(), 9, V, N);
+    MoeHarness<float> used(dims, groups.ep_size, groups.ep.rank(), 9, V, N, 2);
     step(used, "in_earlier", "d_out_earlier");
     std::vector<int64_t> rows = {used.saved.plan.num_recv, 0};
     MoeSaved<float>& b = used.saved;
     MoeScratch<float>& t = b.scratch;
-    for (std::vector<float>* v : {&t.send_rows, &b.x, &b.g, &b.v, &t.h, &b.y, &b.y_rows, &t.d_rows,
-                                  &t.d_y, &t.d_x, &t.d_g, &t.d_v, &t.d_weights}) {
+    auto poison_scratch = [&] {
+      for (std::vector<float>* v :
+           {&t.send_rows, &t.d_rows, &t.d_y, &t.d_x, &t.d_g, &t.d_v, &t.h, &t.sd_g, &t.sd_v, &t.sh,
+            &t.d_weights, &t.d_scores, &t.d_logits, &t.router_leaves}) {
+        std::fill(v->begin(), v->end(), std::nanf(""));
+      }
+      for (std::vector<float>& leaf : t.leaf_scratch)
+        std::fill(leaf.begin(), leaf.end(), std::nanf(""));
+    };
+    for (std::vector<float>* v : {&b.x, &b.g, &b.v, &b.y, &b.y_rows}) {
       std::fill(v->begin(), v->end(), std::nanf(""));
     }
+    poison_scratch();
     const std::vector<float> after = step(used, "in", "d_out");
     rows[1] = used.saved.plan.num_recv;
-    MoeHarness<float> fresh(dims, groups.ep_size, groups.ep.rank(), 9, V, N);
+    MoeHarness<float> fresh(dims, groups.ep_size, groups.ep.rank(), 9, V, N, 2);
     const std::vector<float> alone = step(fresh, "in", "d_out");
     ASSERT_EQ(after.size(), alone.size());
     EXPECT_EQ(std::memcmp(after.data(), alone.data(), after.size() * sizeof(float)), 0);
+    MoeHarness<float> lent(dims, groups.ep_size, groups.ep.rank(), 9, V, N, 2);
+    moe_saved_reserve(lent.saved, N, dims, groups.ep_size, lent.placement.max_local(), 2,
+                      /*own_scratch=*/false);
+    EXPECT_THROW(step(lent, "in", "d_out"), std::invalid_argument);
+    poison_scratch();
+    std::swap(lent.saved.scratch, t);
+    const std::vector<float> borrowed = step(lent, "in", "d_out");
+    ASSERT_EQ(borrowed.size(), alone.size());
+    EXPECT_EQ(std::memcmp(borrowed.data(), alone.data(), borrowed.size() * sizeof(float)), 0);
     // The case is exercised: some rank kept a different number of rows in the two steps.
     std::vector<int64_t> changed = {rows[0] != rows[1] ? 1 : 0};
     world.allreduce_sum(std::span<int64_t>(changed));
