@@ -142,11 +142,11 @@ template <class T> void scratch_for_threads(AttnScratch<T>& s, const AttnDims& d
   }
 }
 
-void check_dims(int max_B, const AttnDims& d) {
+void check_dims(const char* fn, int max_B, const AttnDims& d) {
   if (max_B < 0 || d.D <= 0 || d.H <= 0 || d.KVH <= 0 || d.H % d.KVH != 0 || d.hd <= 0 ||
       d.hd % 2 != 0 || d.S <= 0 || d.window < 0) {
     throw std::invalid_argument(
-        "attn_saved_reserve: need B >= 0, D, H, KVH, hd, S > 0, KVH | H, hd even, W >= 0; got B=" +
+        std::string(fn) + ": need B >= 0, D, H, KVH, hd, S > 0, KVH | H, hd even, W >= 0; got B=" +
         std::to_string(max_B) + " D=" + std::to_string(d.D) + " H=" + std::to_string(d.H) +
         " KVH=" + std::to_string(d.KVH) + " hd=" + std::to_string(d.hd) +
         " S=" + std::to_string(d.S) + " W=" + std::to_string(d.window));
@@ -157,7 +157,7 @@ void check_dims(int max_B, const AttnDims& d) {
 
 template <class T>
 void attn_scratch_reserve(AttnScratch<T>& scratch, int max_B, const AttnDims& d) {
-  check_dims(max_B, d);
+  check_dims("attn_scratch_reserve", max_B, d);
   const AttnSavedSizes z = attn_saved_sizes(max_B, d, omp_get_max_threads());
   thread_scratch_reserve(scratch, d, z.threads);
   scratch.leaves.assign(static_cast<size_t>(z.trees()), T(0));
@@ -166,7 +166,7 @@ void attn_scratch_reserve(AttnScratch<T>& scratch, int max_B, const AttnDims& d)
 
 template <class T>
 void attn_saved_reserve(AttnSaved<T>& saved, int max_B, const AttnDims& d, bool own_scratch) {
-  check_dims(max_B, d);
+  check_dims("attn_saved_reserve", max_B, d);
   const AttnSavedSizes z = attn_saved_sizes(max_B, d, omp_get_max_threads());
   auto n = [](double elements) { return static_cast<size_t>(elements); };
   saved.max_B = max_B;
