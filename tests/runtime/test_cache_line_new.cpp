@@ -1,4 +1,4 @@
-// The programs' operator new (runtime/cache_line_new.cpp, linked into every test): a block of a
+// The programs' operator new (runtime/run/cache_line_new.cpp, linked into every test): a block of a
 // page or more starts on a 64-byte cache line, whatever was allocated before it; smaller blocks
 // keep malloc's alignment; a request no allocator can meet throws std::bad_alloc.
 #include <gtest/gtest.h>
