@@ -1,17 +1,17 @@
-// The program's operator new: a block of a page or more starts on a cache line.
+// The programs' operator new: a block of a page (4 KiB) or more starts on a cache line.
 //
 // malloc returns 16-byte aligned memory, and a large block (one it maps with mmap) starts 16 bytes
 // past a page: a 64-byte vector store into such a buffer spans two cache lines, each written in
 // part. The model's buffers (activations, scratch, parameters and their gradients and moments,
 // the GEMM's packed panels) are std::vectors of a page or more, so every one of the GEMMs' and the
-// elementwise kernels' full-width stores did that. Aligned, deepseek4-tiny's step is 3-4% faster
-// at 1 rank and at 8 (docs/performance.md, "a fifteenth day"). Alignment moves no value: the bits
-// are the same.
+// elementwise kernels' full-width stores did that. Aligned, deepseek4-tiny's step is about 3%
+// faster at 1 rank and at 8 (docs/performance.md, "a fifteenth day"). Alignment moves no value: the
+// bits are the same.
 //
 // Linked into the programs (moe_rt, the benchmarks) and the tests, as an object library: a
 // replacement operator new must be part of the executable. Smaller blocks come from malloc as
 // before; operator delete stays the library's, which frees both kinds (aligned_alloc's blocks are
-// freed with free). Legend: none.
+// freed with free).
 #include <cstddef>
 #include <cstdlib>
 #include <new>
