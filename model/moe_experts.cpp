@@ -264,11 +264,12 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
   const int R = s.plan.num_recv;
   const bool shared = shared_d_in != nullptr && d.Fs > 0;
   const auto [B, S] = moe_sequences(s, s.N);
+  MoeScratch<T>& t = s.scratch;
   if (shared) shared_resize(s, d, s.N, true);
-  s.scratch.d_x.resize(static_cast<size_t>(R) * d.D);
-  s.scratch.h.resize(static_cast<size_t>(R) * d.F);
-  s.scratch.d_g.resize(s.scratch.h.size());
-  s.scratch.d_v.resize(s.scratch.h.size());
+  t.d_x.resize(static_cast<size_t>(R) * d.D);
+  t.h.resize(static_cast<size_t>(R) * d.F);
+  t.d_g.resize(t.h.size());
+  t.d_v.resize(t.h.size());
   scratch_for_threads(s);
   expert_row_tasks(
       s.chunk_offsets, s.plan.expert_offsets, shared ? B : 0, S,
@@ -277,22 +278,18 @@ void moe_experts_backward(MoeSaved<T>& s, const MoeWeights<T>& gr, const MoeWeig
         const size_t rd = static_cast<size_t>(row) * d.D, rf = static_cast<size_t>(row) * d.F;
         const int64_t n = static_cast<int64_t>(rows) * d.F;
         if (where == ExpertRows::kInPlace) {
-          combine_rows_backward(s, d_out, s.y.data(), s.scratch.d_y.data(), row, rows, d);
+          combine_rows_backward(s, d_out, s.y.data(), t.d_y.data(), row, rows, d);
         }
         // d_h and d_x are written by their first GEMM, not added into zeros: their readers
         // (swiglu_backward; the layer's scatter of d_x, after the combine) take each element
         // as x + 0, which gives the bits of the sums into +0 (linear_backward_input_overwrite).
         // y = h·W2: d_h = d_y·W2ᵀ, into h's place, where swiglu_backward leaves h again (for
         // W2's weight gradient below).
-        linear_backward_input_overwrite(&s.scratch.h[rf], &s.scratch.d_y[rd], w.w2 + i * DF, rows,
-                                        d.F, d.D);
-        swiglu_backward(&s.scratch.d_g[rf], &s.scratch.d_v[rf], &s.scratch.h[rf], &s.g[rf],
-                        &s.v[rf], n, d.swiglu_limit);
+        linear_backward_input_overwrite(&t.h[rf], &t.d_y[rd], w.w2 + i * DF, rows, d.F, d.D);
+        swiglu_backward(&t.d_g[rf], &t.d_v[rf], &t.h[rf], &s.g[rf], &s.v[rf], n, d.swiglu_limit);
         // g = x·W1, v = x·W3: d_x = d_g·W1ᵀ + d_v·W3ᵀ
-        linear_backward_input_overwrite(&s.scratch.d_x[rd], &s.scratch.d_g[rf], w.w1 + i * DF, rows,
-                                        d.D, d.F);
-        linear_backward_input(&s.scratch.d_x[rd], &s.scratch.d_v[rf], w.w3 + i * DF, rows, d.D,
-                              d.F);
+        linear_backward_input_overwrite(&t.d_x[rd], &t.d_g[rf], w.w1 + i * DF, rows, d.D, d.F);
+        linear_backward_input(&t.d_x[rd], &t.d_v[rf], w.w3 + i * DF, rows, d.D, d.F);
       });
   // The weight gradients: the shared expert's three first (the largest), then three per routed
   // expert that received rows.

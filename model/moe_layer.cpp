@@ -291,32 +291,32 @@ template <class T>
 void router_backward(T* d_in, const MoeWeights<T>& gr, MoeSaved<T>& s, const T* in,
                      const MoeWeights<T>& w, const MoeDims& d) {
   const int N = s.N;
+  MoeScratch<T>& t = s.scratch;
   const auto [B, S] = moe_sequences(s, N);
   if (s.d_scores_balance.empty()) {
-    s.scratch.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
+    t.d_scores.assign(static_cast<size_t>(N) * d.E, T(0));
   } else {
-    s.scratch.d_scores.assign(s.d_scores_balance.begin(), s.d_scores_balance.end());
+    t.d_scores.assign(s.d_scores_balance.begin(), s.d_scores_balance.end());
   }
-  s.scratch.d_logits.assign(s.scratch.d_scores.size(), T(0));
-  route_weights_backward(s.scratch.d_scores.data(), s.scratch.d_weights.data(), s.scores.data(),
+  t.d_logits.assign(t.d_scores.size(), T(0));
+  route_weights_backward(t.d_scores.data(), t.d_weights.data(), s.scores.data(),
                          s.expert_idx.data(), N, d.E, d.K, d.route_scale);
-  score_backward(s.scratch.d_logits.data(), s.scratch.d_scores.data(), s.logits.data(),
-                 s.scores.data(), N, d.E, d.score);
+  score_backward(t.d_logits.data(), t.d_scores.data(), s.logits.data(), s.scores.data(), N, d.E,
+                 d.score);
   if (s.z_loss_weight > 0) {
-    router_z_loss_backward(s.scratch.d_logits.data(), s.logits.data(), N, d.E, s.z_loss_weight);
+    router_z_loss_backward(t.d_logits.data(), s.logits.data(), N, d.E, s.z_loss_weight);
   }
   // logits = in·W_g, a task per sequence: d_in += d_logits·W_gᵀ, and the sequence's d_W_g, added
   // along the tree over sequences once all are in (one sequence adds into the gradient directly).
   const size_t DE = static_cast<size_t>(d.D) * d.E;
   parallel_tasks(B, [&](int64_t b) {
     const int64_t row0 = b * S;
-    linear_backward_input(d_in + row0 * d.D, s.scratch.d_logits.data() + row0 * d.E, w.router, S,
-                          d.D, d.E);
-    T* leaf = B > 1 ? s.scratch.router_leaves.data() + b * DE : gr.router;
-    gemm<T>(true, false, d.D, d.E, S, T(1), in + row0 * d.D, s.scratch.d_logits.data() + row0 * d.E,
+    linear_backward_input(d_in + row0 * d.D, t.d_logits.data() + row0 * d.E, w.router, S, d.D, d.E);
+    T* leaf = B > 1 ? t.router_leaves.data() + b * DE : gr.router;
+    gemm<T>(true, false, d.D, d.E, S, T(1), in + row0 * d.D, t.d_logits.data() + row0 * d.E,
             B > 1 ? T(0) : T(1), leaf);
   });
-  if (B > 1) tree_sum_leaves(gr.router, s.scratch.router_leaves.data(), B, DE, DE);
+  if (B > 1) tree_sum_leaves(gr.router, t.router_leaves.data(), B, DE, DE);
 }
 
 // The shared expert overlaps the dispatch's transfer when asked to and when there is one (an EP
@@ -468,8 +468,8 @@ void moe_backward(T* d_in, const MoeWeights<T>& gr, const T* d_out, MoeSaved<T>&
     // Dispatch's backward is a combine: input gradients come back to the tokens' ranks.
     ScopedPhase timer(s.times, Phase::kDispatchBackward);
     if (where == ExpertRows::kInPlace) {
-      scatter_rows_backward(d_in, s.scratch.d_x.data(), s,
-                            d);  // d_x's rows are in send order already
+      // d_x's rows are in send order already.
+      scatter_rows_backward(d_in, s.scratch.d_x.data(), s, d);
     } else {
       ex.combine(std::span<T>(s.scratch.d_rows), std::span<const T>(s.scratch.d_x), s.plan, d.D);
       scatter_rows_backward(d_in, s.scratch.d_rows.data(), s, d);
