@@ -75,11 +75,35 @@ template <class I>
 MOE_SIMD_KERNEL(top_by_ranks_i32, top_by_ranks<int32_t>,
                 (int32_t * top, const int32_t* key, int E, int K), (top, key, E, K))
 
+// The same top K by K passes of a maximum, E·K comparisons instead of E·E: each pass takes the
+// largest of the experts not yet taken. Key and index go as one 64-bit integer, the key in the
+// high half and E − e in the low one, which orders as the ranks do (a larger key first, at an
+// equal key the lower index) and makes every pair distinct; a taken expert's pair becomes the
+// smallest integer, below every pair (whose low half is at least 1).
+[[gnu::always_inline]] inline void top_by_max(int32_t* top, const int32_t* key, int E, int K) {
+  constexpr int64_t kTaken = std::numeric_limits<int64_t>::min();
+  int64_t pair[kRankedMaxE];
+  for (int e = 0; e < E; ++e) pair[e] = int64_t{key[e]} * (int64_t{1} << 32) + (E - e);
+  for (int j = 0; j < K; ++j) {
+    int64_t best = kTaken;
+    for (int e = 0; e < E; ++e) best = std::max(best, pair[e]);
+    const int e = E - static_cast<int>(best & 0xffffffff);
+    top[j] = e;
+    pair[e] = kTaken;
+  }
+}
+MOE_SIMD_KERNEL(top_by_max_i32, top_by_max, (int32_t * top, const int32_t* key, int E, int K),
+                (top, key, E, K))
+
 template <class T> void topk_ranked(int32_t* top, const T* s, const float* bias, int E, int K) {
   using I = decltype(rank_key(T(0)));
   I key[kRankedMaxE];
   for (int e = 0; e < E; ++e) key[e] = rank_key(bias != nullptr ? s[e] + T(bias[e]) : s[e]);
   if constexpr (std::is_same_v<I, int32_t>) {
+    // Passes of a maximum where K is at most E/8 (measured with bench_row_kernels at E = 64,
+    // K = 8: 1.9x faster than ranks at avx512, 1.4x at avx2); ranks where K is larger (E = 32,
+    // K = 8 and E = 8, K = 2 measured faster by ranks).
+    if (K * 8 <= E) return top_by_max_i32(top, key, E, K);
     top_by_ranks_i32(top, key, E, K);
   } else {
     top_by_ranks(top, key, E, K);
