@@ -10,32 +10,56 @@
 
 namespace moe {
 
-// Rows [n0, n1) of logits = in·W_g (router_logits_forward says why not a GEMM): each (row,
-// expert) adds d = 0..D-1 in order. The sums of up to kBlock experts at once in a local array the
+// R rows from n by W experts from e0 of logits = in·W_g: each (row, expert) adds d = 0..D-1 in
+// order, from +0, each product and each add rounded on its own. The sums lie in a local array the
 // compiler keeps in registers (row[] itself could alias the inputs, so each += would go through
-// memory): the same products added in the same order, only faster.
+// memory), the R rows' side by side so that more adds are in flight than one row's W.
+template <class T, int R, int W>
+[[gnu::always_inline]] inline void router_logits_tile(T* logits, const T* in, const T* w_gate,
+                                                      int n, int D, int E, int e0) {
+  T acc[R][W] = {};
+  for (int d = 0; d < D; ++d) {
+    const T* w = w_gate + int64_t{d} * E + e0;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const T xd = in[int64_t{n + r} * D + d];
+      for (int i = 0; i < W; ++i) acc[r][i] += xd * w[i];
+    }
+  }
+  for (int r = 0; r < R; ++r) std::copy_n(acc[r], W, logits + int64_t{n + r} * E + e0);
+}
+
+// Rows [n0, n1) of logits = in·W_g (router_logits_forward says why not a GEMM), every (row,
+// expert) the sum router_logits_tile describes: where E is a multiple of 64 (deepseek4-fine), 4
+// rows at a time in blocks of 64 experts (the router's forward 9% faster than a row at a time);
+// otherwise a row at a time in blocks of up to 64 (at E = 8, tiles of 4 or 8 rows measured 2.4x
+// slower). How many rows and experts share a tile changes no sum.
 template <class T>
 [[gnu::always_inline]] inline void router_logits_rows(T* logits, const T* in, const T* w_gate,
                                                       int n0, int n1, int D, int E) {
   constexpr int kBlock = 64;
-  for (int n = n0; n < n1; ++n) {
+  int n = n0;
+  if (E % kBlock == 0) {
+    for (; n + 4 <= n1; n += 4) {
+      for (int e0 = 0; e0 < E; e0 += kBlock) {
+        router_logits_tile<T, 4, kBlock>(logits, in, w_gate, n, D, E, e0);
+      }
+    }
+  }
+  for (; n < n1; ++n) {
     const T* x = in + int64_t{n} * D;
     T* row = logits + int64_t{n} * E;
     for (int e0 = 0; e0 < E; e0 += kBlock) {
       const int width = std::min(kBlock, E - e0);
-      T acc[kBlock] = {};
       if (width == kBlock) {
-        for (int d = 0; d < D; ++d) {
-          const T xd = x[d];
-          const T* w = w_gate + int64_t{d} * E + e0;
-          for (int i = 0; i < kBlock; ++i) acc[i] += xd * w[i];
-        }
-      } else {
-        for (int d = 0; d < D; ++d) {
-          const T xd = x[d];
-          const T* w = w_gate + int64_t{d} * E + e0;
-          for (int i = 0; i < width; ++i) acc[i] += xd * w[i];
-        }
+        router_logits_tile<T, 1, kBlock>(logits, in, w_gate, n, D, E, e0);
+        continue;
+      }
+      T acc[kBlock] = {};
+      for (int d = 0; d < D; ++d) {
+        const T xd = x[d];
+        const T* w = w_gate + int64_t{d} * E + e0;
+        for (int i = 0; i < width; ++i) acc[i] += xd * w[i];
       }
       std::copy_n(acc, width, row + e0);
     }
