@@ -1,5 +1,6 @@
 // The router's row loops that run at the CPU's vector width (model/simd.hpp): its logits and its
-// sqrt(softplus) scores with their backward, in float, and top-k by ranks, for model/router.cpp.
+// sqrt(softplus) scores with their backward, in float, and top-k by ranks or by passes of a
+// maximum, for model/router.cpp.
 // Each gives the bits of the plain loop router.cpp documents, at every level
 // (tests/model/test_simd.cpp, tests/model/test_router.cpp).
 // Legend: D model width, E experts, K top-k; rows [n0, n1) of N.
