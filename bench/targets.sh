@@ -56,9 +56,14 @@ run() {
 
 # torch NAME THREADS MODEL: one bench/torch_step.py run; appends "NAME tokens/s".
 torch() {
-  local name=$1 threads=$2 model=$3 tps
-  tps=$("$TORCH_PYTHON" "$here/torch_step.py" --model "$model" --threads "$threads" --batch 8 \
-    --steps "$torch_steps" 2>&1 | awk '/^  median .* tokens\/s/ { print $2 }')
+  local name=$1 threads=$2 model=$3 out tps
+  if ! out=$("$TORCH_PYTHON" "$here/torch_step.py" --model "$model" --threads "$threads" \
+      --batch 8 --steps "$torch_steps" 2>&1); then
+    echo "$out" | tail -n 20 >&2
+    echo "targets.sh: torch_step.py failed ($name)" >&2
+    exit 1
+  fi
+  tps=$(echo "$out" | awk '/^  median .* tokens\/s/ { print $2 }')
   if [[ -z $tps ]]; then
     echo "targets.sh: no tokens/s from torch_step.py ($name)" >&2
     exit 1
