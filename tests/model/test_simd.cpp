@@ -92,13 +92,13 @@ TEST_P(SimdLevels, SqrtSoftplusBackwardMatchesTheScalarFormulaBitwise) {
 }
 
 // The router's logits: each (row, expert) the plain loop's sum over d in order, of products and
-// adds rounded one by one, for E = 8 (tiny) and 16 (rows 8 at a time), 64 (fine: 4 at a time) and
-// 100 (a block of 64 and a part), rows of mixed magnitudes whose sums cancel, and zeros of both
-// signs; N = 37 leaves rows over.
+// adds rounded one by one, for E = 8 (tiny) and 16 (rows 8 at a time), 64 (fine) and 128 (4 at a
+// time, in blocks of 64) and 100 (a block of 64 and a part), rows of mixed magnitudes whose sums
+// cancel, and zeros of both signs; N = 37 leaves rows over.
 TEST_P(SimdLevels, RouterLogitsMatchThePlainLoopBitwise) {
   ASSERT_EQ(simd_level(), GetParam());
   const int N = 37, D = 24;
-  for (int E : {8, 16, 64, 100}) {
+  for (int E : {8, 16, 64, 100, 128}) {
     std::vector<float> in(static_cast<size_t>(N) * D), w(static_cast<size_t>(D) * E);
     for (size_t i = 0; i < in.size(); ++i) {
       in[i] = std::ldexp(std::sin(1.7f * static_cast<float>(i)), static_cast<int>(i % 9) - 4);
