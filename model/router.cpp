@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -333,6 +334,19 @@ void route_topk_grouped(int32_t* expert_idx, const T* scores, const float* bias,
         finite = finite && std::isfinite(biased[e]);
       }
       for (int g = 0; g < groups; ++g) {
+        if (finite && top_in_group == 2) {
+          // A group's two best values by a running pair instead of a top-k: among numbers the
+          // total order is the order of values (±0 tie, and any sum from +0 of zeros is +0), so
+          // the same two values, added in the same order.
+          const T* v = &biased[g * per_group];
+          T first = -std::numeric_limits<T>::infinity(), second = first;
+          for (int j = 0; j < per_group; ++j) {
+            second = std::max(second, std::min(first, v[j]));
+            first = std::max(first, v[j]);
+          }
+          group_score[g] = (T(0) + first) + second;
+          continue;
+        }
         topk_row(best.data(), &biased[g * per_group], nullptr, per_group, top_in_group);
         group_score[g] = 0;
         for (int j = 0; j < top_in_group; ++j) group_score[g] += biased[g * per_group + best[j]];
